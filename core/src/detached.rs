@@ -1,0 +1,507 @@
+//! Out-of-band tags: every chunk is a record in a host-side table, and the managed memory is
+//! never read or written. This is what device memory needs (the CPU cannot touch it), and it
+//! works for any address space: device pointers, offsets into a buffer, file offsets.
+//!
+//! Allocations come back as a [`Block`] carrying a [`Handle`] to the chunk's record, so freeing
+//! is `O(1)` with no address lookup, and always checked: a stale handle (double free), an
+//! address that is not the chunk's (foreign pointer) or a wrong size is reported, never obeyed.
+
+use crate::error::{CheckError, Error};
+use crate::heap::Heap;
+use crate::records::{Kind, Record, RecordStore, NIL};
+use crate::stats::Stats;
+use crate::tags::{Link, Tags};
+
+/// Names one allocation's record. Only a [`DetachedHeap`] makes them; `gen` tells a live
+/// allocation from an earlier one that used the same record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Handle {
+    index: u32,
+    gen: u32,
+}
+
+/// An allocation from a [`DetachedHeap`]: its address, the size asked for, and its handle.
+/// Give it back to [`DetachedHeap::free`] as it was received.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Block {
+    /// The first byte of the allocation in the managed address space.
+    pub addr: usize,
+    /// The size that was asked for (the chunk may be larger; see
+    /// [`DetachedHeap::usable_size`]).
+    pub size: usize,
+    /// The chunk's record.
+    pub handle: Handle,
+}
+
+/// Out-of-band tag storage over a [`RecordStore`].
+///
+/// Invariants: records `0..fresh` are chunks, regions, or vacant and on the `vacant` list
+/// (`vacant_count` long); records `fresh..` were never used. A region's chunks form a
+/// `prev`/`next` list of contiguous addresses from its `links[FIRST]` to its `prev`, each naming
+/// the region in its `region` field.
+pub(crate) struct DetachedTags<S> {
+    store: S,
+    shift: u32,
+    fresh: usize,
+    vacant: u32,
+    vacant_count: usize,
+    regions: u32,
+}
+
+/// Index of a region's first chunk in its record's `links`.
+const FIRST: usize = 0;
+
+impl<S: RecordStore> DetachedTags<S> {
+    #[inline]
+    fn rec(&self, i: u32) -> &Record {
+        &self.store.records()[i as usize]
+    }
+
+    #[inline]
+    fn rec_mut(&mut self, i: u32) -> &mut Record {
+        &mut self.store.records_mut()[i as usize]
+    }
+
+    /// Takes a vacant record; [`Tags::reserve`] must have made sure there is one.
+    fn take_record(&mut self) -> u32 {
+        if self.vacant != NIL {
+            let i = self.vacant;
+            self.vacant = self.rec(i).next;
+            self.vacant_count -= 1;
+            i
+        } else {
+            let i = self.fresh as u32;
+            self.fresh += 1;
+            i
+        }
+    }
+
+    fn release_record(&mut self, i: u32) {
+        let vacant = self.vacant;
+        let r = self.rec_mut(i);
+        r.kind = Kind::empty();
+        r.gen = r.gen.wrapping_add(1);
+        r.next = vacant;
+        self.vacant = i;
+        self.vacant_count += 1;
+    }
+
+    /// The region record whose range contains `addr`, or `NIL`.
+    fn region_at(&self, addr: usize) -> u32 {
+        let mut r = self.regions;
+        while r != NIL {
+            let rec = self.rec(r);
+            if addr >= rec.addr && addr - rec.addr < rec.size << self.shift {
+                return r;
+            }
+            r = rec.next;
+        }
+        NIL
+    }
+}
+
+#[inline]
+fn opt(i: u32) -> Option<u32> {
+    (i != NIL).then_some(i)
+}
+
+impl<S: RecordStore> Tags for DetachedTags<S> {
+    type Chunk = u32;
+    type Region = u32;
+
+    fn granule_shift(&self) -> u32 {
+        self.shift
+    }
+
+    fn head_bytes(&self) -> usize {
+        0
+    }
+
+    fn min_chunk(&self) -> usize {
+        1
+    }
+
+    #[inline]
+    fn size(&self, c: u32) -> usize {
+        self.rec(c).size
+    }
+
+    #[inline]
+    fn is_free(&self, c: u32) -> bool {
+        self.rec(c).kind.contains(Kind::FREE)
+    }
+
+    #[inline]
+    fn payload(&self, c: u32) -> usize {
+        self.rec(c).addr
+    }
+
+    #[inline]
+    fn next(&self, c: u32) -> Option<u32> {
+        opt(self.rec(c).next)
+    }
+
+    #[inline]
+    fn prev_if_free(&self, c: u32) -> Option<u32> {
+        opt(self.rec(c).prev).filter(|&p| self.is_free(p))
+    }
+
+    fn set_free(&mut self, c: u32, free: bool) {
+        let r = self.rec_mut(c);
+        r.kind.set(Kind::FREE, free);
+        if !free {
+            r.gen = r.gen.wrapping_add(1);
+        }
+    }
+
+    fn split(&mut self, c: u32, head: usize) -> u32 {
+        let t = self.take_record();
+        let shift = self.shift;
+        let cr = *self.rec(c);
+        let tr = self.rec_mut(t);
+        tr.addr = cr.addr + (head << shift);
+        tr.size = cr.size - head;
+        tr.prev = c;
+        tr.next = cr.next;
+        tr.kind = cr.kind;
+        tr.region = cr.region;
+        tr.links = [NIL; 5];
+        if cr.next == NIL {
+            self.rec_mut(cr.region).prev = t;
+        } else {
+            self.rec_mut(cr.next).prev = t;
+        }
+        let r = self.rec_mut(c);
+        r.next = t;
+        r.size = head;
+        t
+    }
+
+    fn absorb_next(&mut self, c: u32) {
+        let n = self.rec(c).next;
+        let nr = *self.rec(n);
+        let r = self.rec_mut(c);
+        r.size += nr.size;
+        r.next = nr.next;
+        if nr.next == NIL {
+            self.rec_mut(nr.region).prev = c;
+        } else {
+            self.rec_mut(nr.next).prev = c;
+        }
+        self.release_record(n);
+    }
+
+    fn reserve(&mut self, n: usize) -> Result<(), Error> {
+        while self.vacant_count + (self.store.records().len() - self.fresh) < n {
+            if !self.store.grow() {
+                return Err(Error::OutOfRecords);
+            }
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn link(&self, c: u32, l: Link) -> Option<u32> {
+        opt(self.rec(c).links[l as usize])
+    }
+
+    #[inline]
+    fn set_link(&mut self, c: u32, l: Link, v: Option<u32>) {
+        self.rec_mut(c).links[l as usize] = v.unwrap_or(NIL);
+    }
+
+    fn first_region(&self) -> Option<u32> {
+        opt(self.regions)
+    }
+
+    fn next_region(&self, r: u32) -> Option<u32> {
+        opt(self.rec(r).next)
+    }
+
+    fn region_first_chunk(&self, r: u32) -> u32 {
+        self.rec(r).links[FIRST]
+    }
+
+    fn region_granules(&self, r: u32) -> usize {
+        self.rec(r).size
+    }
+
+    fn check_tags(&self, c: u32, first: bool) -> Result<(), CheckError> {
+        let len = self.store.records().len() as u32;
+        let r = self.rec(c);
+        if !r.kind.contains(Kind::CHUNK) || r.kind.contains(Kind::REGION) {
+            return Err(CheckError::new("record is not a chunk", r.addr));
+        }
+        if first != (r.prev == NIL) {
+            return Err(CheckError::new("chunk's predecessor link is wrong", r.addr));
+        }
+        if r.region >= len || !self.rec(r.region).kind.contains(Kind::REGION) {
+            return Err(CheckError::new("chunk's region link is wrong", r.addr));
+        }
+        let region = self.rec(r.region);
+        if first && r.addr != region.addr {
+            return Err(CheckError::new("first chunk does not start its region", r.addr));
+        }
+        if r.next == NIL && region.prev != c {
+            return Err(CheckError::new("region's last-chunk link is wrong", r.addr));
+        }
+        if r.next != NIL {
+            if r.next >= len {
+                return Err(CheckError::new("successor index out of the table", r.addr));
+            }
+            let n = self.rec(r.next);
+            if n.prev != c || n.addr != r.addr + (r.size << self.shift) {
+                return Err(CheckError::new("successor is not contiguous", r.addr));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A heap whose tags live in a host-side table: it hands out ranges of an address space it
+/// never touches (device memory, offsets).
+///
+/// Sizes are rounded to the granule (256 bytes is typical for device memory), with no tag
+/// overhead. Any power-of-two alignment is served, those above the granule by splitting off a
+/// leading free fragment.
+pub struct DetachedHeap<S: RecordStore> {
+    heap: Heap<DetachedTags<S>>,
+}
+
+/// The granule of a device-style heap unless another is chosen.
+pub const DEVICE_GRANULE: usize = 256;
+
+impl<S: RecordStore> DetachedHeap<S> {
+    /// An empty heap over `store` with `granule` bytes per granule (any power of two).
+    ///
+    /// Without the `alloc` feature, `store` is a slice of [`Record::VACANT`] the caller
+    /// supplies, and the heap holds at most that many chunks and regions at once; with it, a
+    /// `Vec<Record>` grows as needed.
+    pub fn new(store: S, granule: usize) -> Result<Self, Error> {
+        if !granule.is_power_of_two() {
+            return Err(Error::BadGranule);
+        }
+        Ok(DetachedHeap {
+            heap: Heap::new(DetachedTags {
+                store,
+                shift: granule.trailing_zeros(),
+                fresh: 0,
+                vacant: NIL,
+                vacant_count: 0,
+                regions: NIL,
+            }),
+        })
+    }
+
+    /// The granule in bytes.
+    pub fn granule(&self) -> usize {
+        1 << self.heap.tags.shift
+    }
+
+    /// Adds the address range `base..base + len` (`base` granule-aligned, `len` rounded down to
+    /// granules). If `base` is exactly where a region ends, that region grows and the new
+    /// space merges with its free tail (virtual-memory growth keeps one region).
+    ///
+    /// Errors: `RegionMisaligned`, `RegionOverlap` (overlaps or wraps), `RegionTooSmall` (less
+    /// than one granule), `OutOfRecords`.
+    pub fn add_region(&mut self, base: usize, len: usize) -> Result<(), Error> {
+        let g = self.granule();
+        if base & (g - 1) != 0 {
+            return Err(Error::RegionMisaligned);
+        }
+        let len = len & !(g - 1);
+        let end = base.checked_add(len).ok_or(Error::RegionOverlap)?;
+        let t = &self.heap.tags;
+        let mut grows = NIL;
+        let mut r = t.regions;
+        while r != NIL {
+            let rec = t.rec(r);
+            let rend = rec.addr + (rec.size << t.shift);
+            if base < rend && rec.addr < end {
+                return Err(Error::RegionOverlap);
+            }
+            if rend == base {
+                grows = r;
+            }
+            r = rec.next;
+        }
+        if len == 0 {
+            return Err(Error::RegionTooSmall);
+        }
+        let granules = len >> self.heap.tags.shift;
+        let t = &mut self.heap.tags;
+        t.reserve(2)?;
+        let c = t.take_record();
+        let (region, prev) = if grows != NIL {
+            let last = t.rec(grows).prev;
+            t.rec_mut(last).next = c;
+            t.rec_mut(grows).size += granules;
+            (grows, last)
+        } else {
+            let r = t.take_record();
+            let regions = t.regions;
+            *t.rec_mut(r) = Record {
+                addr: base,
+                size: granules,
+                prev: c,
+                next: regions,
+                links: [c, NIL, NIL, NIL, NIL],
+                region: NIL,
+                gen: 0,
+                kind: Kind::REGION,
+            };
+            t.regions = r;
+            (r, NIL)
+        };
+        t.rec_mut(region).prev = c;
+        let gen = t.rec(c).gen;
+        *t.rec_mut(c) = Record {
+            addr: base,
+            size: granules,
+            prev,
+            next: NIL,
+            links: [NIL; 5],
+            region,
+            gen,
+            kind: Kind::CHUNK,
+        };
+        self.heap.add_space(c);
+        Ok(())
+    }
+
+    /// Removes the region that starts at `base` if none of it is allocated; returns its range.
+    pub fn remove_region(&mut self, base: usize) -> Result<(usize, usize), Error> {
+        let mut before = NIL;
+        let mut r = self.heap.tags.regions;
+        while r != NIL {
+            let rec = *self.heap.tags.rec(r);
+            if rec.addr == base {
+                let c = self.heap.sole_free_chunk(r)?;
+                self.heap.remove_space(c);
+                let t = &mut self.heap.tags;
+                if before == NIL {
+                    t.regions = rec.next;
+                } else {
+                    t.rec_mut(before).next = rec.next;
+                }
+                t.release_record(c);
+                t.release_record(r);
+                return Ok((base, rec.size << t.shift));
+            }
+            before = r;
+            r = rec.next;
+        }
+        Err(Error::UnknownRegion)
+    }
+
+    /// Removes every wholly free region, calling `release(base, len)` for each; returns how
+    /// many were removed.
+    pub fn trim(&mut self, mut release: impl FnMut(usize, usize)) -> usize {
+        let mut removed = 0;
+        let mut r = self.heap.tags.regions;
+        while r != NIL {
+            let rec = *self.heap.tags.rec(r);
+            r = rec.next;
+            if let Ok((base, len)) = self.remove_region(rec.addr) {
+                release(base, len);
+                removed += 1;
+            }
+        }
+        removed
+    }
+
+    /// Allocates `size` bytes aligned to `align` (a power of two), by exact best fit: the
+    /// smallest free chunk that fits, oldest among equals (for alignments above the granule,
+    /// the best fit for the size plus the worst-case padding).
+    pub fn alloc(&mut self, size: usize, align: usize) -> Result<Block, Error> {
+        let c = self.heap.alloc(size, align)?;
+        let r = self.heap.tags.rec(c);
+        Ok(Block {
+            addr: r.addr,
+            size,
+            handle: Handle { index: c, gen: r.gen },
+        })
+    }
+
+    /// The chunk behind `block`, if `block` is a live allocation of this heap as handed out.
+    fn validate(&self, block: &Block) -> Result<u32, Error> {
+        let t = &self.heap.tags;
+        let i = block.handle.index;
+        let rec = t
+            .store
+            .records()
+            .get(i as usize)
+            .filter(|r| (i as usize) < t.fresh && !r.kind.contains(Kind::REGION))
+            .ok_or(Error::ForeignPointer)?;
+        if rec.gen != block.handle.gen || !rec.kind.contains(Kind::CHUNK) || t.is_free(i) {
+            return Err(Error::DoubleFree);
+        }
+        if rec.addr != block.addr {
+            return Err(Error::ForeignPointer);
+        }
+        if !self.heap.size_matches(i, block.size) {
+            return Err(Error::WrongSize);
+        }
+        Ok(i)
+    }
+
+    /// Frees `block`. Always checked: a block freed before (`DoubleFree`), one whose address
+    /// is not its chunk's (`ForeignPointer`) or whose size was changed (`WrongSize`) is
+    /// refused and the heap is left as it was.
+    pub fn free(&mut self, block: Block) -> Result<(), Error> {
+        match self.validate(&block) {
+            Ok(c) => {
+                self.heap.free(c);
+                Ok(())
+            }
+            Err(e) => {
+                self.heap.counters.rejected_frees += 1;
+                Err(e)
+            }
+        }
+    }
+
+    /// Resizes `block` in place to `new_size` bytes: shrinks it (freeing the tail) or grows it
+    /// into a free successor. `OutOfMemory` if it cannot grow in place (the block is unchanged
+    /// then; moving device memory is the caller's business). Returns the updated block.
+    pub fn resize_in_place(&mut self, block: Block, new_size: usize) -> Result<Block, Error> {
+        let c = self.validate(&block)?;
+        self.heap.resize_in_place(c, new_size)?;
+        Ok(Block {
+            size: new_size,
+            ..block
+        })
+    }
+
+    /// Bytes usable in `block` (at least its size), or the reason it is not a live block.
+    pub fn usable_size(&self, block: &Block) -> Result<usize, Error> {
+        let c = self.validate(block)?;
+        Ok(self.heap.tags.size(c) << self.heap.tags.shift)
+    }
+
+    /// The region containing `addr`, as `(base, len)`, if any.
+    pub fn region_of(&self, addr: usize) -> Option<(usize, usize)> {
+        let t = &self.heap.tags;
+        let r = t.region_at(addr);
+        (r != NIL).then(|| (t.rec(r).addr, t.rec(r).size << t.shift))
+    }
+
+    /// Verifies every invariant of the heap (see `Heap::check`).
+    pub fn check(&self) -> Result<(), CheckError> {
+        let t = &self.heap.tags;
+        self.heap.check(|c| t.rec(c).addr)
+    }
+
+    /// The heap's statistics.
+    pub fn stats(&self) -> Stats {
+        self.heap.stats()
+    }
+}
+
+#[cfg(feature = "alloc")]
+impl DetachedHeap<alloc::vec::Vec<Record>> {
+    /// An empty heap whose record table grows on the global heap.
+    pub fn growable(granule: usize) -> Result<Self, Error> {
+        Self::new(alloc::vec::Vec::new(), granule)
+    }
+}

@@ -1,0 +1,86 @@
+//! Errors as values: every bad request comes back as an [`Error`], every broken invariant found
+//! by `check()` as a [`CheckError`]. Nothing in the core panics on bad input.
+
+use core::fmt;
+
+/// Why a heap operation was refused. Nothing was changed when one of these is returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Error {
+    /// A request for zero bytes.
+    ZeroSize,
+    /// The size, rounded up to granules and with the tag overhead and alignment slack added,
+    /// does not fit in `isize`.
+    SizeOverflow,
+    /// The alignment is zero or not a power of two.
+    BadAlign,
+    /// No free chunk is large enough (the heap may be fragmented; see `Stats`).
+    OutOfMemory,
+    /// The out-of-band chunk table is full and cannot grow.
+    OutOfRecords,
+    /// The region, after its bookkeeping, has no room for a single chunk.
+    RegionTooSmall,
+    /// The region's base is null or not aligned to the heap's granule.
+    RegionMisaligned,
+    /// The region overlaps one the heap already manages, or wraps the address space.
+    RegionOverlap,
+    /// The region still holds allocated chunks, so it cannot be removed.
+    RegionInUse,
+    /// No region of this heap starts at that address.
+    UnknownRegion,
+    /// The granule is not a power of two of at least the minimum the placement needs.
+    BadGranule,
+    /// The chunk was already free (or the handle is stale: it was freed before).
+    DoubleFree,
+    /// The pointer or handle was never handed out by this heap, or points inside a chunk.
+    ForeignPointer,
+    /// The size given with a free does not match the size the chunk was allocated for.
+    WrongSize,
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Error::ZeroSize => "zero-size request",
+            Error::SizeOverflow => "size overflows the address space",
+            Error::BadAlign => "alignment is not a power of two",
+            Error::OutOfMemory => "out of memory: no free chunk is large enough",
+            Error::OutOfRecords => "out of chunk records: the out-of-band table is full",
+            Error::RegionTooSmall => "region too small to hold a chunk",
+            Error::RegionMisaligned => "region base is null or not granule-aligned",
+            Error::RegionOverlap => "region overlaps a managed region or wraps around",
+            Error::RegionInUse => "region still holds allocated chunks",
+            Error::UnknownRegion => "no such region",
+            Error::BadGranule => "granule must be a power of two and large enough for the tags",
+            Error::DoubleFree => "double free (chunk already free, or stale handle)",
+            Error::ForeignPointer => "pointer was not handed out by this heap",
+            Error::WrongSize => "size does not match the allocation",
+        })
+    }
+}
+
+impl core::error::Error for Error {}
+
+/// A broken heap invariant found by `check()`: what is wrong and where (an address for inline
+/// tags, an address of managed memory for out-of-band tags).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CheckError {
+    /// The invariant that does not hold.
+    pub what: &'static str,
+    /// The address of the chunk (or region) where it was found.
+    pub at: usize,
+}
+
+impl CheckError {
+    pub(crate) const fn new(what: &'static str, at: usize) -> Self {
+        CheckError { what, at }
+    }
+}
+
+impl fmt::Display for CheckError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "heap invariant broken at {:#x}: {}", self.at, self.what)
+    }
+}
+
+impl core::error::Error for CheckError {}

@@ -1,0 +1,44 @@
+//! # tagalloc
+//!
+//! A boundary-tag allocator core: dlmalloc-style chunks with `O(1)` coalescing of both
+//! physical neighbours, 128 bins (64 exact sizes + 64 logarithmic), and an exact best-fit search
+//! with a worst case bounded by the bits of a size, over regions handed to it from anywhere.
+//!
+//! One algorithm, two tag placements:
+//!
+//! - [`InlineHeap`]: tags inside the host memory it manages, one word per allocation, no side
+//!   storage. [`GlobalHeap`] wraps it in a spin lock for `#[global_allocator]`.
+//! - [`DetachedHeap`]: tags in a host-side table of records; the managed memory is never read or
+//!   written, so it serves device memory, or any range of offsets.
+//!
+//! Every bad request returns an [`Error`]; `check()` verifies every invariant and reports a
+//! [`CheckError`]. The crate is `#![no_std]`; the `alloc` feature lets the out-of-band table
+//! grow, and the `checked` feature validates every inline free.
+
+#![no_std]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+#[cfg(feature = "alloc")]
+extern crate alloc;
+
+mod bins;
+mod detached;
+mod error;
+mod global;
+mod heap;
+mod inline;
+mod records;
+mod stats;
+mod tags;
+
+pub use bins::{bin_of, BIN_COUNT, EXACT_BINS};
+pub use detached::{Block, DetachedHeap, Handle, DEVICE_GRANULE};
+pub use error::{CheckError, Error};
+pub use global::GlobalHeap;
+pub use inline::{InlineHeap, HOST_GRANULE};
+pub use records::{Record, RecordStore};
+pub use stats::Stats;
+
+#[cfg(test)]
+mod tests;

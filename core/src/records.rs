@@ -1,0 +1,96 @@
+//! The host-side table of chunk records behind out-of-band tags, and the storage it lives in.
+//!
+//! Records are addressed by `u32` index. Vacant records form a free list through their `next`
+//! field. Without the `alloc` feature the table is a slice the caller supplies (a `static`, a
+//! stack array, anything); with it, a `Vec` that grows on demand.
+
+use bitflags::bitflags;
+
+/// "No record": the end of a list, a missing child, a missing neighbour.
+pub(crate) const NIL: u32 = u32::MAX;
+
+bitflags! {
+    /// What a record is.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+    pub(crate) struct Kind: u8 {
+        /// A chunk of managed memory (else: vacant, on the free list).
+        const CHUNK = 1;
+        /// The chunk is free.
+        const FREE = 2;
+        /// A region descriptor rather than a chunk.
+        const REGION = 4;
+    }
+}
+
+/// One entry of the out-of-band table: a chunk, a region, or vacant. Opaque outside the crate;
+/// only its size matters to whoever supplies the storage.
+///
+/// For a chunk: `addr` is its first byte in managed memory, `size` its length in granules,
+/// `prev`/`next` its physical neighbours in the region (`NIL` at the edges), `links` its bin
+/// links while free, `region` its region's record, `gen` a counter bumped each time it is
+/// handed out, so stale handles are recognised. For a region: `addr` is its base, `size` its
+/// length in granules, `next` the next region, `prev` its last chunk, `links[0]` its first.
+#[derive(Clone, Copy, Debug)]
+pub struct Record {
+    pub(crate) addr: usize,
+    pub(crate) size: usize,
+    pub(crate) prev: u32,
+    pub(crate) next: u32,
+    pub(crate) links: [u32; 5],
+    pub(crate) region: u32,
+    pub(crate) gen: u32,
+    pub(crate) kind: Kind,
+}
+
+impl Record {
+    /// A vacant record, to fill caller-supplied storage with: `[Record::VACANT; N]`.
+    pub const VACANT: Record = Record {
+        addr: 0,
+        size: 0,
+        prev: NIL,
+        next: NIL,
+        links: [NIL; 5],
+        region: NIL,
+        gen: 0,
+        kind: Kind::empty(),
+    };
+}
+
+/// Storage for the out-of-band table.
+pub trait RecordStore {
+    /// All records, vacant ones included.
+    fn records(&self) -> &[Record];
+    /// All records, mutably.
+    fn records_mut(&mut self) -> &mut [Record];
+    /// Adds vacant records at the end; returns `false` if the storage cannot grow.
+    fn grow(&mut self) -> bool {
+        false
+    }
+}
+
+impl RecordStore for &mut [Record] {
+    fn records(&self) -> &[Record] {
+        self
+    }
+    fn records_mut(&mut self) -> &mut [Record] {
+        self
+    }
+}
+
+#[cfg(feature = "alloc")]
+impl RecordStore for alloc::vec::Vec<Record> {
+    fn records(&self) -> &[Record] {
+        self
+    }
+    fn records_mut(&mut self) -> &mut [Record] {
+        self
+    }
+    fn grow(&mut self) -> bool {
+        let add = self.len().clamp(64, 1 << 16);
+        if self.len() + add > NIL as usize {
+            return false;
+        }
+        self.resize(self.len() + add, Record::VACANT);
+        true
+    }
+}

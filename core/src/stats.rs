@@ -1,0 +1,96 @@
+//! Heap statistics: kept as running counters on every operation, so reading them is `O(1)`
+//! apart from the largest free chunk (one walk down a trie).
+
+/// A snapshot of a heap's counters. All sizes are in bytes of managed memory.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Bytes in chunks handed out, tags and rounding included.
+    pub in_use: usize,
+    /// The highest `in_use` ever reached.
+    pub peak_in_use: usize,
+    /// Bytes of chunk space in all regions (what `in_use + free` add up to).
+    pub managed: usize,
+    /// Bytes in free chunks.
+    pub free: usize,
+    /// Number of free chunks (each is in one bin).
+    pub free_chunks: usize,
+    /// Number of chunks handed out right now.
+    pub live: usize,
+    /// Bytes in the largest free chunk: the largest request that can succeed is at most this.
+    pub largest_free: usize,
+    /// Successful allocations (a moving realloc counts one).
+    pub allocs: u64,
+    /// Successful frees (a moving realloc counts one).
+    pub frees: u64,
+    /// Reallocations done in place.
+    pub reallocs_in_place: u64,
+    /// Frees refused as double, foreign or wrong-size by a checked path.
+    pub rejected_frees: u64,
+}
+
+impl Stats {
+    /// `1 − largest free / total free`: 0 when all free memory is one chunk, close to 1 when it
+    /// is scattered in many small ones. 0 when nothing is free.
+    pub fn fragmentation(&self) -> f64 {
+        if self.free == 0 {
+            0.0
+        } else {
+            1.0 - self.largest_free as f64 / self.free as f64
+        }
+    }
+}
+
+/// Running counters, in granules where they track chunk space.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Counters {
+    pub used: usize,
+    pub peak_used: usize,
+    pub managed: usize,
+    pub free: usize,
+    pub free_chunks: usize,
+    pub live: usize,
+    pub allocs: u64,
+    pub frees: u64,
+    pub reallocs_in_place: u64,
+    pub rejected_frees: u64,
+}
+
+impl Counters {
+    pub const fn new() -> Self {
+        Counters {
+            used: 0,
+            peak_used: 0,
+            managed: 0,
+            free: 0,
+            free_chunks: 0,
+            live: 0,
+            allocs: 0,
+            frees: 0,
+            reallocs_in_place: 0,
+            rejected_frees: 0,
+        }
+    }
+
+    pub fn add_used(&mut self, g: usize) {
+        self.used += g;
+        if self.used > self.peak_used {
+            self.peak_used = self.used;
+        }
+    }
+
+    pub fn to_stats(self, shift: u32, largest_free: usize) -> Stats {
+        Stats {
+            in_use: self.used << shift,
+            peak_in_use: self.peak_used << shift,
+            managed: self.managed << shift,
+            free: self.free << shift,
+            free_chunks: self.free_chunks,
+            live: self.live,
+            largest_free: largest_free << shift,
+            allocs: self.allocs,
+            frees: self.frees,
+            reallocs_in_place: self.reallocs_in_place,
+            rejected_frees: self.rejected_frees,
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! Inline heap: smoke tests over a heap-allocated arena.
+
+extern crate std;
+use std::vec::Vec;
+
+use crate::{Error, InlineHeap};
+
+/// A granule-aligned arena that outlives the heap using it.
+pub(crate) struct Arena {
+    buf: Vec<u128>,
+}
+
+impl Arena {
+    pub fn new(bytes: usize) -> Self {
+        Arena {
+            buf: std::vec![0u128; bytes / 16],
+        }
+    }
+    pub fn ptr(&mut self) -> *mut u8 {
+        self.buf.as_mut_ptr().cast()
+    }
+    pub fn len(&self) -> usize {
+        self.buf.len() * 16
+    }
+}
+
+#[test]
+fn alloc_free_roundtrip() {
+    let mut a = Arena::new(1 << 18);
+    let mut h = InlineHeap::new();
+    unsafe { h.add_region(a.ptr(), a.len()).unwrap() };
+    h.check().unwrap();
+    let whole = h.stats().free;
+    let mut ps = Vec::new();
+    for i in 1..200usize {
+        let p = h.alloc(i * 7, 16).unwrap();
+        assert_eq!(p.as_ptr() as usize % 16, 0);
+        unsafe { p.as_ptr().write_bytes(i as u8, i * 7) };
+        ps.push((p, i * 7));
+        h.check().unwrap();
+    }
+    for (i, &(p, n)) in ps.iter().enumerate().rev().step_by(2) {
+        let s = unsafe { core::slice::from_raw_parts(p.as_ptr(), n) };
+        assert!(s.iter().all(|&b| b == (i + 1) as u8));
+        unsafe { h.free(p, n).unwrap() };
+        h.check().unwrap();
+    }
+    for (i, &(p, n)) in ps.iter().enumerate().rev().skip(1).step_by(2) {
+        let s = unsafe { core::slice::from_raw_parts(p.as_ptr(), n) };
+        assert!(s.iter().all(|&b| b == (i + 1) as u8));
+        unsafe { h.free(p, n).unwrap() };
+        h.check().unwrap();
+    }
+    let st = h.stats();
+    assert_eq!(st.free_chunks, 1);
+    assert_eq!(st.free, whole);
+    assert_eq!(st.in_use, 0);
+}
+
+#[test]
+fn aligned_allocs() {
+    let mut a = Arena::new(1 << 18);
+    let mut h = InlineHeap::new();
+    unsafe { h.add_region(a.ptr(), a.len()).unwrap() };
+    let mut ps = Vec::new();
+    for shift in 4..13 {
+        for size in [1usize, 17, 100, 5000] {
+            let align = 1usize << shift;
+            let p = h.alloc(size, align).unwrap();
+            assert_eq!(p.as_ptr() as usize % align, 0);
+            h.check().unwrap();
+            ps.push((p, size));
+        }
+    }
+    for (p, n) in ps {
+        unsafe { h.free(p, n).unwrap() };
+        h.check().unwrap();
+    }
+    assert_eq!(h.stats().free_chunks, 1);
+}
+
+#[test]
+fn bad_inputs() {
+    let mut a = Arena::new(4096);
+    let mut h = InlineHeap::new();
+    assert_eq!(h.alloc(8, 8), Err(Error::OutOfMemory));
+    unsafe {
+        assert_eq!(h.add_region(core::ptr::null_mut(), 4096), Err(Error::RegionMisaligned));
+        assert_eq!(h.add_region(a.ptr().add(8), 1024), Err(Error::RegionMisaligned));
+        assert_eq!(h.add_region(a.ptr(), 40), Err(Error::RegionTooSmall));
+        h.add_region(a.ptr(), 2048).unwrap();
+        assert_eq!(h.add_region(a.ptr().add(1024), 1024), Err(Error::RegionOverlap));
+    }
+    assert_eq!(h.alloc(0, 8), Err(Error::ZeroSize));
+    assert_eq!(h.alloc(8, 3), Err(Error::BadAlign));
+    assert_eq!(h.alloc(8, 0), Err(Error::BadAlign));
+    assert_eq!(h.alloc(usize::MAX, 8), Err(Error::SizeOverflow));
+    assert_eq!(h.alloc(isize::MAX as usize, 8), Err(Error::SizeOverflow));
+    assert_eq!(h.alloc(8, 1 << 62), Err(Error::SizeOverflow));
+    assert_eq!(h.alloc(4096, 8), Err(Error::OutOfMemory));
+    let p = h.alloc(100, 8).unwrap();
+    unsafe {
+        assert_eq!(h.free_checked(p.add(16), 100), Err(Error::ForeignPointer));
+        assert_eq!(h.free_checked(p, 300), Err(Error::WrongSize));
+        h.free_checked(p, 100).unwrap();
+        assert_eq!(h.free_checked(p, 100), Err(Error::DoubleFree));
+    }
+    h.check().unwrap();
+    // Growth: the second half joins the first region and the whole is one free chunk.
+    unsafe { h.add_region(a.ptr().add(2048), 2048).unwrap() };
+    h.check().unwrap();
+    assert_eq!(h.stats().free_chunks, 1);
+    let big = h.alloc(3500, 16).unwrap();
+    unsafe { h.free(big, 3500).unwrap() };
+    assert_eq!(h.trim(|_, _| {}), 1);
+    assert_eq!(h.stats().managed, 0);
+    h.check().unwrap();
+}
+
+#[test]
+fn realloc_in_place_then_moves() {
+    let mut a = Arena::new(1 << 14);
+    let mut h = InlineHeap::new();
+    unsafe { h.add_region(a.ptr(), a.len()).unwrap() };
+    let p = h.alloc(100, 16).unwrap();
+    unsafe {
+        p.as_ptr().write_bytes(0xAB, 100);
+        let q = h.realloc(p, 100, 16, 1000).unwrap();
+        assert_eq!(p, q, "grows in place into the free successor");
+        let q2 = h.realloc(q, 1000, 16, 50).unwrap();
+        assert_eq!(q, q2, "shrinks in place");
+        h.check().unwrap();
+        let blocker = h.alloc(64, 16).unwrap();
+        let r = h.realloc(q2, 50, 16, 500).unwrap();
+        assert_ne!(r, q2);
+        assert!(core::slice::from_raw_parts(r.as_ptr(), 50).iter().all(|&b| b == 0xAB));
+        h.check().unwrap();
+        h.free(blocker, 64).unwrap();
+        h.free(r, 500).unwrap();
+    }
+    h.check().unwrap();
+    assert_eq!(h.stats().free_chunks, 1);
+}

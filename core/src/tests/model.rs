@@ -1,0 +1,1 @@
+//! Property tests against a reference model (placeholder; filled in below).

@@ -302,7 +302,10 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
                 count += 1;
                 granules += t.size(c);
                 if count > limit {
-                    return Err(CheckError::new("more chunks in bins than free chunks", addr(c)));
+                    return Err(CheckError::new(
+                        "more chunks in bins than free chunks",
+                        addr(c),
+                    ));
                 }
                 Ok(())
             };
@@ -388,7 +391,10 @@ fn check_ring<T: Tags>(
     for _ in 0..=limit {
         each(c)?;
         if t.size(c) != size {
-            return Err(CheckError::new("ring holds chunks of different sizes", addr(c)));
+            return Err(CheckError::new(
+                "ring holds chunks of different sizes",
+                addr(c),
+            ));
         }
         let next = t
             .link(c, Link::Next)
@@ -442,7 +448,10 @@ fn check_trie<T: Tags>(
                 continue;
             };
             if bit == u32::MAX || top + 1 >= DEPTH {
-                return Err(CheckError::new("trie deeper than a size's bits", addr(child)));
+                return Err(CheckError::new(
+                    "trie deeper than a size's bits",
+                    addr(child),
+                ));
             }
             if t.link(child, Link::Parent) != Some(n) {
                 return Err(CheckError::new("trie parent link disagrees", addr(child)));

@@ -240,7 +240,10 @@ impl<S: RecordStore> Tags for DetachedTags<S> {
         }
         let region = self.rec(r.region);
         if first && r.addr != region.addr {
-            return Err(CheckError::new("first chunk does not start its region", r.addr));
+            return Err(CheckError::new(
+                "first chunk does not start its region",
+                r.addr,
+            ));
         }
         if r.next == NIL && region.prev != c {
             return Err(CheckError::new("region's last-chunk link is wrong", r.addr));
@@ -419,7 +422,10 @@ impl<S: RecordStore> DetachedHeap<S> {
         Ok(Block {
             addr: r.addr,
             size,
-            handle: Handle { index: c, gen: r.gen },
+            handle: Handle {
+                index: c,
+                gen: r.gen,
+            },
         })
     }
 

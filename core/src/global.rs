@@ -127,7 +127,10 @@ unsafe impl GlobalAlloc for GlobalHeap {
         };
         let mut st = self.state.lock();
         // SAFETY: `GlobalAlloc`'s contract, as in `dealloc`.
-        unsafe { st.heap().realloc(p, layout.size(), layout.align(), new_size) }
-            .map_or(null_mut(), NonNull::as_ptr)
+        unsafe {
+            st.heap()
+                .realloc(p, layout.size(), layout.align(), new_size)
+        }
+        .map_or(null_mut(), NonNull::as_ptr)
     }
 }

@@ -55,22 +55,29 @@ impl<T: Tags> Heap<T> {
         if align <= g {
             // Every chunk's payload is granule-aligned.
             self.tags.reserve(1)?;
-            let c = self.bins.take_best(&mut self.tags, need).ok_or(Error::OutOfMemory)?;
+            let c = self
+                .bins
+                .take_best(&mut self.tags, need)
+                .ok_or(Error::OutOfMemory)?;
             self.counters.free -= self.tags.size(c);
             self.counters.free_chunks -= 1;
             self.hand_out(c, need);
             return Ok(c);
         }
-        // Over-ask by the worst leading fragment: up to `align - g` to reach the boundary, plus
-        // one more `align` step when the fragment would be too small to stand as a free chunk.
+        // Over-ask by the worst leading fragment: fewer than `step` granules reach the boundary,
+        // and one more `step` is added when that would leave a fragment below the minimum
+        // chunk, so the fragment is always under `step + min_chunk` granules.
         let step = align >> self.shift();
-        let slack = step - 1 + if self.tags.min_chunk() > 1 { step } else { 0 };
+        let slack = step + self.tags.min_chunk() - 1;
         let want = need
             .checked_add(slack)
             .filter(|&w| w <= (isize::MAX as usize) >> self.shift())
             .ok_or(Error::SizeOverflow)?;
         self.tags.reserve(2)?;
-        let mut c = self.bins.take_best(&mut self.tags, want).ok_or(Error::OutOfMemory)?;
+        let mut c = self
+            .bins
+            .take_best(&mut self.tags, want)
+            .ok_or(Error::OutOfMemory)?;
         self.counters.free -= self.tags.size(c);
         self.counters.free_chunks -= 1;
         let lead = self.lead_granules(c, align);
@@ -256,7 +263,10 @@ impl<T: Tags> Heap<T> {
                 }
             }
             if total != t.region_granules(r) {
-                return Err(CheckError::new("chunks do not add up to the region", addr(c)));
+                return Err(CheckError::new(
+                    "chunks do not add up to the region",
+                    addr(c),
+                ));
             }
             managed += total;
             region = t.next_region(r);
@@ -270,7 +280,10 @@ impl<T: Tags> Heap<T> {
             return Err(CheckError::new("statistics disagree with the chunks", 0));
         }
         if k.managed != managed {
-            return Err(CheckError::new("managed size disagrees with the regions", 0));
+            return Err(CheckError::new(
+                "managed size disagrees with the regions",
+                0,
+            ));
         }
         Ok(())
     }

@@ -184,7 +184,10 @@ impl Tags for InlineTags {
         let tail = unsafe { c.add(keep) };
         let used = h & IN_USE;
         self.set_head(c, keep | (h & FLAGS));
-        self.set_head(tail, (bytes - keep) | used | if used != 0 { PREV_IN_USE } else { 0 });
+        self.set_head(
+            tail,
+            (bytes - keep) | used | if used != 0 { PREV_IN_USE } else { 0 },
+        );
         if used == 0 {
             self.set_footer(c);
             self.set_footer(tail);
@@ -247,7 +250,10 @@ impl Tags for InlineTags {
         let h = self.head(c);
         let bytes = h & !FLAGS;
         if bytes & ((1 << self.shift) - 1) != 0 || bytes < self.min_chunk() << self.shift {
-            return Err(CheckError::new("chunk size not a whole number of granules", at));
+            return Err(CheckError::new(
+                "chunk size not a whole number of granules",
+                at,
+            ));
         }
         if first && h & PREV_IN_USE == 0 {
             return Err(CheckError::new("first chunk claims a free predecessor", at));
@@ -256,7 +262,10 @@ impl Tags for InlineTags {
             // SAFETY: the caller checked that `c`'s size stays inside the region.
             let footer = unsafe { Self::word(c.add(bytes - W)) };
             if footer != bytes {
-                return Err(CheckError::new("free chunk's footer disagrees with its head", at));
+                return Err(CheckError::new(
+                    "free chunk's footer disagrees with its head",
+                    at,
+                ));
             }
         }
         let n = self.after(c);
@@ -265,7 +274,10 @@ impl Tags for InlineTags {
             return Err(CheckError::new("successor's PREV_IN_USE bit is wrong", at));
         }
         if nh & !FLAGS == 0 && nh & IN_USE == 0 {
-            return Err(CheckError::new("region fence not marked in use", n.addr().get()));
+            return Err(CheckError::new(
+                "region fence not marked in use",
+                n.addr().get(),
+            ));
         }
         Ok(())
     }
@@ -558,7 +570,9 @@ impl InlineHeap {
         }
         let new = self.alloc(new_size, align)?;
         // SAFETY: both chunks are live, distinct, and hold at least `min(old, new)` bytes.
-        unsafe { core::ptr::copy_nonoverlapping(ptr.as_ptr(), new.as_ptr(), old_size.min(new_size)) };
+        unsafe {
+            core::ptr::copy_nonoverlapping(ptr.as_ptr(), new.as_ptr(), old_size.min(new_size))
+        };
         self.heap.free(c);
         Ok(new)
     }

@@ -13,7 +13,13 @@ fn detached_roundtrip_and_misuse() {
     assert_eq!(b.addr % 4096, 0);
     let c = h.alloc(70_000, 1).unwrap();
     h.check().unwrap();
-    assert_eq!(h.free(Block { addr: a.addr + 256, ..a }), Err(Error::ForeignPointer));
+    assert_eq!(
+        h.free(Block {
+            addr: a.addr + 256,
+            ..a
+        }),
+        Err(Error::ForeignPointer)
+    );
     assert_eq!(h.free(Block { size: 5000, ..a }), Err(Error::WrongSize));
     h.free(a).unwrap();
     assert_eq!(h.free(a), Err(Error::DoubleFree));

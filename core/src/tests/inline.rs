@@ -19,6 +19,9 @@ impl Arena {
     pub fn ptr(&mut self) -> *mut u8 {
         self.buf.as_mut_ptr().cast()
     }
+    pub fn ptr_addr(&self) -> usize {
+        self.buf.as_ptr() as usize
+    }
     pub fn len(&self) -> usize {
         self.buf.len() * 16
     }
@@ -85,18 +88,28 @@ fn bad_inputs() {
     let mut h = InlineHeap::new();
     assert_eq!(h.alloc(8, 8), Err(Error::OutOfMemory));
     unsafe {
-        assert_eq!(h.add_region(core::ptr::null_mut(), 4096), Err(Error::RegionMisaligned));
-        assert_eq!(h.add_region(a.ptr().add(8), 1024), Err(Error::RegionMisaligned));
+        assert_eq!(
+            h.add_region(core::ptr::null_mut(), 4096),
+            Err(Error::RegionMisaligned)
+        );
+        assert_eq!(
+            h.add_region(a.ptr().add(8), 1024),
+            Err(Error::RegionMisaligned)
+        );
         assert_eq!(h.add_region(a.ptr(), 40), Err(Error::RegionTooSmall));
         h.add_region(a.ptr(), 2048).unwrap();
-        assert_eq!(h.add_region(a.ptr().add(1024), 1024), Err(Error::RegionOverlap));
+        assert_eq!(
+            h.add_region(a.ptr().add(1024), 1024),
+            Err(Error::RegionOverlap)
+        );
     }
     assert_eq!(h.alloc(0, 8), Err(Error::ZeroSize));
     assert_eq!(h.alloc(8, 3), Err(Error::BadAlign));
     assert_eq!(h.alloc(8, 0), Err(Error::BadAlign));
     assert_eq!(h.alloc(usize::MAX, 8), Err(Error::SizeOverflow));
     assert_eq!(h.alloc(isize::MAX as usize, 8), Err(Error::SizeOverflow));
-    assert_eq!(h.alloc(8, 1 << 62), Err(Error::SizeOverflow));
+    assert_eq!(h.alloc(8, 1 << 62), Err(Error::OutOfMemory));
+    assert_eq!(h.alloc(8, 1 << 63), Err(Error::SizeOverflow));
     assert_eq!(h.alloc(4096, 8), Err(Error::OutOfMemory));
     let p = h.alloc(100, 8).unwrap();
     unsafe {
@@ -133,7 +146,9 @@ fn realloc_in_place_then_moves() {
         let blocker = h.alloc(64, 16).unwrap();
         let r = h.realloc(q2, 50, 16, 500).unwrap();
         assert_ne!(r, q2);
-        assert!(core::slice::from_raw_parts(r.as_ptr(), 50).iter().all(|&b| b == 0xAB));
+        assert!(core::slice::from_raw_parts(r.as_ptr(), 50)
+            .iter()
+            .all(|&b| b == 0xAB));
         h.check().unwrap();
         h.free(blocker, 64).unwrap();
         h.free(r, 500).unwrap();

@@ -1,1 +1,695 @@
-//! Property tests against a reference model (placeholder; filled in below).
+//! Property tests against a reference model.
+//!
+//! The model knows nothing of bins, tries or tags: it keeps every chunk of every region in an
+//! ordered map and predicts, for each request, the chunk the policy must pick: the smallest
+//! free chunk that fits, and among equal sizes the one filed into the free set earliest. Random
+//! sequences of alloc / aligned alloc / free / realloc / add region / remove region run on
+//! both tag placements; after every step the heap's result must equal the model's prediction,
+//! `check()` must pass, live allocations must not overlap, alignment must hold, and (inline)
+//! the bytes written into each live allocation must still be there.
+
+extern crate std;
+use std::collections::BTreeMap;
+use std::vec::Vec;
+
+use proptest::prelude::*;
+
+use super::inline::Arena;
+use crate::{Block, DetachedHeap, Error, InlineHeap, Record};
+
+/// One chunk of the model.
+#[derive(Clone, Copy, Debug)]
+struct MChunk {
+    granules: usize,
+    free: bool,
+    /// When it was last filed into the free set (ties go to the smallest).
+    stamp: u64,
+    region: usize,
+}
+
+/// How a placement lays chunks out, in the model's terms (payload addresses, granules).
+#[derive(Clone, Copy)]
+struct Geometry {
+    granule: usize,
+    /// Bytes of tag before each payload.
+    head: usize,
+    min_chunk: usize,
+    /// Offset from a region's base to its first payload.
+    first_payload: usize,
+    /// Bytes of a region that are not chunk space.
+    region_overhead: usize,
+}
+
+impl Geometry {
+    fn granules_for(&self, size: usize) -> Result<usize, Error> {
+        if size == 0 {
+            return Err(Error::ZeroSize);
+        }
+        let bytes = size
+            .checked_add(self.head + self.granule - 1)
+            .filter(|&b| b <= isize::MAX as usize)
+            .ok_or(Error::SizeOverflow)?;
+        Ok((bytes / self.granule).max(self.min_chunk))
+    }
+}
+
+/// The reference model: chunks by payload address.
+struct Model {
+    geo: Geometry,
+    chunks: BTreeMap<usize, MChunk>,
+    /// Regions: base → end (bytes), for growth and removal.
+    regions: BTreeMap<usize, (usize, usize)>,
+    next_region: usize,
+    clock: u64,
+}
+
+impl Model {
+    fn new(geo: Geometry) -> Self {
+        Model {
+            geo,
+            chunks: BTreeMap::new(),
+            regions: BTreeMap::new(),
+            next_region: 0,
+            clock: 0,
+        }
+    }
+
+    fn file(&mut self, at: usize) {
+        self.clock += 1;
+        let c = self.chunks.get_mut(&at).unwrap();
+        c.free = true;
+        c.stamp = self.clock;
+    }
+
+    fn next_of(&self, at: usize) -> Option<(usize, MChunk)> {
+        let c = self.chunks[&at];
+        let n = at + c.granules * self.geo.granule;
+        self.chunks
+            .get(&n)
+            .filter(|nc| nc.region == c.region)
+            .map(|&nc| (n, nc))
+    }
+
+    fn prev_of(&self, at: usize) -> Option<(usize, MChunk)> {
+        let c = self.chunks[&at];
+        let (&p, &pc) = self.chunks.range(..at).next_back()?;
+        (pc.region == c.region && p + pc.granules * self.geo.granule == at).then_some((p, pc))
+    }
+
+    /// Frees (or files new space at) `at`, merging with free neighbours.
+    fn coalesce_and_file(&mut self, mut at: usize) {
+        if let Some((p, pc)) = self.prev_of(at).filter(|(_, pc)| pc.free) {
+            let c = self.chunks.remove(&at).unwrap();
+            self.chunks.get_mut(&p).unwrap().granules = pc.granules + c.granules;
+            at = p;
+        }
+        if let Some((n, nc)) = self.next_of(at).filter(|(_, nc)| nc.free) {
+            self.chunks.remove(&n);
+            self.chunks.get_mut(&at).unwrap().granules += nc.granules;
+        }
+        self.file(at);
+    }
+
+    fn split(&mut self, at: usize, keep: usize) -> usize {
+        let c = self.chunks.get_mut(&at).unwrap();
+        let tail = at + keep * self.geo.granule;
+        let rest = c.granules - keep;
+        c.granules = keep;
+        let tc = MChunk {
+            granules: rest,
+            ..*c
+        };
+        self.chunks.insert(tail, tc);
+        tail
+    }
+
+    fn release_tail(&mut self, at: usize, keep: usize) {
+        if self.chunks[&at].granules >= keep + self.geo.min_chunk {
+            let tail = self.split(at, keep);
+            self.chunks.get_mut(&tail).unwrap().free = false;
+            self.coalesce_and_file(tail);
+        }
+    }
+
+    /// Predicts and applies an allocation; returns the payload address.
+    fn alloc(&mut self, size: usize, align: usize) -> Result<usize, Error> {
+        if !align.is_power_of_two() {
+            return Err(Error::BadAlign);
+        }
+        let need = self.geo.granules_for(size)?;
+        let g = self.geo.granule;
+        let want = if align <= g {
+            need
+        } else {
+            let step = align / g;
+            need.checked_add(step + self.geo.min_chunk - 1)
+                .filter(|&w| w <= isize::MAX as usize / g)
+                .ok_or(Error::SizeOverflow)?
+        };
+        let (&at, _) = self
+            .chunks
+            .iter()
+            .filter(|(_, c)| c.free && c.granules >= want)
+            .min_by_key(|(_, c)| (c.granules, c.stamp))
+            .ok_or(Error::OutOfMemory)?;
+        let mut at = at;
+        if align > g && at % align != 0 {
+            let mut lead = (align - at % align) / g;
+            if lead < self.geo.min_chunk {
+                lead += align / g;
+            }
+            let rest = self.split(at, lead);
+            self.file(at);
+            at = rest;
+        }
+        self.chunks.get_mut(&at).unwrap().free = false;
+        self.release_tail(at, need);
+        Ok(at)
+    }
+
+    fn free(&mut self, at: usize) {
+        self.coalesce_and_file(at);
+    }
+
+    /// Predicts a realloc: `Ok(None)` in place, `Ok(Some(new))` moved.
+    fn realloc(
+        &mut self,
+        at: usize,
+        new_size: usize,
+        align: usize,
+    ) -> Result<Option<usize>, Error> {
+        let need = self.geo.granules_for(new_size)?;
+        let have = self.chunks[&at].granules;
+        let mut in_place = need <= have;
+        if !in_place {
+            if let Some((n, nc)) = self.next_of(at).filter(|(_, nc)| nc.free) {
+                if have + nc.granules >= need {
+                    self.chunks.remove(&n);
+                    self.chunks.get_mut(&at).unwrap().granules += nc.granules;
+                    in_place = true;
+                }
+            }
+        }
+        if in_place {
+            self.release_tail(at, need);
+            return Ok(None);
+        }
+        let new = self.alloc(new_size, align)?;
+        self.free(at);
+        Ok(Some(new))
+    }
+
+    fn add_region(&mut self, base: usize, len: usize) -> Result<(), Error> {
+        let g = self.geo.granule;
+        let len = len & !(g - 1);
+        if let Some((&rb, &(id, end))) = self.regions.iter().find(|(_, &(_, end))| end == base) {
+            if len == 0 {
+                return Err(Error::RegionTooSmall);
+            }
+            // Growth: new space right after the last chunk, merged with it if free.
+            // The old end (inline: the payload after the old fence) starts the new chunk.
+            let at = end;
+            self.chunks.insert(
+                at,
+                MChunk {
+                    granules: len / g,
+                    free: false,
+                    stamp: 0,
+                    region: id,
+                },
+            );
+            self.regions.insert(rb, (id, end + len));
+            self.coalesce_and_file(at);
+            return Ok(());
+        }
+        if len < self.geo.region_overhead + self.geo.min_chunk * g {
+            return Err(Error::RegionTooSmall);
+        }
+        let id = self.next_region;
+        self.next_region += 1;
+        self.regions.insert(base, (id, base + len));
+        let at = base + self.geo.first_payload;
+        self.chunks.insert(
+            at,
+            MChunk {
+                granules: (len - self.geo.region_overhead) / g,
+                free: false,
+                stamp: 0,
+                region: id,
+            },
+        );
+        self.file(at);
+        Ok(())
+    }
+
+    fn remove_region(&mut self, base: usize) -> Result<(), Error> {
+        let &(id, _) = self.regions.get(&base).ok_or(Error::UnknownRegion)?;
+        let mine: Vec<_> = self
+            .chunks
+            .iter()
+            .filter(|(_, c)| c.region == id)
+            .map(|(&a, c)| (a, *c))
+            .collect();
+        if mine.len() != 1 || !mine[0].1.free {
+            return Err(Error::RegionInUse);
+        }
+        self.chunks.remove(&mine[0].0);
+        self.regions.remove(&base);
+        Ok(())
+    }
+}
+
+/// What a heap under test must do, in the terms of the model.
+trait Subject {
+    type H: Copy;
+    fn alloc(&mut self, size: usize, align: usize) -> Result<(usize, Self::H), Error>;
+    fn free(&mut self, h: Self::H, size: usize) -> Result<(), Error>;
+    fn realloc(
+        &mut self,
+        h: Self::H,
+        old: usize,
+        align: usize,
+        new: usize,
+    ) -> Result<(usize, Self::H), Error>;
+    fn add_region(&mut self, offset: usize, len: usize) -> Result<(), Error>;
+    fn remove_region(&mut self, offset: usize) -> Result<(), Error>;
+    fn check(&self);
+    /// The address the model uses for region `offset` of the test's address space.
+    fn base(&self) -> usize;
+    /// Fills / verifies live memory (inline only).
+    fn fill(&mut self, _h: Self::H, _len: usize, _byte: u8) {}
+    fn verify(&self, _h: Self::H, _len: usize, _byte: u8) {}
+}
+
+struct InlineSubject {
+    heap: InlineHeap,
+    arena: Arena,
+}
+
+impl Subject for InlineSubject {
+    type H = core::ptr::NonNull<u8>;
+    fn alloc(&mut self, size: usize, align: usize) -> Result<(usize, Self::H), Error> {
+        self.heap
+            .alloc(size, align)
+            .map(|p| (p.as_ptr() as usize, p))
+    }
+    fn free(&mut self, h: Self::H, size: usize) -> Result<(), Error> {
+        // SAFETY: `h` is live (the driver frees each allocation once) and unused afterwards.
+        unsafe { self.heap.free_checked(h, size) }
+    }
+    fn realloc(
+        &mut self,
+        h: Self::H,
+        old: usize,
+        align: usize,
+        new: usize,
+    ) -> Result<(usize, Self::H), Error> {
+        // SAFETY: as in `free`.
+        unsafe { self.heap.realloc(h, old, align, new) }.map(|p| (p.as_ptr() as usize, p))
+    }
+    fn add_region(&mut self, offset: usize, len: usize) -> Result<(), Error> {
+        assert!(offset + len <= self.arena.len());
+        // SAFETY: the range is inside the arena, which outlives the heap, and the driver never
+        // hands the same range out twice.
+        unsafe { self.heap.add_region(self.arena.ptr().add(offset), len) }
+    }
+    fn remove_region(&mut self, offset: usize) -> Result<(), Error> {
+        // SAFETY: pointer arithmetic inside the arena.
+        let base = unsafe { self.arena.ptr().add(offset) };
+        self.heap.remove_region(base).map(|_| ())
+    }
+    fn check(&self) {
+        self.heap.check().unwrap();
+    }
+    fn base(&self) -> usize {
+        self.arena.ptr_addr()
+    }
+    fn fill(&mut self, h: Self::H, len: usize, byte: u8) {
+        // SAFETY: `h` is a live allocation of at least `len` bytes.
+        unsafe { h.as_ptr().write_bytes(byte, len) }
+    }
+    fn verify(&self, h: Self::H, len: usize, byte: u8) {
+        // SAFETY: as in `fill`.
+        let s = unsafe { core::slice::from_raw_parts(h.as_ptr(), len) };
+        assert!(
+            s.iter().all(|&b| b == byte),
+            "contents of a live allocation changed"
+        );
+    }
+}
+
+struct DetachedSubject {
+    heap: DetachedHeap<Vec<Record>>,
+}
+
+/// A fixed-table store for the detached subject (the `alloc` feature may be off).
+impl crate::RecordStore for Vec<Record> {
+    fn records(&self) -> &[Record] {
+        self
+    }
+    fn records_mut(&mut self) -> &mut [Record] {
+        self
+    }
+    fn grow(&mut self) -> bool {
+        let n = self.len().max(8);
+        self.resize(self.len() + n, Record::VACANT);
+        true
+    }
+}
+
+const DETACHED_BASE: usize = 1 << 40;
+
+impl Subject for DetachedSubject {
+    type H = Block;
+    fn alloc(&mut self, size: usize, align: usize) -> Result<(usize, Block), Error> {
+        self.heap.alloc(size, align).map(|b| (b.addr, b))
+    }
+    fn free(&mut self, h: Block, _size: usize) -> Result<(), Error> {
+        self.heap.free(h)
+    }
+    fn realloc(
+        &mut self,
+        h: Block,
+        old: usize,
+        align: usize,
+        new: usize,
+    ) -> Result<(usize, Block), Error> {
+        // The out-of-band heap never moves memory: emulate a moving realloc as the caller of a
+        // device heap would (in place, else allocate, copy on the device, free).
+        let _ = old;
+        match self.heap.resize_in_place(h, new) {
+            Ok(b) => Ok((b.addr, b)),
+            Err(Error::OutOfMemory) => {
+                let b = self.heap.alloc(new, align)?;
+                self.heap.free(h).unwrap();
+                Ok((b.addr, b))
+            }
+            Err(e) => Err(e),
+        }
+    }
+    fn add_region(&mut self, offset: usize, len: usize) -> Result<(), Error> {
+        self.heap.add_region(DETACHED_BASE + offset, len)
+    }
+    fn remove_region(&mut self, offset: usize) -> Result<(), Error> {
+        self.heap.remove_region(DETACHED_BASE + offset).map(|_| ())
+    }
+    fn check(&self) {
+        self.heap.check().unwrap();
+    }
+    fn base(&self) -> usize {
+        DETACHED_BASE
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Alloc { size: usize, align_log2: u32 },
+    Free { pick: usize },
+    Realloc { pick: usize, size: usize },
+    AddRegion { gap: usize, len: usize },
+    RemoveRegion { pick: usize },
+}
+
+fn size_strategy() -> impl Strategy<Value = usize> + Clone {
+    prop_oneof![
+        8 => 1usize..=64,
+        4 => 1usize..=1100,
+        2 => 1usize..=20_000,
+        1 => Just(0usize),
+        1 => 60_000usize..=300_000,
+        1 => prop_oneof![Just(usize::MAX), Just(isize::MAX as usize), Just(usize::MAX - 15)],
+    ]
+}
+
+/// Sizes that land in the logarithmic bins, many distinct ones per bin, so the tries are
+/// dense and every branch of the best-fit search is taken.
+fn large_size_strategy() -> impl Strategy<Value = usize> + Clone {
+    prop_oneof![
+        4 => 1040usize..=4096,
+        2 => 4096usize..=40_000,
+        1 => 1usize..=64,
+    ]
+}
+
+fn op_strategy(sizes: impl Strategy<Value = usize> + Clone + 'static) -> impl Strategy<Value = Op> {
+    prop_oneof![
+        10 => (sizes.clone(), prop_oneof![6 => 0u32..=4, 2 => 5u32..=12, 1 => Just(3u32)])
+            .prop_map(|(size, align_log2)| Op::Alloc { size, align_log2 }),
+        8 => any::<usize>().prop_map(|pick| Op::Free { pick }),
+        3 => (any::<usize>(), sizes).prop_map(|(pick, size)| Op::Realloc { pick, size }),
+        1 => (prop_oneof![Just(0usize), 1usize..=4], 1usize..=16)
+            .prop_map(|(gap, len)| Op::AddRegion { gap: gap * 256, len: len * 4096 }),
+        1 => any::<usize>().prop_map(|pick| Op::RemoveRegion { pick }),
+    ]
+}
+
+/// Address space the test carves regions from.
+const SPACE: usize = 1 << 20;
+
+fn run<S: Subject>(subject: &mut S, geo: Geometry, first_region: usize, ops: &[Op]) {
+    let mut model = Model::new(geo);
+    let base = subject.base();
+    let mut cursor = 0usize;
+    let mut region_offsets: Vec<usize> = Vec::new();
+    // Live allocations: (address, handle, size, fill byte).
+    let mut live: Vec<(usize, S::H, usize, u8)> = Vec::new();
+    let mut byte = 0u8;
+    // Start with one region so that allocations have somewhere to go.
+    let ops = core::iter::once(Op::AddRegion {
+        gap: 0,
+        len: 32 * 1024,
+    })
+    .chain(ops.iter().cloned());
+    for op in ops {
+        match op {
+            Op::Alloc { size, align_log2 } => {
+                let align = 1usize << align_log2;
+                let want = model.alloc(size, align);
+                let got = subject.alloc(size, align);
+                match (want, got) {
+                    (Ok(w), Ok((a, h))) => {
+                        assert_eq!(
+                            a, w,
+                            "alloc({size}, {align}) picked another chunk than best fit"
+                        );
+                        assert_eq!(a % align, 0);
+                        byte = byte.wrapping_add(1);
+                        subject.fill(h, size, byte);
+                        live.push((a, h, size, byte));
+                    }
+                    (Err(we), Err(ge)) => assert_eq!(we, ge),
+                    (w, g) => panic!(
+                        "alloc({size}, {align}): model {w:?}, heap {:?}",
+                        g.map(|x| x.0)
+                    ),
+                }
+            }
+            Op::Free { pick } => {
+                if live.is_empty() {
+                    continue;
+                }
+                let (a, h, size, b) = live.swap_remove(pick % live.len());
+                subject.verify(h, size, b);
+                subject.free(h, size).unwrap();
+                model.free(a);
+            }
+            Op::Realloc { pick, size } => {
+                if live.is_empty() {
+                    continue;
+                }
+                let i = pick % live.len();
+                let (a, h, old, b) = live[i];
+                subject.verify(h, old, b);
+                let want = model.realloc(a, size, 16);
+                let got = subject.realloc(h, old, 16, size);
+                match (want, got) {
+                    (Ok(w), Ok((na, nh))) => {
+                        assert_eq!(
+                            na,
+                            w.unwrap_or(a),
+                            "realloc picked another place than the model"
+                        );
+                        subject.verify(nh, old.min(size), b);
+                        subject.fill(nh, size, b);
+                        live[i] = (na, nh, size, b);
+                    }
+                    (Err(we), Err(ge)) => assert_eq!(we, ge),
+                    (w, g) => panic!("realloc: model {w:?}, heap {:?}", g.map(|x| x.0)),
+                }
+            }
+            Op::AddRegion { gap, len } => {
+                if cursor + gap + len > SPACE {
+                    continue;
+                }
+                let off = cursor + gap;
+                let want = model.add_region(base + off, len);
+                let got = subject.add_region(off, len);
+                assert_eq!(want, got, "add_region({off}, {len})");
+                if got.is_ok() {
+                    cursor = off + len;
+                    if !model.regions.contains_key(&(base + off)) {
+                        // It grew the region before it.
+                    } else {
+                        region_offsets.push(off);
+                    }
+                }
+            }
+            Op::RemoveRegion { pick } => {
+                if region_offsets.is_empty() {
+                    continue;
+                }
+                let i = pick % region_offsets.len();
+                let off = region_offsets[i];
+                let want = model.remove_region(base + off);
+                let got = subject.remove_region(off);
+                assert_eq!(want, got, "remove_region({off})");
+                if got.is_ok() {
+                    region_offsets.swap_remove(i);
+                }
+            }
+        }
+        subject.check();
+        let mut spans: Vec<(usize, usize)> = live.iter().map(|&(a, _, s, _)| (a, s)).collect();
+        spans.sort_unstable();
+        for w in spans.windows(2) {
+            assert!(w[0].0 + w[0].1 <= w[1].0, "live allocations overlap");
+        }
+    }
+    // Free everything: each region is one free chunk again, and a whole-region allocation fits.
+    for (a, h, size, b) in live.drain(..) {
+        subject.verify(h, size, b);
+        subject.free(h, size).unwrap();
+        model.free(a);
+        subject.check();
+    }
+    assert!(model.chunks.values().all(|c| c.free));
+    assert_eq!(
+        model.chunks.len(),
+        model.regions.len(),
+        "a region is not one free chunk"
+    );
+    for c in model.chunks.values() {
+        let size = c.granules * geo.granule - geo.head;
+        let (a, h) = subject
+            .alloc(size, 1)
+            .expect("a whole-region allocation must fit");
+        assert!(model.chunks.contains_key(&a));
+        subject.free(h, size).unwrap();
+    }
+    subject.check();
+}
+
+const INLINE_GEO: Geometry = Geometry {
+    granule: 16,
+    head: core::mem::size_of::<usize>(),
+    min_chunk: (4 * core::mem::size_of::<usize>()).div_ceil(16),
+    // Region header (two words), then a first chunk whose payload is granule-aligned.
+    first_payload: (2 * core::mem::size_of::<usize>() + core::mem::size_of::<usize>())
+        .next_multiple_of(16),
+    // Header and padding before the first chunk, fence after the last.
+    region_overhead: (2 * core::mem::size_of::<usize>() + core::mem::size_of::<usize>())
+        .next_multiple_of(16),
+};
+
+const DETACHED_GEO: Geometry = Geometry {
+    granule: 256,
+    head: 0,
+    min_chunk: 1,
+    first_payload: 0,
+    region_overhead: 0,
+};
+
+fn config() -> ProptestConfig {
+    ProptestConfig {
+        cases: if cfg!(miri) { 4 } else { 96 },
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
+fn ops_strategy(
+    sizes: impl Strategy<Value = usize> + Clone + 'static,
+) -> impl Strategy<Value = Vec<Op>> {
+    prop::collection::vec(op_strategy(sizes), 1..if cfg!(miri) { 24 } else { 400 })
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn inline_matches_model(ops in ops_strategy(size_strategy())) {
+        let mut s = InlineSubject { heap: InlineHeap::new(), arena: Arena::new(SPACE) };
+        run(&mut s, INLINE_GEO, 32 * 1024, &ops);
+    }
+
+    #[test]
+    fn detached_matches_model(ops in ops_strategy(size_strategy())) {
+        let mut s = DetachedSubject { heap: DetachedHeap::new(Vec::new(), 256).unwrap() };
+        run(&mut s, DETACHED_GEO, 32 * 1024, &ops);
+    }
+
+    #[test]
+    fn inline_dense_tries_match_model(ops in ops_strategy(large_size_strategy())) {
+        let mut s = InlineSubject { heap: InlineHeap::new(), arena: Arena::new(SPACE) };
+        run(&mut s, INLINE_GEO, SPACE / 2, &ops);
+    }
+
+    #[test]
+    fn detached_dense_tries_match_model(ops in ops_strategy(large_size_strategy())) {
+        // A 16-byte granule puts these sizes in the logarithmic bins here too.
+        let mut s = DetachedSubject { heap: DetachedHeap::new(Vec::new(), 16).unwrap() };
+        run(&mut s, Geometry { granule: 16, ..DETACHED_GEO }, SPACE / 2, &ops);
+    }
+}
+
+/// Dense tries, checked directly: thousands of free chunks of distinct and repeated sizes in a
+/// few logarithmic bins (kept apart by 1-byte spacers so they never merge), then requests of
+/// every kind of size, each compared with a brute-force best fit over the free list.
+#[test]
+fn dense_trie_best_fit_is_exact() {
+    let n = if cfg!(miri) { 60 } else { 3000 };
+    let mut h = DetachedHeap::new(Vec::new(), 1).unwrap();
+    h.add_region(0, 1 << 30).unwrap();
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = |m: usize| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        (rng % m as u64) as usize
+    };
+    let mut blocks = Vec::new();
+    let mut end = 0;
+    for _ in 0..n {
+        let size = 900 + next(3000);
+        blocks.push(h.alloc(size, 1).unwrap());
+        end = h.alloc(1, 1).unwrap().addr + 1;
+    }
+    // The region's free tail, then the blocks freed in random order; `stamp` is the order in
+    // which chunks were filed.
+    let mut free: Vec<(usize, usize, u64)> = std::vec![(end, (1 << 30) - end, 0)];
+    let mut stamp = 0;
+    while !blocks.is_empty() {
+        let b = blocks.swap_remove(next(blocks.len()));
+        h.free(b).unwrap();
+        stamp += 1;
+        free.push((b.addr, b.size, stamp));
+    }
+    h.check().unwrap();
+    for _ in 0..2 * n {
+        let need = 850 + next(3200);
+        let want = free
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.1 >= need)
+            .min_by_key(|(_, c)| (c.1, c.2))
+            .map(|(i, _)| i);
+        let got = h.alloc(need, 1);
+        let (addr, size, _) = free.swap_remove(want.unwrap());
+        assert_eq!(got.unwrap().addr, addr, "need {need}: not the best fit");
+        if size > need {
+            stamp += 1;
+            free.push((addr + need, size - need, stamp));
+        }
+    }
+    h.check().unwrap();
+}

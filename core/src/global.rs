@@ -1,9 +1,12 @@
 //! A spin-locked [`InlineHeap`] that implements [`GlobalAlloc`], for `no_std` programs:
 //!
-//! ```ignore
+//! ```no_run
+//! use tagalloc::GlobalHeap;
+//!
 //! static mut ARENA: [u8; 1 << 20] = [0; 1 << 20];
 //! #[global_allocator]
 //! static HEAP: GlobalHeap = GlobalHeap::with_arena(&raw mut ARENA);
+//! # fn main() {}
 //! ```
 //!
 //! The arena is claimed on the first allocation (writing tags is not possible in a `const`

@@ -107,25 +107,23 @@ impl<T: Tags> Heap<T> {
     }
 
     /// Marks the (unbinned, free) chunk `c` in use with `need` granules, returning any usable
-    /// tail to the bins.
+    /// tail to the bins. Counts the chunk only once it has its final size, so the peak never
+    /// sees a transient.
     fn hand_out(&mut self, c: T::Chunk, need: usize) {
         self.tags.set_free(c, false);
+        self.release_tail(c, need);
         self.counters.add_used(self.tags.size(c));
         self.counters.live += 1;
         self.counters.allocs += 1;
-        self.release_tail(c, need);
     }
 
     /// Cuts the in-use chunk `c` down to `keep` granules if the rest can stand as a free chunk,
-    /// and frees the rest (coalescing it with a free successor).
+    /// and frees the rest (coalescing it with a free successor). Leaves `used` to the caller.
     fn release_tail(&mut self, c: T::Chunk, keep: usize) {
-        let size = self.tags.size(c);
-        if size < keep + self.tags.min_chunk() {
-            return;
+        if self.tags.size(c) >= keep + self.tags.min_chunk() {
+            let tail = self.tags.split(c, keep);
+            self.coalesce_and_file(tail);
         }
-        let tail = self.tags.split(c, keep);
-        self.counters.used -= size - keep;
-        self.coalesce_and_file(tail);
     }
 
     /// Frees the in-use chunk `c`.
@@ -180,10 +178,15 @@ impl<T: Tags> Heap<T> {
                 .filter(|&n| self.tags.is_free(n) && have + self.tags.size(n) >= need)
                 .ok_or(Error::OutOfMemory)?;
             self.unfile(n);
-            self.counters.add_used(self.tags.size(n));
             self.tags.absorb_next(c);
         }
         self.release_tail(c, need);
+        let now = self.tags.size(c);
+        if now >= have {
+            self.counters.add_used(now - have);
+        } else {
+            self.counters.used -= have - now;
+        }
         self.counters.reallocs_in_place += 1;
         Ok(())
     }

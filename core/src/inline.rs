@@ -366,15 +366,17 @@ impl InlineHeap {
             }
             r = self.heap.tags.next_region(reg);
         }
+        let min_bytes = self.heap.tags.min_chunk() << self.heap.tags.shift;
         if let Some(reg) = grows {
-            if len == 0 {
+            // The new space becomes one chunk, which must be able to stand alone as a free one.
+            if len < min_bytes {
                 return Err(Error::RegionTooSmall);
             }
             self.grow_region(reg, len);
             return Ok(());
         }
         let first = self.heap.tags.first_offset();
-        if len < first + W + (self.heap.tags.min_chunk() << self.heap.tags.shift) {
+        if len < first + W + min_bytes {
             return Err(Error::RegionTooSmall);
         }
         let span = len - first - W;

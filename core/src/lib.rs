@@ -14,6 +14,31 @@
 //! Every bad request returns an [`Error`]; `check()` verifies every invariant and reports a
 //! [`CheckError`]. The crate is `#![no_std]`; the `alloc` feature lets the out-of-band table
 //! grow, and the `checked` feature validates every inline free.
+//!
+//! ```
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use tagalloc::{DetachedHeap, InlineHeap, Record};
+//!
+//! let mut arena = vec![0u128; 4096]; // 64 KiB, 16-byte aligned
+//! let mut heap = InlineHeap::new();
+//! // SAFETY: the arena outlives the heap and nothing else touches it.
+//! unsafe { heap.add_region(arena.as_mut_ptr().cast(), 64 << 10)? };
+//! let p = heap.alloc(100, 16)?; // best fit, 16-aligned
+//! // SAFETY: `p` is a live 100-byte allocation of this heap.
+//! let p = unsafe { heap.realloc(p, 100, 16, 400)? }; // grows in place when it can
+//! // SAFETY: `p` is not used afterwards.
+//! unsafe { heap.free_checked(p, 400)? }; // reports double, foreign and wrong-size frees
+//! heap.check()?; // verifies every invariant
+//!
+//! let mut table = [Record::VACANT; 256]; // out-of-band tags: no memory is touched
+//! let mut dev = DetachedHeap::new(&mut table[..], 256)?;
+//! dev.add_region(0x7f00_0000_0000, 1 << 30)?; // e.g. a device allocation
+//! let block = dev.alloc(1 << 20, 4096)?;
+//! dev.free(block)?;
+//! assert_eq!(dev.stats().in_use, 0);
+//! # Ok(())
+//! # }
+//! ```
 
 #![no_std]
 #![deny(unsafe_op_in_unsafe_fn)]

@@ -40,3 +40,48 @@ fn detached_roundtrip_and_misuse() {
 }
 
 use crate::Block;
+
+#[test]
+fn detached_bad_inputs() {
+    let mut recs = [Record::VACANT; 4];
+    assert_eq!(
+        DetachedHeap::new(&mut recs[..], 48).err(),
+        Some(Error::BadGranule)
+    );
+    let mut h = DetachedHeap::new(&mut recs[..], 256).unwrap();
+    assert_eq!(h.alloc(1, 1), Err(Error::OutOfMemory));
+    assert_eq!(h.add_region(0, 255), Err(Error::RegionTooSmall));
+    assert_eq!(
+        h.add_region(usize::MAX - 255, 4096),
+        Err(Error::RegionOverlap)
+    );
+    h.add_region(0, 1 << 16).unwrap();
+    assert_eq!(h.alloc(0, 1), Err(Error::ZeroSize));
+    assert_eq!(h.alloc(1, 6), Err(Error::BadAlign));
+    assert_eq!(h.alloc(usize::MAX, 1), Err(Error::SizeOverflow));
+    assert_eq!(h.alloc(1, 1 << 63), Err(Error::SizeOverflow));
+    assert_eq!(h.alloc(1 << 17, 1), Err(Error::OutOfMemory));
+    assert_eq!(h.remove_region(4096), Err(Error::UnknownRegion));
+    // Four records: one region, then chunks. The table runs out before memory does.
+    let a = h.alloc(1, 1).unwrap();
+    let b = h.alloc(1, 1).unwrap();
+    assert_eq!(h.alloc(1, 1), Err(Error::OutOfRecords));
+    assert_eq!(h.remove_region(0), Err(Error::RegionInUse));
+    h.check().unwrap();
+    // A handle is only good for the block it was made for.
+    assert_eq!(
+        h.free(Block {
+            handle: b.handle,
+            ..a
+        }),
+        Err(Error::ForeignPointer)
+    );
+    h.free(a).unwrap();
+    h.free(b).unwrap();
+    assert_eq!(h.free(b), Err(Error::DoubleFree));
+    assert_eq!(h.resize_in_place(b, 10), Err(Error::DoubleFree));
+    assert_eq!(h.stats().rejected_frees, 2);
+    h.check().unwrap();
+    assert_eq!(h.remove_region(0), Ok((0, 1 << 16)));
+    h.check().unwrap();
+}

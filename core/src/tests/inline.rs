@@ -119,8 +119,19 @@ fn bad_inputs() {
         assert_eq!(h.free_checked(p, 100), Err(Error::DoubleFree));
     }
     h.check().unwrap();
-    // Growth: the second half joins the first region and the whole is one free chunk.
-    unsafe { h.add_region(a.ptr().add(2048), 2048).unwrap() };
+    // Growth: the second half joins the first region and the whole is one free chunk. One
+    // granule is too little to stand as a chunk of its own.
+    unsafe {
+        let p = h.alloc(2000, 16).unwrap(); // the whole region: the growth stands alone
+        assert_eq!(
+            h.add_region(a.ptr().add(2048), 16),
+            Err(Error::RegionTooSmall)
+        );
+        h.add_region(a.ptr().add(2048), 32).unwrap();
+        h.check().unwrap();
+        h.free(p, 2000).unwrap();
+        h.add_region(a.ptr().add(2080), 2048 - 32).unwrap();
+    }
     h.check().unwrap();
     assert_eq!(h.stats().free_chunks, 1);
     let big = h.alloc(3500, 16).unwrap();
@@ -155,4 +166,80 @@ fn realloc_in_place_then_moves() {
     }
     h.check().unwrap();
     assert_eq!(h.stats().free_chunks, 1);
+}
+
+#[test]
+fn stats_count_final_chunk_sizes() {
+    let mut a = Arena::new(1 << 16);
+    let mut h = InlineHeap::new();
+    unsafe { h.add_region(a.ptr(), a.len()).unwrap() };
+    let managed = h.stats().managed;
+    // 100 bytes + one word of tag, rounded to 16: a 112-byte chunk.
+    let p = h.alloc(100, 16).unwrap();
+    let s = h.stats();
+    assert_eq!(
+        (s.in_use, s.peak_in_use, s.live, s.allocs),
+        (112, 112, 1, 1)
+    );
+    assert_eq!(s.free + s.in_use, managed);
+    assert_eq!(s.largest_free, s.free);
+    assert_eq!(s.fragmentation(), 0.0);
+    // Growing in place into the free successor counts only the new size.
+    let p = unsafe { h.realloc(p, 100, 16, 1000).unwrap() };
+    let s = h.stats();
+    assert_eq!(
+        (s.in_use, s.peak_in_use, s.reallocs_in_place),
+        (1008, 1008, 1)
+    );
+    let q = h.alloc(40, 16).unwrap();
+    unsafe { h.free(p, 1000).unwrap() };
+    let s = h.stats();
+    assert_eq!((s.in_use, s.free_chunks, s.frees), (48, 2, 1));
+    assert!(s.fragmentation() > 0.0);
+    unsafe { h.free(q, 40).unwrap() };
+    assert_eq!(h.stats().peak_in_use, 1056);
+    h.check().unwrap();
+}
+
+#[test]
+fn inline_region_errors() {
+    assert_eq!(InlineHeap::with_granule(8).err(), Some(Error::BadGranule));
+    assert_eq!(InlineHeap::with_granule(48).err(), Some(Error::BadGranule));
+    let mut a = Arena::new(1 << 14);
+    let mut h = InlineHeap::with_granule(64).unwrap();
+    assert_eq!(h.granule(), 64);
+    let base = a.ptr().wrapping_add(a.ptr().align_offset(64));
+    unsafe {
+        assert_eq!(
+            h.add_region(base.add(16), 4096),
+            Err(Error::RegionMisaligned)
+        );
+        assert_eq!(
+            h.add_region(usize::MAX as *mut u8, 4096),
+            Err(Error::RegionMisaligned)
+        );
+    }
+    unsafe { h.add_region(base, 8192).unwrap() };
+    let p = h.alloc(1, 1).unwrap();
+    assert_eq!(p.as_ptr() as usize % 64, 0);
+    assert_eq!(h.remove_region(base), Err(Error::RegionInUse));
+    assert_eq!(
+        h.remove_region(base.wrapping_add(64)),
+        Err(Error::UnknownRegion)
+    );
+    unsafe { h.free(p, 1).unwrap() };
+    assert_eq!(unsafe { h.free(p, 1) }, Err(Error::DoubleFree));
+    let (b, len) = h.remove_region(base).unwrap();
+    assert_eq!((b.as_ptr(), len), (base, 8192));
+    assert_eq!(
+        h.stats(),
+        crate::Stats {
+            frees: 1,
+            allocs: 1,
+            peak_in_use: 64,
+            rejected_frees: 1,
+            ..Default::default()
+        }
+    );
+    h.check().unwrap();
 }

@@ -342,7 +342,9 @@ struct DetachedSubject {
     heap: DetachedHeap<Vec<Record>>,
 }
 
-/// A fixed-table store for the detached subject (the `alloc` feature may be off).
+/// A growable store for the detached subject when the `alloc` feature (which provides one) is
+/// off.
+#[cfg(not(feature = "alloc"))]
 impl crate::RecordStore for Vec<Record> {
     fn records(&self) -> &[Record] {
         self
@@ -457,7 +459,7 @@ fn run<S: Subject>(subject: &mut S, geo: Geometry, first_region: usize, ops: &[O
     // Start with one region so that allocations have somewhere to go.
     let ops = core::iter::once(Op::AddRegion {
         gap: 0,
-        len: 32 * 1024,
+        len: first_region,
     })
     .chain(ops.iter().cloned());
     for op in ops {

@@ -301,75 +301,97 @@ impl<S: RecordStore> DetachedHeap<S> {
         1 << self.heap.tags.shift
     }
 
-    /// Adds the address range `base..base + len` (`base` granule-aligned, `len` rounded down to
-    /// granules). If `base` is exactly where a region ends, that region grows and the new
-    /// space merges with its free tail (virtual-memory growth keeps one region).
+    /// Adds the address range `base..base + len` as a new region (`base` granule-aligned, `len`
+    /// rounded down to granules). Adjacent regions stay separate; use
+    /// [`DetachedHeap::extend_region`] for space that continues a region.
     ///
     /// Errors: `RegionMisaligned`, `RegionOverlap` (overlaps or wraps), `RegionTooSmall` (less
     /// than one granule), `OutOfRecords`.
     pub fn add_region(&mut self, base: usize, len: usize) -> Result<(), Error> {
-        let g = self.granule();
-        if base & (g - 1) != 0 {
+        if base & (self.granule() - 1) != 0 {
             return Err(Error::RegionMisaligned);
         }
-        let len = len & !(g - 1);
-        let end = base.checked_add(len).ok_or(Error::RegionOverlap)?;
+        let granules = self.new_space(base, len, 2)?;
+        let t = &mut self.heap.tags;
+        let c = t.take_record();
+        let r = t.take_record();
+        *t.rec_mut(r) = Record {
+            addr: base,
+            size: granules,
+            prev: c,
+            next: t.regions,
+            links: [c, NIL, NIL, NIL, NIL],
+            region: NIL,
+            gen: 0,
+            kind: Kind::REGION,
+        };
+        t.regions = r;
+        self.add_chunk(c, r, base, granules, NIL, true);
+        Ok(())
+    }
+
+    /// Grows the region that starts at `region` by `additional` bytes (rounded down to
+    /// granules) right after its end, as virtual-memory growth does; the new space merges with
+    /// the region's free tail, so the region stays one.
+    ///
+    /// Errors: `UnknownRegion`, `RegionOverlap`, `RegionTooSmall`, `OutOfRecords`.
+    pub fn extend_region(&mut self, region: usize, additional: usize) -> Result<(), Error> {
         let t = &self.heap.tags;
-        let mut grows = NIL;
+        let mut r = t.regions;
+        while r != NIL && t.rec(r).addr != region {
+            r = t.rec(r).next;
+        }
+        if r == NIL {
+            return Err(Error::UnknownRegion);
+        }
+        let end = region + (t.rec(r).size << t.shift);
+        let granules = self.new_space(end, additional, 1)?;
+        let t = &mut self.heap.tags;
+        let c = t.take_record();
+        let last = t.rec(r).prev;
+        t.rec_mut(last).next = c;
+        t.rec_mut(r).size += granules;
+        self.add_chunk(c, r, end, granules, last, false);
+        Ok(())
+    }
+
+    /// Validates new space `start..start + len` (free of overlap, at least a granule) and
+    /// reserves `records` records for it; returns its length in granules.
+    fn new_space(&mut self, start: usize, len: usize, records: usize) -> Result<usize, Error> {
+        let t = &self.heap.tags;
+        let len = len & !((1 << t.shift) - 1);
+        let end = start.checked_add(len).ok_or(Error::RegionOverlap)?;
         let mut r = t.regions;
         while r != NIL {
             let rec = t.rec(r);
-            let rend = rec.addr + (rec.size << t.shift);
-            if base < rend && rec.addr < end {
+            if start < rec.addr + (rec.size << t.shift) && rec.addr < end {
                 return Err(Error::RegionOverlap);
-            }
-            if rend == base {
-                grows = r;
             }
             r = rec.next;
         }
         if len == 0 {
             return Err(Error::RegionTooSmall);
         }
-        let granules = len >> self.heap.tags.shift;
+        self.heap.tags.reserve(records)?;
+        Ok(len >> self.heap.tags.shift)
+    }
+
+    /// Makes record `c` a chunk of new space at the end of region `r` and files it.
+    fn add_chunk(&mut self, c: u32, r: u32, addr: usize, size: usize, prev: u32, new: bool) {
         let t = &mut self.heap.tags;
-        t.reserve(2)?;
-        let c = t.take_record();
-        let (region, prev) = if grows != NIL {
-            let last = t.rec(grows).prev;
-            t.rec_mut(last).next = c;
-            t.rec_mut(grows).size += granules;
-            (grows, last)
-        } else {
-            let r = t.take_record();
-            let regions = t.regions;
-            *t.rec_mut(r) = Record {
-                addr: base,
-                size: granules,
-                prev: c,
-                next: regions,
-                links: [c, NIL, NIL, NIL, NIL],
-                region: NIL,
-                gen: 0,
-                kind: Kind::REGION,
-            };
-            t.regions = r;
-            (r, NIL)
-        };
-        t.rec_mut(region).prev = c;
+        t.rec_mut(r).prev = c;
         let gen = t.rec(c).gen;
         *t.rec_mut(c) = Record {
-            addr: base,
-            size: granules,
+            addr,
+            size,
             prev,
             next: NIL,
             links: [NIL; 5],
-            region,
+            region: r,
             gen,
             kind: Kind::CHUNK,
         };
-        self.heap.add_space(c);
-        Ok(())
+        self.heap.add_space(c, new);
     }
 
     /// Removes the region that starts at `base` if none of it is allocated; returns its range.

@@ -193,8 +193,9 @@ impl<T: Tags> Heap<T> {
 
     /// Adds a fresh free chunk spanning new chunk space (a new region, or the growth of one):
     /// counts it as managed and files it, merging with a free predecessor.
-    pub fn add_space(&mut self, c: T::Chunk) {
+    pub fn add_space(&mut self, c: T::Chunk, new_region: bool) {
         self.counters.managed += self.tags.size(c);
+        self.counters.regions += usize::from(new_region);
         self.coalesce_and_file(c);
     }
 
@@ -203,9 +204,10 @@ impl<T: Tags> Heap<T> {
     pub fn remove_space(&mut self, c: T::Chunk) {
         self.unfile(c);
         self.counters.managed -= self.tags.size(c);
+        self.counters.regions -= 1;
     }
 
-    /// Unbins `c` if it is free and spans all of region `r`; `Err(RegionInUse)` otherwise.
+    /// The chunk that spans all of region `r`, if it is free; `Err(RegionInUse)` otherwise.
     pub fn sole_free_chunk(&self, r: T::Region) -> Result<T::Chunk, Error> {
         let c = self.tags.region_first_chunk(r);
         if self.tags.is_free(c) && self.tags.size(c) == self.tags.region_granules(r) {
@@ -225,13 +227,15 @@ impl<T: Tags> Heap<T> {
 
     pub fn stats(&self) -> Stats {
         let largest = self.bins.largest(&self.tags).unwrap_or(0);
-        self.counters.to_stats(self.shift(), largest)
+        self.counters
+            .to_stats(self.shift(), largest, self.tags.head_bytes())
     }
 
     /// Verifies every invariant of the heap; `addr` names a chunk in error reports.
     pub fn check(&self, addr: impl Fn(T::Chunk) -> usize) -> Result<(), CheckError> {
         let t = &self.tags;
         let (mut free_chunks, mut free, mut used, mut managed, mut live) = (0, 0, 0, 0, 0);
+        let mut regions = 0;
         let mut region = t.first_region();
         while let Some(r) = region {
             let mut c = t.region_first_chunk(r);
@@ -272,6 +276,7 @@ impl<T: Tags> Heap<T> {
                 ));
             }
             managed += total;
+            regions += 1;
             region = t.next_region(r);
         }
         let (binned, binned_granules) = self.bins.check(t, &addr, free_chunks)?;
@@ -282,7 +287,7 @@ impl<T: Tags> Heap<T> {
         if k.free != free || k.free_chunks != free_chunks || k.used != used || k.live != live {
             return Err(CheckError::new("statistics disagree with the chunks", 0));
         }
-        if k.managed != managed {
+        if k.managed != managed || k.regions != regions {
             return Err(CheckError::new(
                 "managed size disagrees with the regions",
                 0,

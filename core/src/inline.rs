@@ -332,9 +332,10 @@ impl InlineHeap {
         1 << self.heap.tags.shift
     }
 
-    /// Hands `len` bytes at `base` to the heap. `base` must be granule-aligned; `len` is
-    /// rounded down to granules. If `base` is exactly where a region of this heap ends, that
-    /// region grows in place and the new space merges with its free tail.
+    /// Hands `len` bytes at `base` to the heap as a new region. `base` must be granule-aligned;
+    /// `len` is rounded down to granules. A region is never merged with another that happens to
+    /// be adjacent (they may be separate allocations); use [`InlineHeap::extend_region`] for
+    /// memory that continues a region.
     ///
     /// Errors: `RegionMisaligned` (null or unaligned base), `RegionOverlap` (overlaps a managed
     /// region or wraps), `RegionTooSmall`. Nothing is written on error.
@@ -342,9 +343,7 @@ impl InlineHeap {
     /// # Safety
     /// `base..base + len` must be valid for reads and writes, must not be used by anything else
     /// until the heap is dropped or the region is removed, and must outlive the heap's use of
-    /// it. When it grows an existing region, the pointer that region was added with must also
-    /// be valid for the new range (one allocation or mapping, as with `sbrk` or reserved
-    /// virtual memory).
+    /// it.
     pub unsafe fn add_region(&mut self, base: *mut u8, len: usize) -> Result<(), Error> {
         let g = self.granule();
         let base = NonNull::new(base).ok_or(Error::RegionMisaligned)?;
@@ -352,31 +351,9 @@ impl InlineHeap {
             return Err(Error::RegionMisaligned);
         }
         let len = len & !(g - 1);
-        let start = base.addr().get();
-        let end = start.checked_add(len).ok_or(Error::RegionOverlap)?;
-        let mut grows = None;
-        let mut r = self.heap.tags.regions;
-        while let Some(reg) = r {
-            let (rs, re) = (reg.addr().get(), InlineTags::region_end(reg));
-            if start < re && rs < end {
-                return Err(Error::RegionOverlap);
-            }
-            if re == start {
-                grows = Some(reg);
-            }
-            r = self.heap.tags.next_region(reg);
-        }
-        let min_bytes = self.heap.tags.min_chunk() << self.heap.tags.shift;
-        if let Some(reg) = grows {
-            // The new space becomes one chunk, which must be able to stand alone as a free one.
-            if len < min_bytes {
-                return Err(Error::RegionTooSmall);
-            }
-            self.grow_region(reg, len);
-            return Ok(());
-        }
+        let end = self.free_range(base.addr().get(), len)?;
         let first = self.heap.tags.first_offset();
-        if len < first + W + min_bytes {
+        if len < first + W + self.min_chunk_bytes() {
             return Err(Error::RegionTooSmall);
         }
         let span = len - first - W;
@@ -396,26 +373,75 @@ impl InlineHeap {
             InlineTags::set_word(c, span | IN_USE | PREV_IN_USE);
             InlineTags::set_word(c.add(span), IN_USE | PREV_IN_USE);
             self.heap.tags.regions = Some(header);
-            self.heap.add_space(c);
+            self.heap.add_space(c, true);
         }
         Ok(())
     }
 
-    /// Grows region `reg` by `len` bytes at its end: the old fence becomes the head of a new
-    /// chunk, a new fence closes the region.
-    fn grow_region(&mut self, mut reg: NonNull<RegionHeader>, len: usize) {
+    /// Grows the region that starts at `region` by `additional` bytes (rounded down to
+    /// granules) right after its end, as `sbrk` or reserved virtual memory allow. The new
+    /// space merges with the region's free tail: no boundary is left behind.
+    ///
+    /// Errors: `UnknownRegion`, `RegionOverlap`, `RegionTooSmall` (less than one minimum
+    /// chunk). Nothing is written on error.
+    ///
+    /// # Safety
+    /// The added range must be valid for reads and writes, used by nothing else, and reachable
+    /// through the pointer the region was added with (one allocation or mapping).
+    pub unsafe fn extend_region(
+        &mut self,
+        region: *mut u8,
+        additional: usize,
+    ) -> Result<(), Error> {
+        let mut reg = self.find_region(region)?;
+        let len = additional & !(self.granule() - 1);
         let old_end = InlineTags::region_end(reg);
+        self.free_range(old_end, len)?;
+        // The new space becomes one chunk, which must be able to stand alone as a free one.
+        if len < self.min_chunk_bytes() {
+            return Err(Error::RegionTooSmall);
+        }
         // SAFETY: `reg` is on the list; the old fence is inside the region and the new fence
-        // inside the added range, both reachable through the region's pointer (caller contract
-        // of `add_region`).
+        // inside the added range, both reachable through the region's pointer (caller
+        // contract). The old fence becomes the new chunk's head, a new fence closes the region.
         unsafe {
             let fence = reg.cast::<u8>().add(old_end - W - reg.addr().get());
             let prev_in_use = InlineTags::word(fence) & PREV_IN_USE;
             InlineTags::set_word(fence, len | IN_USE | prev_in_use);
             InlineTags::set_word(fence.add(len), IN_USE | PREV_IN_USE);
             reg.as_mut().end = old_end + len;
-            self.heap.add_space(fence);
+            self.heap.add_space(fence, false);
         }
+        Ok(())
+    }
+
+    fn min_chunk_bytes(&self) -> usize {
+        self.heap.tags.min_chunk() << self.heap.tags.shift
+    }
+
+    /// The end of `start..start + len` if that range wraps nothing and overlaps no region.
+    fn free_range(&self, start: usize, len: usize) -> Result<usize, Error> {
+        let end = start.checked_add(len).ok_or(Error::RegionOverlap)?;
+        let mut r = self.heap.tags.regions;
+        while let Some(reg) = r {
+            if start < InlineTags::region_end(reg) && reg.addr().get() < end {
+                return Err(Error::RegionOverlap);
+            }
+            r = self.heap.tags.next_region(reg);
+        }
+        Ok(end)
+    }
+
+    /// The region whose header is at `base`.
+    fn find_region(&self, base: *mut u8) -> Result<NonNull<RegionHeader>, Error> {
+        let mut r = self.heap.tags.regions;
+        while let Some(reg) = r {
+            if reg.as_ptr().cast::<u8>() == base {
+                return Ok(reg);
+            }
+            r = self.heap.tags.next_region(reg);
+        }
+        Err(Error::UnknownRegion)
     }
 
     /// Removes the region that starts at `base` if none of it is allocated, and gives its range
@@ -543,13 +569,13 @@ impl InlineHeap {
 
     /// Resizes an allocation of `old_size` bytes to `new_size`: shrinks in place, or grows in
     /// place into a free successor, and only if neither works moves it to a new chunk aligned
-    /// to `align` (copying `min(old_size, new_size)` bytes). On error the old allocation is
-    /// untouched. With the `checked` feature the pointer is validated as in
-    /// [`InlineHeap::free_checked`].
+    /// to `align`, copying `min(old_size, new_size)` bytes (never more than the old chunk
+    /// holds). On error the old allocation is untouched. With the `checked` feature the
+    /// pointer and size are validated as in [`InlineHeap::free_checked`].
     ///
     /// # Safety
-    /// As for [`InlineHeap::free`]; on success the old pointer must no longer be used unless
-    /// it was returned.
+    /// As for [`InlineHeap::free`]; `old_size` must be the size the block was allocated or last
+    /// resized with. On success the old pointer must no longer be used unless it was returned.
     pub unsafe fn realloc(
         &mut self,
         ptr: NonNull<u8>,
@@ -558,11 +584,11 @@ impl InlineHeap {
         new_size: usize,
     ) -> Result<NonNull<u8>, Error> {
         let c = if cfg!(feature = "checked") {
-            let c = self.find_chunk(ptr)?;
-            if !self.heap.size_matches(c, old_size) {
-                return Err(Error::WrongSize);
-            }
-            c
+            let c = match self.find_chunk(ptr) {
+                Ok(c) if !self.heap.size_matches(c, old_size) => Err(Error::WrongSize),
+                other => other,
+            };
+            c.inspect_err(|_| self.heap.counters.rejected_frees += 1)?
         } else {
             chunk_of(ptr)
         };
@@ -570,11 +596,13 @@ impl InlineHeap {
             Err(Error::OutOfMemory) => {}
             other => return other.map(|()| ptr),
         }
+        let keep = old_size
+            .min(new_size)
+            .min((self.heap.tags.size(c) << self.heap.tags.shift) - W);
         let new = self.alloc(new_size, align)?;
-        // SAFETY: both chunks are live, distinct, and hold at least `min(old, new)` bytes.
-        unsafe {
-            core::ptr::copy_nonoverlapping(ptr.as_ptr(), new.as_ptr(), old_size.min(new_size))
-        };
+        // SAFETY: both chunks are live and distinct; `keep` fits in the old chunk's payload
+        // and in the new allocation.
+        unsafe { core::ptr::copy_nonoverlapping(ptr.as_ptr(), new.as_ptr(), keep) };
         self.heap.free(c);
         Ok(new)
     }

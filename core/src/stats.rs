@@ -16,8 +16,13 @@ pub struct Stats {
     pub free_chunks: usize,
     /// Number of chunks handed out right now.
     pub live: usize,
-    /// Bytes in the largest free chunk: the largest request that can succeed is at most this.
+    /// Bytes in the largest free chunk.
     pub largest_free: usize,
+    /// The largest request (at granule alignment) that would succeed now: the largest free
+    /// chunk less its tag.
+    pub largest_request: usize,
+    /// Number of regions the heap manages.
+    pub regions: usize,
     /// Successful allocations (a moving realloc counts one).
     pub allocs: u64,
     /// Successful frees (a moving realloc counts one).
@@ -46,6 +51,7 @@ pub(crate) struct Counters {
     pub used: usize,
     pub peak_used: usize,
     pub managed: usize,
+    pub regions: usize,
     pub free: usize,
     pub free_chunks: usize,
     pub live: usize,
@@ -61,6 +67,7 @@ impl Counters {
             used: 0,
             peak_used: 0,
             managed: 0,
+            regions: 0,
             free: 0,
             free_chunks: 0,
             live: 0,
@@ -78,7 +85,10 @@ impl Counters {
         }
     }
 
-    pub fn to_stats(self, shift: u32, largest_free: usize) -> Stats {
+    /// The statistics, given the granule, the largest free chunk (granules) and the tag bytes
+    /// of a chunk.
+    pub fn to_stats(self, shift: u32, largest_free: usize, head_bytes: usize) -> Stats {
+        let largest = largest_free << shift;
         Stats {
             in_use: self.used << shift,
             peak_in_use: self.peak_used << shift,
@@ -86,7 +96,9 @@ impl Counters {
             free: self.free << shift,
             free_chunks: self.free_chunks,
             live: self.live,
-            largest_free: largest_free << shift,
+            largest_free: largest,
+            largest_request: largest.saturating_sub(head_bytes),
+            regions: self.regions,
             allocs: self.allocs,
             frees: self.frees,
             reallocs_in_place: self.reallocs_in_place,

@@ -1,7 +1,9 @@
 //! Cross-crate integration tests and trace replay support for tagalloc.
 //!
 //! [`trace`] reads the allocation traces (`tests/data/` in the repository, and the larger shared
-//! collection beside it when present) that the replay example and the replay tests run through
-//! the heap.
+//! collection beside it when present), and [`replay`] runs them through the heap in either tag
+//! placement. The replay example and the replay tests share that one replay loop, so what the
+//! tests verify is what the example measures.
 
+pub mod replay;
 pub mod trace;

@@ -30,8 +30,13 @@ fn detached_roundtrip_and_misuse() {
     h.free(c).unwrap();
     h.check().unwrap();
     assert_eq!(h.stats().free_chunks, 1);
-    h.add_region(1 << 20, 1 << 20).unwrap();
+    h.extend_region(0, 1 << 20).unwrap();
     assert_eq!(h.stats().free_chunks, 1);
+    assert_eq!(h.stats().regions, 1);
+    // An adjacent region that is not declared contiguous stays separate.
+    h.add_region(2 << 20, 1 << 20).unwrap();
+    assert_eq!((h.stats().free_chunks, h.stats().regions), (2, 2));
+    assert_eq!(h.remove_region(2 << 20), Ok((2 << 20, 1 << 20)));
     assert_eq!(h.add_region(100, 4096), Err(Error::RegionMisaligned));
     assert_eq!(h.add_region(1 << 19, 1 << 20), Err(Error::RegionOverlap));
     h.check().unwrap();

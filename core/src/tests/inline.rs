@@ -123,14 +123,15 @@ fn bad_inputs() {
     // granule is too little to stand as a chunk of its own.
     unsafe {
         let p = h.alloc(2000, 16).unwrap(); // the whole region: the growth stands alone
+        assert_eq!(h.extend_region(a.ptr(), 16), Err(Error::RegionTooSmall));
         assert_eq!(
-            h.add_region(a.ptr().add(2048), 16),
-            Err(Error::RegionTooSmall)
+            h.extend_region(a.ptr().add(16), 32),
+            Err(Error::UnknownRegion)
         );
-        h.add_region(a.ptr().add(2048), 32).unwrap();
+        h.extend_region(a.ptr(), 32).unwrap();
         h.check().unwrap();
         h.free(p, 2000).unwrap();
-        h.add_region(a.ptr().add(2080), 2048 - 32).unwrap();
+        h.extend_region(a.ptr(), 2048 - 32).unwrap();
     }
     h.check().unwrap();
     assert_eq!(h.stats().free_chunks, 1);
@@ -215,7 +216,7 @@ fn inline_region_errors() {
             Err(Error::RegionMisaligned)
         );
         assert_eq!(
-            h.add_region(usize::MAX as *mut u8, 4096),
+            h.add_region(core::ptr::without_provenance_mut(usize::MAX), 4096),
             Err(Error::RegionMisaligned)
         );
     }
@@ -241,5 +242,23 @@ fn inline_region_errors() {
             ..Default::default()
         }
     );
+    h.check().unwrap();
+}
+
+/// A moving realloc copies no more than the old chunk holds, even when told a larger old size
+/// (the checked build refuses the size instead).
+#[test]
+fn realloc_never_copies_past_the_old_chunk() {
+    let mut a = Arena::new(1 << 14);
+    let mut h = InlineHeap::new();
+    unsafe { h.add_region(a.ptr(), 4096).unwrap() };
+    let p = h.alloc(16, 16).unwrap();
+    let _q = h.alloc(16, 16).unwrap();
+    let r = unsafe { h.realloc(p, 3000, 16, 3000) };
+    if cfg!(feature = "checked") {
+        assert_eq!(r, Err(Error::WrongSize));
+    } else {
+        assert_ne!(r.unwrap(), p);
+    }
     h.check().unwrap();
 }

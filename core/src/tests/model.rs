@@ -199,28 +199,17 @@ impl Model {
         Ok(Some(new))
     }
 
+    fn overlaps(&self, start: usize, len: usize) -> bool {
+        self.regions
+            .iter()
+            .any(|(&b, &(_, e))| start < e && b < start + len)
+    }
+
     fn add_region(&mut self, base: usize, len: usize) -> Result<(), Error> {
         let g = self.geo.granule;
         let len = len & !(g - 1);
-        if let Some((&rb, &(id, end))) = self.regions.iter().find(|(_, &(_, end))| end == base) {
-            if len == 0 {
-                return Err(Error::RegionTooSmall);
-            }
-            // Growth: new space right after the last chunk, merged with it if free.
-            // The old end (inline: the payload after the old fence) starts the new chunk.
-            let at = end;
-            self.chunks.insert(
-                at,
-                MChunk {
-                    granules: len / g,
-                    free: false,
-                    stamp: 0,
-                    region: id,
-                },
-            );
-            self.regions.insert(rb, (id, end + len));
-            self.coalesce_and_file(at);
-            return Ok(());
+        if self.overlaps(base, len) {
+            return Err(Error::RegionOverlap);
         }
         if len < self.geo.region_overhead + self.geo.min_chunk * g {
             return Err(Error::RegionTooSmall);
@@ -239,6 +228,32 @@ impl Model {
             },
         );
         self.file(at);
+        Ok(())
+    }
+
+    /// Growth: new space right after the region's last chunk, merged with it if free.
+    fn extend_region(&mut self, base: usize, len: usize) -> Result<(), Error> {
+        let g = self.geo.granule;
+        let len = len & !(g - 1);
+        let &(id, end) = self.regions.get(&base).ok_or(Error::UnknownRegion)?;
+        if self.overlaps(end, len) {
+            return Err(Error::RegionOverlap);
+        }
+        if len < self.geo.min_chunk * g {
+            return Err(Error::RegionTooSmall);
+        }
+        // The old end (inline: the payload after the old fence) starts the new chunk.
+        self.chunks.insert(
+            end,
+            MChunk {
+                granules: len / g,
+                free: false,
+                stamp: 0,
+                region: id,
+            },
+        );
+        self.regions.insert(base, (id, end + len));
+        self.coalesce_and_file(end);
         Ok(())
     }
 
@@ -272,6 +287,7 @@ trait Subject {
         new: usize,
     ) -> Result<(usize, Self::H), Error>;
     fn add_region(&mut self, offset: usize, len: usize) -> Result<(), Error>;
+    fn extend_region(&mut self, offset: usize, len: usize) -> Result<(), Error>;
     fn remove_region(&mut self, offset: usize) -> Result<(), Error>;
     fn check(&self);
     /// The address the model uses for region `offset` of the test's address space.
@@ -312,6 +328,14 @@ impl Subject for InlineSubject {
         // SAFETY: the range is inside the arena, which outlives the heap, and the driver never
         // hands the same range out twice.
         unsafe { self.heap.add_region(self.arena.ptr().add(offset), len) }
+    }
+    fn extend_region(&mut self, offset: usize, len: usize) -> Result<(), Error> {
+        // SAFETY: the driver only extends into the arena (one allocation, reachable through the
+        // region's pointer), never into a range it gave out before.
+        unsafe {
+            let base = self.arena.ptr().add(offset);
+            self.heap.extend_region(base, len)
+        }
     }
     fn remove_region(&mut self, offset: usize) -> Result<(), Error> {
         // SAFETY: pointer arithmetic inside the arena.
@@ -392,6 +416,9 @@ impl Subject for DetachedSubject {
     fn add_region(&mut self, offset: usize, len: usize) -> Result<(), Error> {
         self.heap.add_region(DETACHED_BASE + offset, len)
     }
+    fn extend_region(&mut self, offset: usize, len: usize) -> Result<(), Error> {
+        self.heap.extend_region(DETACHED_BASE + offset, len)
+    }
     fn remove_region(&mut self, offset: usize) -> Result<(), Error> {
         self.heap.remove_region(DETACHED_BASE + offset).map(|_| ())
     }
@@ -409,6 +436,7 @@ enum Op {
     Free { pick: usize },
     Realloc { pick: usize, size: usize },
     AddRegion { gap: usize, len: usize },
+    ExtendRegion { pick: usize, len: usize },
     RemoveRegion { pick: usize },
 }
 
@@ -441,6 +469,8 @@ fn op_strategy(sizes: impl Strategy<Value = usize> + Clone + 'static) -> impl St
         3 => (any::<usize>(), sizes).prop_map(|(pick, size)| Op::Realloc { pick, size }),
         1 => (prop_oneof![Just(0usize), 1usize..=4], 1usize..=16)
             .prop_map(|(gap, len)| Op::AddRegion { gap: gap * 256, len: len * 4096 }),
+        1 => (any::<usize>(), 1usize..=8)
+            .prop_map(|(pick, len)| Op::ExtendRegion { pick, len: len * 2048 }),
         1 => any::<usize>().prop_map(|pick| Op::RemoveRegion { pick }),
     ]
 }
@@ -529,11 +559,23 @@ fn run<S: Subject>(subject: &mut S, geo: Geometry, first_region: usize, ops: &[O
                 assert_eq!(want, got, "add_region({off}, {len})");
                 if got.is_ok() {
                     cursor = off + len;
-                    if !model.regions.contains_key(&(base + off)) {
-                        // It grew the region before it.
-                    } else {
-                        region_offsets.push(off);
-                    }
+                    region_offsets.push(off);
+                }
+            }
+            Op::ExtendRegion { pick, len } => {
+                if region_offsets.is_empty() {
+                    continue;
+                }
+                let off = region_offsets[pick % region_offsets.len()];
+                let end = model.regions[&(base + off)].1 - base;
+                if end + len > SPACE {
+                    continue;
+                }
+                let want = model.extend_region(base + off, len);
+                let got = subject.extend_region(off, len);
+                assert_eq!(want, got, "extend_region({off}, {len})");
+                if got.is_ok() {
+                    cursor = cursor.max(end + len);
                 }
             }
             Op::RemoveRegion { pick } => {

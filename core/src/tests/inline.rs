@@ -31,6 +31,7 @@ impl Arena {
 fn alloc_free_roundtrip() {
     let mut a = Arena::new(1 << 18);
     let mut h = InlineHeap::new();
+    // SAFETY: the arena outlives the heap and nothing else uses its memory.
     unsafe { h.add_region(a.ptr(), a.len()).unwrap() };
     h.check().unwrap();
     let whole = h.stats().free;
@@ -38,19 +39,24 @@ fn alloc_free_roundtrip() {
     for i in 1..200usize {
         let p = h.alloc(i * 7, 16).unwrap();
         assert_eq!(p.as_ptr() as usize % 16, 0);
+        // SAFETY: the block is a live allocation of at least that many bytes.
         unsafe { p.as_ptr().write_bytes(i as u8, i * 7) };
         ps.push((p, i * 7));
         h.check().unwrap();
     }
     for (i, &(p, n)) in ps.iter().enumerate().rev().step_by(2) {
+        // SAFETY: the block is a live allocation of at least that many bytes.
         let s = unsafe { core::slice::from_raw_parts(p.as_ptr(), n) };
         assert!(s.iter().all(|&b| b == (i + 1) as u8));
+        // SAFETY: the pointer is a live allocation of this heap, not used after it is freed.
         unsafe { h.free(p, n).unwrap() };
         h.check().unwrap();
     }
     for (i, &(p, n)) in ps.iter().enumerate().rev().skip(1).step_by(2) {
+        // SAFETY: the block is a live allocation of at least that many bytes.
         let s = unsafe { core::slice::from_raw_parts(p.as_ptr(), n) };
         assert!(s.iter().all(|&b| b == (i + 1) as u8));
+        // SAFETY: the pointer is a live allocation of this heap, not used after it is freed.
         unsafe { h.free(p, n).unwrap() };
         h.check().unwrap();
     }
@@ -64,6 +70,7 @@ fn alloc_free_roundtrip() {
 fn aligned_allocs() {
     let mut a = Arena::new(1 << 18);
     let mut h = InlineHeap::new();
+    // SAFETY: the arena outlives the heap and nothing else uses its memory.
     unsafe { h.add_region(a.ptr(), a.len()).unwrap() };
     let mut ps = Vec::new();
     for shift in 4..13 {
@@ -76,6 +83,7 @@ fn aligned_allocs() {
         }
     }
     for (p, n) in ps {
+        // SAFETY: the pointer is a live allocation of this heap, not used after it is freed.
         unsafe { h.free(p, n).unwrap() };
         h.check().unwrap();
     }
@@ -87,6 +95,7 @@ fn bad_inputs() {
     let mut a = Arena::new(4096);
     let mut h = InlineHeap::new();
     assert_eq!(h.alloc(8, 8), Err(Error::OutOfMemory));
+    // SAFETY: the arena outlives the heap and nothing else uses its memory.
     unsafe {
         assert_eq!(
             h.add_region(core::ptr::null_mut(), 4096),
@@ -112,6 +121,7 @@ fn bad_inputs() {
     assert_eq!(h.alloc(8, 1 << 63), Err(Error::SizeOverflow));
     assert_eq!(h.alloc(4096, 8), Err(Error::OutOfMemory));
     let p = h.alloc(100, 8).unwrap();
+    // SAFETY: pointers come from this heap's arena; freed ones are not used again.
     unsafe {
         assert_eq!(h.free_checked(p.add(16), 100), Err(Error::ForeignPointer));
         assert_eq!(h.free_checked(p, 300), Err(Error::WrongSize));
@@ -121,6 +131,7 @@ fn bad_inputs() {
     h.check().unwrap();
     // Growth: the second half joins the first region and the whole is one free chunk. One
     // granule is too little to stand as a chunk of its own.
+    // SAFETY: the arena outlives the heap and nothing else uses its memory.
     unsafe {
         let p = h.alloc(2000, 16).unwrap(); // the whole region: the growth stands alone
         assert_eq!(h.extend_region(a.ptr(), 16), Err(Error::RegionTooSmall));
@@ -136,6 +147,7 @@ fn bad_inputs() {
     h.check().unwrap();
     assert_eq!(h.stats().free_chunks, 1);
     let big = h.alloc(3500, 16).unwrap();
+    // SAFETY: the pointer is a live allocation of this heap, not used after it is freed.
     unsafe { h.free(big, 3500).unwrap() };
     assert_eq!(h.trim(|_, _| {}), 1);
     assert_eq!(h.stats().managed, 0);
@@ -146,8 +158,10 @@ fn bad_inputs() {
 fn realloc_in_place_then_moves() {
     let mut a = Arena::new(1 << 14);
     let mut h = InlineHeap::new();
+    // SAFETY: the arena outlives the heap and nothing else uses its memory.
     unsafe { h.add_region(a.ptr(), a.len()).unwrap() };
     let p = h.alloc(100, 16).unwrap();
+    // SAFETY: pointers come from this heap's arena; freed ones are not used again.
     unsafe {
         p.as_ptr().write_bytes(0xAB, 100);
         let q = h.realloc(p, 100, 16, 1000).unwrap();
@@ -173,6 +187,7 @@ fn realloc_in_place_then_moves() {
 fn stats_count_final_chunk_sizes() {
     let mut a = Arena::new(1 << 16);
     let mut h = InlineHeap::new();
+    // SAFETY: the arena outlives the heap and nothing else uses its memory.
     unsafe { h.add_region(a.ptr(), a.len()).unwrap() };
     let managed = h.stats().managed;
     // 100 bytes + one word of tag, rounded to 16: a 112-byte chunk.
@@ -186,6 +201,7 @@ fn stats_count_final_chunk_sizes() {
     assert_eq!(s.largest_free, s.free);
     assert_eq!(s.fragmentation(), 0.0);
     // Growing in place into the free successor counts only the new size.
+    // SAFETY: the pointer is a live allocation of this heap, not used after it is freed.
     let p = unsafe { h.realloc(p, 100, 16, 1000).unwrap() };
     let s = h.stats();
     assert_eq!(
@@ -193,10 +209,12 @@ fn stats_count_final_chunk_sizes() {
         (1008, 1008, 1)
     );
     let q = h.alloc(40, 16).unwrap();
+    // SAFETY: the pointer is a live allocation of this heap, not used after it is freed.
     unsafe { h.free(p, 1000).unwrap() };
     let s = h.stats();
     assert_eq!((s.in_use, s.free_chunks, s.frees), (48, 2, 1));
     assert!(s.fragmentation() > 0.0);
+    // SAFETY: the pointer is a live allocation of this heap, not used after it is freed.
     unsafe { h.free(q, 40).unwrap() };
     assert_eq!(h.stats().peak_in_use, 1056);
     h.check().unwrap();
@@ -210,6 +228,7 @@ fn inline_region_errors() {
     let mut h = InlineHeap::with_granule(64).unwrap();
     assert_eq!(h.granule(), 64);
     let base = a.ptr().wrapping_add(a.ptr().align_offset(64));
+    // SAFETY: the arena outlives the heap and nothing else uses its memory.
     unsafe {
         assert_eq!(
             h.add_region(base.add(16), 4096),
@@ -220,6 +239,7 @@ fn inline_region_errors() {
             Err(Error::RegionMisaligned)
         );
     }
+    // SAFETY: the arena outlives the heap and nothing else uses its memory.
     unsafe { h.add_region(base, 8192).unwrap() };
     let p = h.alloc(1, 1).unwrap();
     assert_eq!(p.as_ptr() as usize % 64, 0);
@@ -228,7 +248,9 @@ fn inline_region_errors() {
         h.remove_region(base.wrapping_add(64)),
         Err(Error::UnknownRegion)
     );
+    // SAFETY: the pointer is a live allocation of this heap, not used after it is freed.
     unsafe { h.free(p, 1).unwrap() };
+    // SAFETY: a double free of a pointer from this heap is detected from its tag, not undefined.
     assert_eq!(unsafe { h.free(p, 1) }, Err(Error::DoubleFree));
     let (b, len) = h.remove_region(base).unwrap();
     assert_eq!((b.as_ptr(), len), (base, 8192));
@@ -251,9 +273,11 @@ fn inline_region_errors() {
 fn realloc_never_copies_past_the_old_chunk() {
     let mut a = Arena::new(1 << 14);
     let mut h = InlineHeap::new();
+    // SAFETY: the arena outlives the heap and nothing else uses its memory.
     unsafe { h.add_region(a.ptr(), 4096).unwrap() };
     let p = h.alloc(16, 16).unwrap();
     let _q = h.alloc(16, 16).unwrap();
+    // SAFETY: the pointer is a live allocation of this heap, not used after it is freed.
     let r = unsafe { h.realloc(p, 3000, 16, 3000) };
     if cfg!(feature = "checked") {
         assert_eq!(r, Err(Error::WrongSize));

@@ -1,142 +1,368 @@
-//! Benchmarks for tagalloc. For now one quick measurement: alloc+free of small random sizes
-//! on each tag placement, with the system allocator beside them as a reference. The full suite
-//! (trace replay and talc's methods against peer allocators) builds on this crate.
+//! Benchmarks of tagalloc against peer allocators, all driven through one trait
+//! (`subjects::Subject`) so that each benchmark is written once:
 //!
-//! Run: `cargo run --release -p tagalloc-bench`
+//! - `micro`: alloc+free of small random sizes in steady state;
+//! - `random-actions`: talc's published speed benchmark, so that figures line up with talc's;
+//! - `efficiency`: talc's heap-efficiency benchmark (how full a heap gets before a failure);
+//! - `replay [TRACE...]`: recorded allocation traces replayed through every allocator, with
+//!   time per event and peak footprint against the trace's peak live bytes.
+//!
+//! With no subcommand a default suite runs all four, shortened to finish in under two minutes.
+//! Results are markdown tables on stdout (`--json` for machines), SVG charts under
+//! `target/tagalloc-bench/`, and a progress bar on stderr when it is a terminal.
+//!
+//! Run: `cargo run --release -p tagalloc-bench [-- SUBCOMMAND] [OPTIONS]`
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::hint::black_box;
-use std::time::Instant;
+mod bump;
+mod efficiency;
+mod micro;
+mod plot;
+mod random_actions;
+mod replay;
+mod report;
+mod subjects;
 
-use tagalloc::{DetachedHeap, InlineHeap};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
-/// Live slots: each step frees the slot's block (if any) and allocates a new one there.
-const SLOTS: usize = 1000;
-const STEPS: usize = 2_000_000;
-const RUNS: usize = 7;
-const ARENA: usize = 64 << 20;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{json, Value};
+use tagalloc_tests::trace;
 
-/// The request sizes of one run, the same for every allocator: 8..=512 bytes.
-fn sizes() -> Vec<usize> {
-    let mut x = 0x2545_F491_4F6C_DD1Du64;
-    (0..STEPS)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            8 + (x % 505) as usize
+const HELP: &str = "\
+tagalloc-bench: tagalloc against peer allocators
+
+USAGE:
+    tagalloc-bench [OPTIONS] [SUBCOMMAND]
+
+SUBCOMMANDS (none: the default suite, all four shortened, under two minutes):
+    micro               alloc+free of random 8..=512-byte blocks, 1000 live
+    random-actions      talc's random-actions benchmark (7 trials x 200 ms per size)
+    efficiency          talc's heap-efficiency benchmark (300 rounds)
+    replay [TRACE...]   replay allocation traces (files or directories; default: every
+                        trace in ../shared/traces, else the bundled tests/data traces)
+
+OPTIONS:
+    --quick             a seconds-long smoke run: tiny durations, few rounds, the bundled
+                        traces only (their first 20,000 events)
+    --json              print the results as JSON instead of markdown tables
+    --runs N            repetitions: micro and replay runs, random-actions trials,
+                        efficiency rounds
+    --budget SECONDS    replay: stop one allocator's run on one trace after this long
+    --out DIR           where the SVG charts go (default: target/tagalloc-bench)
+    --no-plots          write no charts
+    -h, --help          this text
+";
+
+/// What the command line asked for.
+struct Args {
+    command: Option<String>,
+    traces: Vec<PathBuf>,
+    quick: bool,
+    json: bool,
+    runs: Option<usize>,
+    budget: Option<f64>,
+    out: Option<PathBuf>,
+    plots: bool,
+}
+
+/// Why the tool stopped: bad input (exit code 2) or a failure while running (1).
+enum Failure {
+    Input(String),
+    Run(String),
+}
+
+fn parse_args() -> Result<Option<Args>, String> {
+    use lexopt::prelude::*;
+    let mut args = Args {
+        command: None,
+        traces: Vec::new(),
+        quick: false,
+        json: false,
+        runs: None,
+        budget: None,
+        out: None,
+        plots: true,
+    };
+    let mut parser = lexopt::Parser::from_env();
+    let e = |e: lexopt::Error| e.to_string();
+    while let Some(arg) = parser.next().map_err(e)? {
+        match arg {
+            Long("quick") => args.quick = true,
+            Long("json") => args.json = true,
+            Long("no-plots") => args.plots = false,
+            Long("runs") => {
+                let n: usize = parser.value().map_err(e)?.parse().map_err(e)?;
+                if n == 0 {
+                    return Err("--runs must be at least 1".into());
+                }
+                args.runs = Some(n);
+            }
+            Long("budget") => {
+                let s: f64 = parser.value().map_err(e)?.parse().map_err(e)?;
+                if !(s.is_finite() && s > 0.0 && s < 1e6) {
+                    return Err("--budget must be a positive number of seconds".into());
+                }
+                args.budget = Some(s);
+            }
+            Long("out") => args.out = Some(parser.value().map_err(e)?.into()),
+            Short('h') | Long("help") => return Ok(None),
+            Value(v) if args.command.is_none() => {
+                let name = v.string().map_err(e)?;
+                match name.as_str() {
+                    "micro" | "random-actions" | "efficiency" | "replay" => {
+                        args.command = Some(name)
+                    }
+                    other => {
+                        return Err(format!(
+                            "unknown subcommand `{other}` (expected micro, random-actions, \
+                             efficiency or replay)"
+                        ))
+                    }
+                }
+            }
+            Value(v) if args.command.as_deref() == Some("replay") => args.traces.push(v.into()),
+            other => return Err(other.unexpected().to_string()),
+        }
+    }
+    Ok(Some(args))
+}
+
+/// How long each part runs: a full subcommand, the default suite, or a smoke run.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Full,
+    Suite,
+    Quick,
+}
+
+/// The trace files to replay: those named (directories expanded), or the default collection.
+fn trace_paths(args: &Args, mode: Mode) -> Result<Vec<PathBuf>, Failure> {
+    let list = |dir: &Path| {
+        trace::trace_files(dir)
+            .map_err(|e| Failure::Input(format!("cannot list traces in {}: {e}", dir.display())))
+    };
+    if !args.traces.is_empty() {
+        let mut paths = Vec::new();
+        for p in &args.traces {
+            if p.is_dir() {
+                paths.extend(list(p)?);
+            } else if p.is_file() {
+                paths.push(p.clone());
+            } else {
+                return Err(Failure::Input(format!(
+                    "cannot read trace {}: no such file or directory",
+                    p.display()
+                )));
+            }
+        }
+        return Ok(paths);
+    }
+    if mode != Mode::Quick {
+        if let Some(dir) = trace::shared_traces_dir() {
+            let files = list(&dir)?;
+            if !files.is_empty() {
+                return Ok(files);
+            }
+        }
+    }
+    list(&trace::bundled_traces_dir())
+}
+
+fn progress(len: u64) -> ProgressBar {
+    let bar = ProgressBar::new(len);
+    if let Ok(style) =
+        ProgressStyle::with_template("{msg:50!} [{bar:30}] {pos}/{len} {elapsed_precise}")
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar
+}
+
+fn default_out() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    target.join("tagalloc-bench")
+}
+
+fn run(args: &Args) -> Result<(), Failure> {
+    let started = Instant::now();
+    let mode = match (args.quick, args.command.is_some()) {
+        (true, _) => Mode::Quick,
+        (false, true) => Mode::Full,
+        (false, false) => Mode::Suite,
+    };
+    let wants = |name: &str| args.command.is_none() || args.command.as_deref() == Some(name);
+    let pick = |full: usize, suite: usize, quick: usize| {
+        args.runs.unwrap_or(match mode {
+            Mode::Full => full,
+            Mode::Suite => suite,
+            Mode::Quick => quick,
         })
-        .collect()
+    };
+    let plots = if args.plots {
+        let dir = args.out.clone().unwrap_or_else(default_out);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Failure::Run(format!("cannot create {}: {e}", dir.display())))?;
+        Some(std::fs::canonicalize(&dir).unwrap_or(dir))
+    } else {
+        None
+    };
+    let run_err = Failure::Run;
+
+    // Traces first, so that a bad one stops the tool before any long measurement.
+    let mut prepared = Vec::new();
+    if wants("replay") {
+        let paths = trace_paths(args, mode)?;
+        if paths.is_empty() {
+            return Err(Failure::Input("no traces to replay".into()));
+        }
+        let max_events = (mode == Mode::Quick).then_some(20_000);
+        let bar = progress(paths.len() as u64);
+        for p in &paths {
+            bar.set_message(format!("loading {}", p.display()));
+            prepared.push(replay::load(p, max_events).map_err(Failure::Input)?);
+            bar.inc(1);
+        }
+        bar.finish_and_clear();
+    }
+
+    let mut out_json = serde_json::Map::new();
+    let mut emit = |md: String, key: &str, json: Value| {
+        if !args.json {
+            println!("{md}");
+        }
+        out_json.insert(key.to_string(), json);
+    };
+    if !args.json {
+        println!(
+            "# tagalloc-bench{}\n",
+            match mode {
+                Mode::Full => "",
+                Mode::Suite => " (default suite)",
+                Mode::Quick => " (--quick smoke run: figures are not meaningful)",
+            }
+        );
+    }
+
+    if wants("micro") {
+        let opts = micro::Options {
+            steps: match mode {
+                Mode::Full => 2_000_000,
+                Mode::Suite => 500_000,
+                Mode::Quick => 20_000,
+            },
+            runs: pick(7, 5, 2),
+        };
+        let bar = progress((opts.runs * 10) as u64);
+        let (md, json) = micro::run(&opts, plots.as_deref(), &bar).map_err(run_err)?;
+        bar.finish_and_clear();
+        emit(md, "micro", json);
+    }
+
+    if wants("random-actions") {
+        let opts = random_actions::Options {
+            trials: pick(7, 3, 1),
+            duration: Duration::from_millis(match mode {
+                Mode::Full => 200,
+                Mode::Suite => 60,
+                Mode::Quick => 5,
+            }),
+            warmup: Duration::from_millis(if mode == Mode::Quick { 1 } else { 2 }),
+        };
+        let bar = progress((opts.trials * 10 * random_actions::MAX_SIZES.len()) as u64);
+        let (md, json) = random_actions::run(&opts, plots.as_deref(), &bar).map_err(run_err)?;
+        bar.finish_and_clear();
+        emit(md, "random_actions", json);
+    }
+
+    if wants("efficiency") {
+        let opts = efficiency::Options {
+            rounds: pick(300, 30, 2),
+            heap: if mode == Mode::Quick {
+                8 << 20
+            } else {
+                random_actions::HEAP
+            },
+        };
+        let bar = progress((opts.rounds * 9) as u64);
+        let (md, json) = efficiency::run(&opts, plots.as_deref(), &bar).map_err(run_err)?;
+        bar.finish_and_clear();
+        emit(md, "efficiency", json);
+    }
+
+    if wants("replay") {
+        let opts = replay::Options {
+            runs: pick(5, 3, 1),
+            budget: Duration::from_secs_f64(args.budget.unwrap_or(match mode {
+                Mode::Full => 10.0,
+                Mode::Suite => 1.5,
+                Mode::Quick => 1.0,
+            })),
+            plots: plots.clone(),
+        };
+        let items: usize = prepared.len() * (opts.runs + 1) * 10;
+        let bar = progress(items as u64);
+        let mut md = format!(
+            "## Trace replay\n\nEvery event of each trace through every allocator: one untimed \
+             run for the footprint, then {} timed run(s), allocators interleaved; ns/event is \
+             the median. Host allocators share one arena per trace (the bump reference gets \
+             one as large as the trace's total requests); address allocators manage an address \
+             range of the same size and touch no memory (a moving realloc copies nothing). \
+             A run stops after {:.1} s (marked †). Single-threaded: `t=` fields are ignored. \
+             {}\n",
+            opts.runs,
+            opts.budget.as_secs_f64(),
+            replay::FOOTPRINT_NOTE,
+        );
+        let mut traces = Vec::new();
+        for p in &prepared {
+            let r = replay::run(p, &opts, &bar).map_err(run_err)?;
+            md.push('\n');
+            md.push_str(&r.markdown(opts.runs));
+            traces.push(r.json());
+        }
+        bar.finish_and_clear();
+        emit(md, "replay", Value::Array(traces));
+    }
+
+    if let Some(dir) = &plots {
+        out_json.insert("plots_dir".into(), json!(dir.display().to_string()));
+    }
+    if args.json {
+        let text = serde_json::to_string_pretty(&Value::Object(out_json))
+            .map_err(|e| Failure::Run(e.to_string()))?;
+        println!("{text}");
+    } else if let Some(dir) = &plots {
+        println!("Charts: {}", dir.display());
+    }
+    eprintln!("finished in {:.1} s", started.elapsed().as_secs_f64());
+    Ok(())
 }
 
-/// An allocator under test: allocate, free, and whatever it needs to start.
-trait Subject {
-    type Block: Copy;
-    fn alloc(&mut self, size: usize) -> Self::Block;
-    fn free(&mut self, b: Self::Block, size: usize);
-}
-
-struct Inline {
-    heap: InlineHeap,
-    _arena: Vec<u128>,
-}
-
-impl Inline {
-    fn new() -> Self {
-        let mut arena = vec![0u128; ARENA / 16];
-        let mut heap = InlineHeap::new();
-        // SAFETY: the arena is 16-aligned, lives as long as the heap (same struct, dropped
-        // after it is no longer used) and is touched only through the heap.
-        unsafe { heap.add_region(arena.as_mut_ptr().cast(), ARENA) }.expect("region");
-        Inline {
-            heap,
-            _arena: arena,
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(Some(args)) => args,
+        Ok(None) => {
+            print!("{HELP}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("tagalloc-bench: {e}\n\n{HELP}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Input(e)) => {
+            eprintln!("tagalloc-bench: {e}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Run(e)) => {
+            eprintln!("tagalloc-bench: {e}");
+            ExitCode::from(1)
         }
     }
-}
-
-impl Subject for Inline {
-    type Block = std::ptr::NonNull<u8>;
-    fn alloc(&mut self, size: usize) -> Self::Block {
-        self.heap.alloc(size, 16).expect("inline alloc")
-    }
-    fn free(&mut self, b: Self::Block, size: usize) {
-        // SAFETY: `b` came from this heap's `alloc` and is freed once.
-        unsafe { self.heap.free(b, size) }.expect("inline free");
-    }
-}
-
-struct Detached(DetachedHeap<Vec<tagalloc::Record>>);
-
-impl Subject for Detached {
-    type Block = tagalloc::Block;
-    fn alloc(&mut self, size: usize) -> Self::Block {
-        self.0.alloc(size, 16).expect("detached alloc")
-    }
-    fn free(&mut self, b: Self::Block, _size: usize) {
-        self.0.free(b).expect("detached free");
-    }
-}
-
-struct Sys;
-
-impl Subject for Sys {
-    type Block = *mut u8;
-    fn alloc(&mut self, size: usize) -> Self::Block {
-        // SAFETY: the layout has a non-zero size.
-        unsafe { System.alloc(Layout::from_size_align(size, 16).unwrap()) }
-    }
-    fn free(&mut self, b: Self::Block, size: usize) {
-        // SAFETY: `b` came from `System.alloc` with this layout.
-        unsafe { System.dealloc(b, Layout::from_size_align(size, 16).unwrap()) }
-    }
-}
-
-/// One run: nanoseconds per alloc+free pair.
-fn run<S: Subject>(s: &mut S, sizes: &[usize]) -> f64 {
-    let mut slots: Vec<Option<(S::Block, usize)>> = vec![None; SLOTS];
-    let start = Instant::now();
-    for (i, &size) in sizes.iter().enumerate() {
-        let slot = &mut slots[(i * 7919) % SLOTS];
-        if let Some((b, n)) = slot.take() {
-            s.free(b, n);
-        }
-        *slot = Some((black_box(s.alloc(size)), size));
-    }
-    let ns = start.elapsed().as_nanos() as f64 / sizes.len() as f64;
-    for (b, n) in slots.into_iter().flatten() {
-        s.free(b, n);
-    }
-    ns
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-fn main() {
-    let sizes = sizes();
-    let (mut inline, mut detached, mut sys) = (Vec::new(), Vec::new(), Vec::new());
-    let mut di = Inline::new();
-    let mut dd = Detached(DetachedHeap::growable(16).expect("granule"));
-    dd.0.add_region(1 << 32, ARENA).expect("region");
-    // Interleave the allocators run by run, so that machine noise hits them alike.
-    for _ in 0..RUNS {
-        inline.push(run(&mut di, &sizes));
-        detached.push(run(&mut dd, &sizes));
-        sys.push(run(&mut Sys, &sizes));
-    }
-    di.heap.check().expect("inline heap invariants");
-    dd.0.check().expect("detached heap invariants");
-    let (i, d, s) = (median(inline), median(detached), median(sys));
-    println!("alloc+free of random 8..=512-byte blocks, {SLOTS} live, {STEPS} pairs, median of {RUNS} runs");
-    println!("| allocator | ns per alloc+free | vs inline |");
-    println!("| --- | ---: | ---: |");
-    println!("| tagalloc inline (16 B granule) | {i:.1} | 1.00 |");
-    println!(
-        "| tagalloc out-of-band (16 B granule) | {d:.1} | {:.2} |",
-        d / i
-    );
-    println!("| system malloc | {s:.1} | {:.2} |", s / i);
 }

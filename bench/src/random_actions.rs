@@ -1,0 +1,284 @@
+//! talc's "random actions" benchmark (talc's `benches/src/random_actions.rs`, single-threaded,
+//! with reallocation), so that its figures line up with talc's BENCHMARKS.md.
+//!
+//! Every allocator gets the same 128 MiB arena. For a fixed time it performs random actions on
+//! a list of live allocations: 1/7 realloc a random one to `1..3 × max` bytes, 3/7 free a
+//! random one when at least 300 are live, otherwise (3/7, or 6/7 below 300) allocate a size
+//! drawn by talc's `generate_size(max)` with talc's `generate_align()`. The score is the number
+//! of successful actions; each trial starts a fresh allocator, warms it up for 2 ms, then
+//! counts. talc reports the mean over 7 trials of 200 ms for maximum sizes 200 B to 30 000 B,
+//! which is what this reports too (scaled to 200 ms when a shorter trial is asked for).
+//!
+//! One departure: the random streams are seeded per trial, the same for every allocator, so
+//! that they all face the same actions; talc seeds from entropy.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use indicatif::ProgressBar;
+use serde_json::{json, Value};
+
+use crate::plot;
+use crate::report::{self, Table};
+use crate::subjects::{self, with_subject, Arena, Bench, Peer, Setup, Space, Subject};
+
+/// talc's `HEAP_SIZE`.
+pub const HEAP: usize = 1 << 27;
+/// talc's `RA_MAX_SIZES_ARENA`.
+pub const MAX_SIZES: [usize; 5] = [200, 1000, 3000, 10000, 30000];
+/// talc's `RA_ALLOC_COUNT_ARENA`: below this many live blocks, only allocate or realloc.
+const MIN_LIVE: usize = 300;
+/// talc's `RA_MAX_REALLOC_SIZE_MULTI`.
+const REALLOC_MULTI: usize = 3;
+/// talc's trial length, the unit of its score.
+const TALC_DURATION: Duration = Duration::from_millis(200);
+
+/// How long to measure.
+pub struct Options {
+    /// Trials per allocator and size (talc: 7).
+    pub trials: usize,
+    /// Length of a trial (talc: 200 ms).
+    pub duration: Duration,
+    /// Warm-up before each trial (talc: 2 ms).
+    pub warmup: Duration,
+}
+
+/// talc's `generate_size`: biased towards small sizes.
+pub fn generate_size(rng: &mut fastrand::Rng, max: usize) -> usize {
+    let cap = rng.usize(16..max);
+    rng.usize(4..cap)
+}
+
+/// talc's `generate_align`: 75 % word-aligned, 19 % twice that, 4 % four times, ...
+pub fn generate_align(rng: &mut fastrand::Rng) -> usize {
+    std::mem::align_of::<usize>() << (rng.u16(..).trailing_zeros() / 2)
+}
+
+/// One trial: warm-up, then the counted run.
+struct Trial {
+    max: usize,
+    seed: u64,
+    warmup: Duration,
+    duration: Duration,
+}
+
+/// Counts of one trial: successful actions, failed allocations, failed reallocs.
+#[derive(Clone, Copy, Default)]
+struct Counts {
+    score: u64,
+    alloc_failures: u64,
+    realloc_failures: u64,
+}
+
+impl Trial {
+    fn actions<S: Subject>(&self, s: &mut S, seed: u64, duration: Duration) -> Counts {
+        let mut c = Counts::default();
+        let mut v: Vec<(S::Block, usize, usize)> = Vec::with_capacity(100_000);
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let start = Instant::now();
+        while start.elapsed() < duration {
+            for _ in 0..100 {
+                let action = rng.usize(0..=6);
+                if action == 6 {
+                    if !v.is_empty() {
+                        let i = rng.usize(0..v.len());
+                        let new_size = rng.usize(1..self.max * REALLOC_MULTI);
+                        let (b, size, align) = v[i];
+                        // SAFETY: `b` is a live block of `size` bytes aligned to `align`; it is
+                        // replaced by the result on success and kept on failure.
+                        match unsafe { s.realloc(b, size, align, new_size) } {
+                            Some(nb) => {
+                                v[i] = (nb, new_size, align);
+                                c.score += 1;
+                            }
+                            None => c.realloc_failures += 1,
+                        }
+                    }
+                } else if action < 3 || v.len() < MIN_LIVE {
+                    let size = generate_size(&mut rng, self.max);
+                    let align = generate_align(&mut rng);
+                    match s.alloc(size, align) {
+                        Some(b) => {
+                            v.push((b, size, align));
+                            c.score += 1;
+                        }
+                        None => c.alloc_failures += 1,
+                    }
+                } else {
+                    let (b, size, align) = v.swap_remove(rng.usize(0..v.len()));
+                    // SAFETY: a live block with its size and alignment, removed from the list.
+                    unsafe { s.free(b, size, align) };
+                    c.score += 1;
+                }
+            }
+        }
+        for (b, size, align) in v {
+            // SAFETY: as above; every block is freed once (talc's wrappers do it on drop).
+            unsafe { s.free(b, size, align) };
+        }
+        c
+    }
+}
+
+impl Bench for Trial {
+    type Out = Counts;
+    fn run<S: Subject>(&mut self, mut s: S, _base: usize) -> Counts {
+        self.actions(&mut s, self.seed ^ 0x5741_524d, self.warmup);
+        self.actions(&mut s, self.seed, self.duration)
+    }
+}
+
+/// Runs the benchmark; returns the markdown section and the JSON record.
+pub fn run(
+    opts: &Options,
+    plots: Option<&Path>,
+    bar: &ProgressBar,
+) -> Result<(String, Value), String> {
+    let peers: Vec<Peer> = Peer::HOST.iter().chain(&Peer::ADDRESSES).copied().collect();
+    let mut arena = Arena::new(HEAP)?;
+    let setup = Setup {
+        wrap: true,
+        max_allocs: 1 << 17,
+    };
+    let scale = TALC_DURATION.as_secs_f64() / opts.duration.as_secs_f64();
+    // [peer][size] -> (mean score per 200 ms, failures)
+    let mut cells = vec![vec![(f64::NAN, 0u64, 0u64); MAX_SIZES.len()]; peers.len()];
+    let mut notes = Vec::new();
+    for (i, &peer) in peers.iter().enumerate() {
+        for (j, &max) in MAX_SIZES.iter().enumerate() {
+            let mut total = Counts::default();
+            let mut ok = 0;
+            for t in 0..opts.trials {
+                bar.set_message(format!("random actions: {} ≤{max} B", peer.name()));
+                bar.inc(1);
+                let space = if peer.is_host() {
+                    Space::Host(&mut arena)
+                } else {
+                    Space::Addresses {
+                        base: subjects::VIRTUAL_BASE,
+                        len: HEAP,
+                    }
+                };
+                let mut trial = Trial {
+                    max,
+                    seed: 0x7A1C_0000 + t as u64,
+                    warmup: opts.warmup,
+                    duration: opts.duration,
+                };
+                match with_subject(peer, space, setup, &mut trial) {
+                    Ok(c) => {
+                        total.score += c.score;
+                        total.alloc_failures += c.alloc_failures;
+                        total.realloc_failures += c.realloc_failures;
+                        ok += 1;
+                    }
+                    Err(e) => notes.push(format!("- {}: {e}", peer.name())),
+                }
+            }
+            if ok > 0 {
+                cells[i][j] = (
+                    total.score as f64 / ok as f64 * scale,
+                    total.alloc_failures,
+                    total.realloc_failures,
+                );
+            }
+        }
+    }
+    let mut columns: Vec<(String, bool)> =
+        vec![("allocator".into(), false), ("memory".into(), false)];
+    columns.extend(MAX_SIZES.iter().map(|m| (format!("max {m} B"), true)));
+    let cols: Vec<(&str, bool)> = columns.iter().map(|(n, r)| (n.as_str(), *r)).collect();
+    let mut scores = Table::new(&cols);
+    let mut ratios = Table::new(&cols);
+    for (i, &peer) in peers.iter().enumerate() {
+        let kind = if peer.is_host() { "host" } else { "addresses" }.to_string();
+        let mut s = vec![peer.name(), kind.clone()];
+        let mut r = vec![peer.name(), kind];
+        for (j, cell) in cells[i].iter().enumerate() {
+            s.push(if cell.0.is_finite() {
+                report::count(cell.0.round() as u64)
+            } else {
+                "error".into()
+            });
+            // Higher is better here: the ratio is the allocator's score over tagalloc's.
+            r.push(report::ratio(cell.0, Some(cells[0][j].0)));
+            if cell.1 + cell.2 > 0 {
+                notes.push(format!(
+                    "- {}, max {} B: {} allocations and {} reallocs failed over {} trials",
+                    peer.name(),
+                    MAX_SIZES[j],
+                    cell.1,
+                    cell.2,
+                    opts.trials
+                ));
+            }
+        }
+        scores.row(s);
+        ratios.row(r);
+    }
+    notes.dedup();
+    let mut md = format!(
+        "## Random actions (talc's method)\n\nSuccessful alloc/free/realloc calls per 200 ms \
+         (talc's score; higher is better), mean of {} trials of {} ms{} after {} ms of warm-up, \
+         ≥ {MIN_LIVE} live blocks, one {} arena for all. Address allocators move a block \
+         without copying it; the bump reference wraps around (a speed floor, not an \
+         allocator); glibc uses its own memory.\n\n{}\nRelative to tagalloc inline (> 1: \
+         more calls than tagalloc):\n\n{}",
+        opts.trials,
+        opts.duration.as_millis(),
+        if opts.duration == TALC_DURATION {
+            String::new()
+        } else {
+            " scaled to 200 ms".to_string()
+        },
+        opts.warmup.as_millis(),
+        report::bytes(HEAP as u64),
+        scores.render(),
+        ratios.render(),
+    );
+    if !notes.is_empty() {
+        md.push('\n');
+        md.push_str(&notes.join("\n"));
+        md.push('\n');
+    }
+    if let Some(dir) = plots {
+        let series: Vec<plot::Series> = peers
+            .iter()
+            .enumerate()
+            .map(|(i, p)| plot::Series {
+                name: p.name(),
+                bold: false,
+                points: MAX_SIZES
+                    .iter()
+                    .zip(&cells[i])
+                    .filter(|(_, c)| c.0.is_finite())
+                    .map(|(&m, c)| (m as f64, c.0 / 1e6))
+                    .collect(),
+            })
+            .collect();
+        plot::lines(
+            &dir.join("random-actions.svg"),
+            "random actions (talc's method): successful calls per 200 ms",
+            "maximum allocation size (B)",
+            "million calls per 200 ms",
+            &series,
+            true,
+            None,
+        )?;
+    }
+    let json = json!({
+        "trials": opts.trials,
+        "duration_ms": opts.duration.as_millis() as u64,
+        "warmup_ms": opts.warmup.as_millis() as u64,
+        "heap_bytes": HEAP,
+        "max_sizes": MAX_SIZES,
+        "results": peers.iter().enumerate().map(|(i, p)| json!({
+            "allocator": p.name(),
+            "memory": if p.is_host() { "host" } else { "addresses" },
+            "scores_per_200ms": cells[i].iter().map(|c| if c.0.is_finite() { Some(c.0) } else { None }).collect::<Vec<_>>(),
+            "alloc_failures": cells[i].iter().map(|c| c.1).collect::<Vec<_>>(),
+            "realloc_failures": cells[i].iter().map(|c| c.2).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+    });
+    Ok((md, json))
+}

@@ -1,0 +1,891 @@
+//! The allocators under test, each behind one driver trait ([`Subject`]) so that every benchmark
+//! is written once and monomorphised per allocator (static dispatch: a virtual call per
+//! operation would blur differences of a few nanoseconds).
+//!
+//! Two kinds of subject:
+//! - **host** allocators own real memory: they get an [`Arena`] (the same one, in turn), and a
+//!   realloc that moves copies the contents. glibc alone brings its own memory.
+//! - **address** allocators only hand out ranges of an address space and never touch memory
+//!   (tagalloc's out-of-band heap, offset-allocator): what device memory needs. A realloc that
+//!   cannot stay in place moves the range without copying anything, so their timings are not
+//!   directly comparable with the host ones.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+
+use tagalloc::{Block, DetachedHeap, Error, InlineHeap, Record};
+
+use crate::bump::Bump;
+
+/// An allocator under test.
+///
+/// Sizes are never 0 (the benchmarks ask for at least one byte, as `malloc(0)` does) and
+/// alignments are powers of two.
+pub trait Subject {
+    /// What an allocation is known by: a pointer, an offset, or a handle.
+    type Block: Copy;
+
+    /// Allocates `size` bytes aligned to `align`; `None` when the allocator refuses.
+    fn alloc(&mut self, size: usize, align: usize) -> Option<Self::Block>;
+
+    /// Frees a block.
+    ///
+    /// # Safety
+    /// `block` must be live: returned by this subject's `alloc` or `realloc` with this `size`
+    /// and `align`, and not freed or reallocated since.
+    unsafe fn free(&mut self, block: Self::Block, size: usize, align: usize);
+
+    /// Resizes a block to `new_size`, in place or by moving (host memory: copying the
+    /// contents). `None` when the allocator refuses; the old block is still live then.
+    ///
+    /// # Safety
+    /// As for [`Subject::free`]; on success the old block must not be used again unless it
+    /// was returned.
+    unsafe fn realloc(
+        &mut self,
+        block: Self::Block,
+        size: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Option<Self::Block>;
+
+    /// The first byte of `block` in the subject's address space.
+    fn addr(&self, block: &Self::Block) -> usize;
+
+    /// For an allocator that is not confined to an arena (glibc): the bytes `block` takes in
+    /// the allocator's own accounting. `None` for arena allocators, whose footprint the driver
+    /// reads from the addresses they hand out.
+    fn chunk_bytes(&self, _block: &Self::Block) -> Option<usize> {
+        None
+    }
+
+    /// Whether blocks still live at the end of a run must be freed one by one (true where the
+    /// memory is not simply dropped with the arena).
+    fn needs_cleanup(&self) -> bool {
+        false
+    }
+
+    /// Runs the allocator's own consistency check where it has one, and reports anything the
+    /// adapter saw go wrong (a refused free, say).
+    fn check(&self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// Memory for the host arena allocators: one page-aligned block from the system, written once
+/// up front so that no allocator's timings include the page faults of first touch.
+pub struct Arena {
+    ptr: NonNull<u8>,
+    layout: Layout,
+}
+
+impl Arena {
+    /// `len` bytes (rounded up to pages), every page touched.
+    pub fn new(len: usize) -> Result<Arena, String> {
+        let len = len.max(1 << 16).next_multiple_of(PAGE);
+        let layout = Layout::from_size_align(len, PAGE)
+            .map_err(|_| format!("an arena of {len} bytes is too large"))?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = NonNull::new(unsafe { System.alloc(layout) }).ok_or_else(|| {
+            format!(
+                "cannot get {} of memory for the arena",
+                crate::report::bytes(len as u64)
+            )
+        })?;
+        for off in (0..len).step_by(PAGE) {
+            // SAFETY: `off < len`, inside the block just allocated.
+            unsafe { ptr.as_ptr().add(off).write_volatile(0) };
+        }
+        Ok(Arena { ptr, layout })
+    }
+
+    /// Bytes in the arena.
+    pub fn len(&self) -> usize {
+        self.layout.size()
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout, freed once.
+        unsafe { System.dealloc(self.ptr.as_ptr(), self.layout) }
+    }
+}
+
+const PAGE: usize = 4096;
+
+/// Where a subject's blocks come from.
+pub enum Space<'a> {
+    /// Real memory, borrowed for as long as the subject lives.
+    Host(&'a mut Arena),
+    /// Addresses `base..base + len` that are never dereferenced.
+    Addresses { base: usize, len: usize },
+}
+
+impl Space<'_> {
+    /// The first address of the space, from which footprints are measured.
+    pub fn base(&self) -> usize {
+        match self {
+            Space::Host(a) => a.ptr.addr().get(),
+            Space::Addresses { base, .. } => *base,
+        }
+    }
+}
+
+/// A base for address spaces: far from anything, aligned beyond any request.
+pub const VIRTUAL_BASE: usize = 1 << 44;
+
+/// The allocators this tool knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Peer {
+    /// tagalloc's heap with its tags inside the memory ([`InlineHeap`]).
+    Inline,
+    /// tagalloc's heap with out-of-band tags ([`DetachedHeap`], growable table), granule in bytes.
+    Detached(usize),
+    /// glibc's malloc through `std::alloc::System`.
+    Glibc,
+    /// talc 5 over a `Manual` source, given the arena with `claim`.
+    Talc,
+    /// rlsf's TLSF, as its own global allocator configures it.
+    Rlsf,
+    /// dlmalloc's Rust port, fed the arena as its only system memory.
+    Dlmalloc,
+    /// linked_list_allocator's first-fit `Heap`.
+    LinkedList,
+    /// buddy_system_allocator's `Heap`.
+    Buddy,
+    /// offset-allocator (Sebastian Aaltonen's OffsetAllocator), unit in bytes.
+    Offset(usize),
+    /// The bump pointer over real memory (copies on a moving realloc).
+    Bump,
+    /// The bump pointer over addresses only.
+    BumpAddresses,
+}
+
+impl Peer {
+    /// The host allocators, tagalloc's first (every ratio is taken against it).
+    pub const HOST: [Peer; 8] = [
+        Peer::Inline,
+        Peer::Talc,
+        Peer::Rlsf,
+        Peer::Dlmalloc,
+        Peer::LinkedList,
+        Peer::Buddy,
+        Peer::Glibc,
+        Peer::Bump,
+    ];
+
+    /// The address allocators at the host granule.
+    pub const ADDRESSES: [Peer; 2] = [Peer::Detached(16), Peer::Offset(16)];
+
+    /// The allocators for the device-memory trace.
+    pub const DEVICE: [Peer; 5] = [
+        Peer::Detached(256),
+        Peer::Detached(512),
+        Peer::Offset(256),
+        Peer::Offset(512),
+        Peer::BumpAddresses,
+    ];
+
+    /// The name shown in tables and plots.
+    pub fn name(self) -> String {
+        match self {
+            Peer::Inline => "tagalloc inline".into(),
+            Peer::Detached(g) => format!("tagalloc out-of-band ({g} B)"),
+            Peer::Glibc => "glibc malloc".into(),
+            Peer::Talc => "talc".into(),
+            Peer::Rlsf => "rlsf".into(),
+            Peer::Dlmalloc => "dlmalloc".into(),
+            Peer::LinkedList => "linked_list_allocator".into(),
+            Peer::Buddy => "buddy_system_allocator".into(),
+            Peer::Offset(u) => format!("offset-allocator ({u} B units)"),
+            Peer::Bump => "bump (reference)".into(),
+            Peer::BumpAddresses => "bump (reference, addresses)".into(),
+        }
+    }
+
+    /// Whether the peer hands out real memory (and so needs an arena) rather than addresses.
+    pub fn is_host(self) -> bool {
+        !matches!(
+            self,
+            Peer::Detached(_) | Peer::Offset(_) | Peer::BumpAddresses
+        )
+    }
+
+    /// Whether the peer is confined to the space it is given (all but glibc).
+    pub fn has_arena(self) -> bool {
+        self != Peer::Glibc
+    }
+}
+
+/// How to build a subject beyond its space.
+#[derive(Clone, Copy, Debug)]
+pub struct Setup {
+    /// Let the bump allocator wrap around (speed benchmarks only; see [`Bump`]).
+    pub wrap: bool,
+    /// offset-allocator's node count: it refuses requests beyond this many chunks.
+    pub max_allocs: u32,
+}
+
+/// A benchmark, run once per subject: [`with_subject`] builds the subject and calls it, so the
+/// benchmark is compiled once for each allocator type.
+pub trait Bench {
+    /// What one run reports.
+    type Out;
+    /// Runs on `subject`, whose addresses start at `base`.
+    fn run<S: Subject>(&mut self, subject: S, base: usize) -> Self::Out;
+}
+
+/// Builds `peer` over `space` and runs `bench` on it.
+pub fn with_subject<B: Bench>(
+    peer: Peer,
+    space: Space<'_>,
+    setup: Setup,
+    bench: &mut B,
+) -> Result<B::Out, String> {
+    let base = space.base();
+    let mismatch = || format!("{} cannot run over this kind of space", peer.name());
+    Ok(match (peer, space) {
+        (Peer::Glibc, _) => bench.run(Glibc, 0),
+        (Peer::Inline, Space::Host(a)) => bench.run(Inline::new(a)?, base),
+        (Peer::Talc, Space::Host(a)) => bench.run(Talc::new(a)?, base),
+        (Peer::Rlsf, Space::Host(a)) => bench.run(Rlsf::new(a), base),
+        (Peer::Dlmalloc, Space::Host(a)) => bench.run(Dl::new(a), base),
+        (Peer::LinkedList, Space::Host(a)) => bench.run(LinkedList::new(a), base),
+        (Peer::Buddy, Space::Host(a)) => bench.run(Buddy::new(a), base),
+        (Peer::Bump, Space::Host(a)) => bench.run(HostBump::new(a, setup.wrap), base),
+        (Peer::Detached(g), Space::Addresses { base, len }) => {
+            bench.run(Detached::new(g, base, len)?, base)
+        }
+        (Peer::Offset(u), Space::Addresses { base, len }) => {
+            bench.run(Offset::new(u, base, len, setup.max_allocs)?, base)
+        }
+        (Peer::BumpAddresses, Space::Addresses { base, len }) => {
+            bench.run(AddressBump(Bump::new(base, len, setup.wrap)), base)
+        }
+        _ => return Err(mismatch()),
+    })
+}
+
+fn layout(size: usize, align: usize) -> Option<Layout> {
+    Layout::from_size_align(size, align).ok()
+}
+
+/// tagalloc's inline heap over the arena.
+struct Inline<'a> {
+    heap: InlineHeap,
+    refused: Cell<u64>,
+    _arena: PhantomData<&'a mut Arena>,
+}
+
+impl<'a> Inline<'a> {
+    fn new(arena: &'a mut Arena) -> Result<Self, String> {
+        let mut heap = InlineHeap::new();
+        // SAFETY: the arena is page-aligned, valid for its length, and borrowed mutably for 'a,
+        // which this subject cannot outlive; nothing else touches it meanwhile.
+        unsafe { heap.add_region(arena.ptr.as_ptr(), arena.len()) }
+            .map_err(|e| format!("tagalloc inline: add_region: {e}"))?;
+        Ok(Inline {
+            heap,
+            refused: Cell::new(0),
+            _arena: PhantomData,
+        })
+    }
+
+    fn note(&self, r: Result<(), Error>) {
+        if r.is_err() {
+            self.refused.set(self.refused.get() + 1);
+        }
+    }
+}
+
+impl Subject for Inline<'_> {
+    type Block = NonNull<u8>;
+    fn alloc(&mut self, size: usize, align: usize) -> Option<NonNull<u8>> {
+        self.heap.alloc(size, align).ok()
+    }
+    unsafe fn free(&mut self, block: NonNull<u8>, size: usize, _align: usize) {
+        // SAFETY: `block` is a live allocation of this heap (caller contract).
+        let r = unsafe { self.heap.free(block, size) };
+        self.note(r);
+    }
+    unsafe fn realloc(
+        &mut self,
+        block: NonNull<u8>,
+        size: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Option<NonNull<u8>> {
+        // SAFETY: `block` is a live allocation of this heap of `size` bytes (caller contract).
+        unsafe { self.heap.realloc(block, size, align, new_size) }.ok()
+    }
+    fn addr(&self, block: &NonNull<u8>) -> usize {
+        block.addr().get()
+    }
+    fn check(&self) -> Result<(), String> {
+        self.heap.check().map_err(|e| e.to_string())?;
+        refused(self.refused.get())
+    }
+}
+
+fn refused(n: u64) -> Result<(), String> {
+    if n == 0 {
+        Ok(())
+    } else {
+        Err(format!("{n} frees refused"))
+    }
+}
+
+/// tagalloc's out-of-band heap over an address range; its record table grows on the heap.
+struct Detached {
+    heap: DetachedHeap<Vec<Record>>,
+    refused: u64,
+}
+
+impl Detached {
+    fn new(granule: usize, base: usize, len: usize) -> Result<Self, String> {
+        let err = |e: Error| format!("tagalloc out-of-band: {e}");
+        let mut heap = DetachedHeap::growable(granule).map_err(err)?;
+        heap.add_region(base, len).map_err(err)?;
+        Ok(Detached { heap, refused: 0 })
+    }
+}
+
+impl Subject for Detached {
+    type Block = Block;
+    fn alloc(&mut self, size: usize, align: usize) -> Option<Block> {
+        self.heap.alloc(size, align).ok()
+    }
+    unsafe fn free(&mut self, block: Block, _size: usize, _align: usize) {
+        if self.heap.free(block).is_err() {
+            self.refused += 1;
+        }
+    }
+    unsafe fn realloc(
+        &mut self,
+        block: Block,
+        _size: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Option<Block> {
+        match self.heap.resize_in_place(block, new_size) {
+            Ok(b) => Some(b),
+            // Moving device memory is the caller's job: take a new range, give the old back.
+            Err(Error::OutOfMemory) => {
+                let moved = self.heap.alloc(new_size, align).ok()?;
+                if self.heap.free(block).is_err() {
+                    self.refused += 1;
+                }
+                Some(moved)
+            }
+            Err(_) => {
+                self.refused += 1;
+                None
+            }
+        }
+    }
+    fn addr(&self, block: &Block) -> usize {
+        block.addr
+    }
+    fn check(&self) -> Result<(), String> {
+        self.heap.check().map_err(|e| e.to_string())?;
+        refused(self.refused)
+    }
+}
+
+/// glibc's malloc, through the standard library's `System`.
+struct Glibc;
+
+impl Subject for Glibc {
+    type Block = NonNull<u8>;
+    fn alloc(&mut self, size: usize, align: usize) -> Option<NonNull<u8>> {
+        // SAFETY: the layout's size is non-zero (the trait's promise).
+        NonNull::new(unsafe { System.alloc(layout(size, align)?) })
+    }
+    unsafe fn free(&mut self, block: NonNull<u8>, size: usize, align: usize) {
+        if let Some(l) = layout(size, align) {
+            // SAFETY: `block` came from `System` with this layout (caller contract).
+            unsafe { System.dealloc(block.as_ptr(), l) }
+        }
+    }
+    unsafe fn realloc(
+        &mut self,
+        block: NonNull<u8>,
+        size: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Option<NonNull<u8>> {
+        layout(new_size, align)?;
+        // SAFETY: `block` came from `System` with this layout (caller contract); the new
+        // layout is valid (checked above) and non-zero.
+        NonNull::new(unsafe { System.realloc(block.as_ptr(), layout(size, align)?, new_size) })
+    }
+    fn addr(&self, block: &NonNull<u8>) -> usize {
+        block.addr().get()
+    }
+    fn chunk_bytes(&self, block: &NonNull<u8>) -> Option<usize> {
+        glibc_chunk_bytes(*block)
+    }
+    fn needs_cleanup(&self) -> bool {
+        true
+    }
+}
+
+/// The bytes of glibc's chunk for `block`: its usable size plus the 8-byte size header.
+///
+/// Not what glibc holds from the system: its heap already holds this process's own freed
+/// memory (the trace parser's, say), which it reuses, so that cannot be attributed to a replay.
+/// The chunks of the live blocks can, exactly, at every event.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn glibc_chunk_bytes(block: NonNull<u8>) -> Option<usize> {
+    // SAFETY: `block` is a live allocation of glibc's malloc (the `Glibc` subject's blocks
+    // come from `System`, which is glibc's malloc here).
+    Some(unsafe { libc::malloc_usable_size(block.as_ptr().cast()) } + 8)
+}
+
+/// Not glibc: no figure.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn glibc_chunk_bytes(_block: NonNull<u8>) -> Option<usize> {
+    None
+}
+
+/// talc 5 as its docs suggest for single-threaded arena use: a `TalcCell` over the `Manual`
+/// source (which never asks for more memory), the arena given with `claim`, allocation through
+/// its `GlobalAlloc` implementation (talc's own in-place realloc included).
+struct Talc<'a> {
+    talc: talc::TalcCell<talc::source::Manual>,
+    _arena: PhantomData<&'a mut Arena>,
+}
+
+impl<'a> Talc<'a> {
+    fn new(arena: &'a mut Arena) -> Result<Self, String> {
+        let talc = talc::TalcCell::new(talc::source::Manual);
+        // SAFETY: the arena is borrowed mutably for 'a, which this subject cannot outlive;
+        // nothing else touches it meanwhile. `Manual` allows manual heap management.
+        unsafe { talc.claim(arena.ptr.as_ptr(), arena.len()) }
+            .ok_or("talc: claim refused the arena")?;
+        Ok(Talc {
+            talc,
+            _arena: PhantomData,
+        })
+    }
+}
+
+impl Subject for Talc<'_> {
+    type Block = NonNull<u8>;
+    fn alloc(&mut self, size: usize, align: usize) -> Option<NonNull<u8>> {
+        // SAFETY: the layout's size is non-zero.
+        NonNull::new(unsafe { self.talc.alloc(layout(size, align)?) })
+    }
+    unsafe fn free(&mut self, block: NonNull<u8>, size: usize, align: usize) {
+        if let Some(l) = layout(size, align) {
+            // SAFETY: `block` came from this allocator with this layout (caller contract).
+            unsafe { self.talc.dealloc(block.as_ptr(), l) }
+        }
+    }
+    unsafe fn realloc(
+        &mut self,
+        block: NonNull<u8>,
+        size: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Option<NonNull<u8>> {
+        layout(new_size, align)?;
+        // SAFETY: as for `free`; the new layout is valid and non-zero.
+        NonNull::new(unsafe {
+            self.talc
+                .realloc(block.as_ptr(), layout(size, align)?, new_size)
+        })
+    }
+    fn addr(&self, block: &NonNull<u8>) -> usize {
+        block.addr().get()
+    }
+}
+
+/// rlsf's TLSF with the parameters of its own global allocator (`FLLEN = SLLEN = usize::BITS`).
+struct Rlsf<'a> {
+    tlsf: rlsf::Tlsf<'a, usize, usize, { usize::BITS as usize }, { usize::BITS as usize }>,
+}
+
+impl<'a> Rlsf<'a> {
+    fn new(arena: &'a mut Arena) -> Self {
+        let mut tlsf = rlsf::Tlsf::new();
+        let pool = NonNull::slice_from_raw_parts(arena.ptr, arena.len());
+        // SAFETY: the pool is the arena, borrowed mutably for 'a (the pool lifetime of `Tlsf`);
+        // nothing else touches it meanwhile.
+        unsafe { tlsf.insert_free_block_ptr(pool) };
+        Rlsf { tlsf }
+    }
+}
+
+impl Subject for Rlsf<'_> {
+    type Block = NonNull<u8>;
+    fn alloc(&mut self, size: usize, align: usize) -> Option<NonNull<u8>> {
+        self.tlsf.allocate(layout(size, align)?)
+    }
+    unsafe fn free(&mut self, block: NonNull<u8>, _size: usize, align: usize) {
+        // SAFETY: `block` came from this pool with alignment `align` (caller contract).
+        unsafe { self.tlsf.deallocate(block, align) }
+    }
+    unsafe fn realloc(
+        &mut self,
+        block: NonNull<u8>,
+        _size: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Option<NonNull<u8>> {
+        // SAFETY: `block` came from this pool with the same alignment (caller contract).
+        unsafe { self.tlsf.reallocate(block, layout(new_size, align)?) }
+    }
+    fn addr(&self, block: &NonNull<u8>) -> usize {
+        block.addr().get()
+    }
+}
+
+/// dlmalloc's system interface, answering its first request with the whole arena and every
+/// later one with nothing: dlmalloc then works inside a fixed arena, as talc's benchmarks run
+/// it.
+struct ArenaSource {
+    ptr: NonNull<u8>,
+    len: usize,
+    given: Cell<bool>,
+}
+
+// SAFETY: the source only passes on a pointer to the arena, which the subject owns exclusively
+// for its life; moving that to another thread is as sound as moving the arena borrow.
+unsafe impl Send for ArenaSource {}
+
+/// dlmalloc's flag for memory it must never release or merge ("extern segment").
+const DL_EXTERN: u32 = 1;
+
+// SAFETY: `alloc` hands out the arena once, valid for its length while the subject lives; the
+// other calls never hand out or release anything.
+unsafe impl dlmalloc::Allocator for ArenaSource {
+    fn alloc(&self, size: usize) -> (*mut u8, usize, u32) {
+        if self.given.get() || size > self.len {
+            return (std::ptr::null_mut(), 0, 0);
+        }
+        self.given.set(true);
+        (self.ptr.as_ptr(), self.len, DL_EXTERN)
+    }
+    fn remap(&self, _: *mut u8, _: usize, _: usize, _: bool) -> *mut u8 {
+        std::ptr::null_mut()
+    }
+    fn free_part(&self, _: *mut u8, _: usize, _: usize) -> bool {
+        false
+    }
+    fn free(&self, _: *mut u8, _: usize) -> bool {
+        false
+    }
+    fn can_release_part(&self, _: u32) -> bool {
+        false
+    }
+    fn allocates_zeros(&self) -> bool {
+        false
+    }
+    fn page_size(&self) -> usize {
+        PAGE
+    }
+}
+
+struct Dl<'a> {
+    dl: dlmalloc::Dlmalloc<ArenaSource>,
+    _arena: PhantomData<&'a mut Arena>,
+}
+
+impl<'a> Dl<'a> {
+    fn new(arena: &'a mut Arena) -> Self {
+        Dl {
+            dl: dlmalloc::Dlmalloc::new_with_allocator(ArenaSource {
+                ptr: arena.ptr,
+                len: arena.len(),
+                given: Cell::new(false),
+            }),
+            _arena: PhantomData,
+        }
+    }
+}
+
+impl Subject for Dl<'_> {
+    type Block = NonNull<u8>;
+    fn alloc(&mut self, size: usize, align: usize) -> Option<NonNull<u8>> {
+        // SAFETY: size non-zero, align a power of two (the trait's promise).
+        NonNull::new(unsafe { self.dl.malloc(size, align) })
+    }
+    unsafe fn free(&mut self, block: NonNull<u8>, size: usize, align: usize) {
+        // SAFETY: `block` came from this allocator with this size and alignment (caller
+        // contract).
+        unsafe { self.dl.free(block.as_ptr(), size, align) }
+    }
+    unsafe fn realloc(
+        &mut self,
+        block: NonNull<u8>,
+        size: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Option<NonNull<u8>> {
+        // SAFETY: as for `free`; `new_size` is non-zero.
+        NonNull::new(unsafe { self.dl.realloc(block.as_ptr(), size, align, new_size) })
+    }
+    fn addr(&self, block: &NonNull<u8>) -> usize {
+        block.addr().get()
+    }
+}
+
+/// Moves a host block the way `GlobalAlloc::realloc` does by default, for peers that have no
+/// realloc of their own: allocate, copy, free.
+///
+/// # Safety
+/// As for [`Subject::realloc`].
+unsafe fn move_block<S: Subject<Block = NonNull<u8>>>(
+    s: &mut S,
+    block: NonNull<u8>,
+    size: usize,
+    align: usize,
+    new_size: usize,
+) -> Option<NonNull<u8>> {
+    let new = s.alloc(new_size, align)?;
+    // SAFETY: both blocks are live and distinct, each at least `min(size, new_size)` long.
+    unsafe { std::ptr::copy_nonoverlapping(block.as_ptr(), new.as_ptr(), size.min(new_size)) };
+    // SAFETY: `block` is live with this layout (caller contract) and not used again.
+    unsafe { s.free(block, size, align) };
+    Some(new)
+}
+
+/// linked_list_allocator's `Heap` (first fit over an address-ordered hole list).
+struct LinkedList<'a> {
+    heap: linked_list_allocator::Heap,
+    _arena: PhantomData<&'a mut Arena>,
+}
+
+impl<'a> LinkedList<'a> {
+    fn new(arena: &'a mut Arena) -> Self {
+        let mut heap = linked_list_allocator::Heap::empty();
+        // SAFETY: the arena is valid and borrowed mutably for 'a, which this subject cannot
+        // outlive (the crate asks for 'static only because its heaps usually are global).
+        unsafe { heap.init(arena.ptr.as_ptr(), arena.len()) };
+        LinkedList {
+            heap,
+            _arena: PhantomData,
+        }
+    }
+}
+
+impl Subject for LinkedList<'_> {
+    type Block = NonNull<u8>;
+    fn alloc(&mut self, size: usize, align: usize) -> Option<NonNull<u8>> {
+        self.heap.allocate_first_fit(layout(size, align)?).ok()
+    }
+    unsafe fn free(&mut self, block: NonNull<u8>, size: usize, align: usize) {
+        if let Some(l) = layout(size, align) {
+            // SAFETY: `block` came from this heap with this layout (caller contract).
+            unsafe { self.heap.deallocate(block, l) }
+        }
+    }
+    unsafe fn realloc(
+        &mut self,
+        block: NonNull<u8>,
+        size: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Option<NonNull<u8>> {
+        // SAFETY: forwarded caller contract.
+        unsafe { move_block(self, block, size, align, new_size) }
+    }
+    fn addr(&self, block: &NonNull<u8>) -> usize {
+        block.addr().get()
+    }
+}
+
+/// buddy_system_allocator's `Heap`; 32 orders cover blocks up to 2 GiB.
+struct Buddy<'a> {
+    heap: buddy_system_allocator::Heap<32>,
+    _arena: PhantomData<&'a mut Arena>,
+}
+
+impl<'a> Buddy<'a> {
+    fn new(arena: &'a mut Arena) -> Self {
+        let mut heap = buddy_system_allocator::Heap::<32>::new();
+        // SAFETY: the arena is valid and borrowed mutably for 'a, which this subject cannot
+        // outlive; nothing else touches it meanwhile.
+        unsafe { heap.init(arena.ptr.addr().get(), arena.len()) };
+        Buddy {
+            heap,
+            _arena: PhantomData,
+        }
+    }
+}
+
+impl Subject for Buddy<'_> {
+    type Block = NonNull<u8>;
+    fn alloc(&mut self, size: usize, align: usize) -> Option<NonNull<u8>> {
+        self.heap.alloc(layout(size, align)?).ok()
+    }
+    unsafe fn free(&mut self, block: NonNull<u8>, size: usize, align: usize) {
+        if let Some(l) = layout(size, align) {
+            // SAFETY: `block` came from this heap with this layout (caller contract).
+            unsafe { self.heap.dealloc(block, l) }
+        }
+    }
+    unsafe fn realloc(
+        &mut self,
+        block: NonNull<u8>,
+        size: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Option<NonNull<u8>> {
+        // SAFETY: forwarded caller contract.
+        unsafe { move_block(self, block, size, align, new_size) }
+    }
+    fn addr(&self, block: &NonNull<u8>) -> usize {
+        block.addr().get()
+    }
+}
+
+/// offset-allocator over an address range counted in `unit`-byte units (its offsets are
+/// `u32`). It has no alignment parameter: a request aligned beyond the unit takes enough extra
+/// units to align inside, the usual way to use it.
+struct Offset {
+    alloc: offset_allocator::Allocator<u32>,
+    base: usize,
+    shift: u32,
+}
+
+#[derive(Clone, Copy)]
+struct OffsetBlock {
+    alloc: offset_allocator::Allocation<u32>,
+    addr: usize,
+}
+
+impl Offset {
+    fn new(unit: usize, base: usize, len: usize, max_allocs: u32) -> Result<Self, String> {
+        if !unit.is_power_of_two() || base % unit != 0 {
+            return Err(format!("offset-allocator: bad unit {unit}"));
+        }
+        let units = u32::try_from(len / unit)
+            .map_err(|_| format!("offset-allocator: {len} bytes is over 2^32 units of {unit}"))?;
+        // `with_max_allocs` asserts this; check it first so that it cannot panic.
+        let max_allocs = max_allocs.clamp(2, u32::MAX - 3);
+        Ok(Offset {
+            alloc: offset_allocator::Allocator::with_max_allocs(units, max_allocs),
+            base,
+            shift: unit.trailing_zeros(),
+        })
+    }
+}
+
+impl Subject for Offset {
+    type Block = OffsetBlock;
+    fn alloc(&mut self, size: usize, align: usize) -> Option<OffsetBlock> {
+        let unit = 1usize << self.shift;
+        let pad = align.saturating_sub(unit);
+        let units = u32::try_from(size.checked_add(pad)?.div_ceil(unit)).ok()?;
+        let alloc = self.alloc.allocate(units)?;
+        let at = self.base + ((alloc.offset as usize) << self.shift);
+        Some(OffsetBlock {
+            alloc,
+            addr: at.next_multiple_of(align.max(unit)),
+        })
+    }
+    unsafe fn free(&mut self, block: OffsetBlock, _size: usize, _align: usize) {
+        self.alloc.free(block.alloc);
+    }
+    unsafe fn realloc(
+        &mut self,
+        block: OffsetBlock,
+        _size: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Option<OffsetBlock> {
+        // No resize in its API: a new range, then the old one back (no memory to copy).
+        let moved = self.alloc(new_size, align)?;
+        self.alloc.free(block.alloc);
+        Some(moved)
+    }
+    fn addr(&self, block: &OffsetBlock) -> usize {
+        block.addr
+    }
+}
+
+/// The bump reference over real memory: a moving realloc copies, as a real one must.
+struct HostBump<'a> {
+    bump: Bump,
+    ptr: NonNull<u8>,
+    _arena: PhantomData<&'a mut Arena>,
+}
+
+impl<'a> HostBump<'a> {
+    fn new(arena: &'a mut Arena, wrap: bool) -> Self {
+        HostBump {
+            bump: Bump::new(arena.ptr.addr().get(), arena.len(), wrap),
+            ptr: arena.ptr,
+            _arena: PhantomData,
+        }
+    }
+}
+
+impl Subject for HostBump<'_> {
+    type Block = NonNull<u8>;
+    fn alloc(&mut self, size: usize, align: usize) -> Option<NonNull<u8>> {
+        let off = self.bump.alloc(size, align)?;
+        // SAFETY: the bump range is the arena, so `off + size <= len` stays inside it.
+        Some(unsafe { self.ptr.add(off) })
+    }
+    unsafe fn free(&mut self, _block: NonNull<u8>, _size: usize, _align: usize) {
+        self.bump.free();
+    }
+    unsafe fn realloc(
+        &mut self,
+        block: NonNull<u8>,
+        size: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Option<NonNull<u8>> {
+        // SAFETY: `block` came from this arena (caller contract), so both are in one allocation.
+        let off = unsafe { block.offset_from(self.ptr) } as usize;
+        if self.bump.resize_last(off, new_size) {
+            return Some(block);
+        }
+        let new = self.alloc(new_size, align)?;
+        // SAFETY: both ranges lie inside the arena. They may overlap when the bump pointer
+        // wrapped, hence `copy` (memmove) rather than `copy_nonoverlapping`.
+        unsafe { std::ptr::copy(block.as_ptr(), new.as_ptr(), size.min(new_size)) };
+        self.bump.free();
+        Some(new)
+    }
+    fn addr(&self, block: &NonNull<u8>) -> usize {
+        block.addr().get()
+    }
+}
+
+/// The bump reference over addresses only.
+struct AddressBump(Bump);
+
+impl Subject for AddressBump {
+    type Block = usize;
+    fn alloc(&mut self, size: usize, align: usize) -> Option<usize> {
+        self.0.alloc(size, align)
+    }
+    unsafe fn free(&mut self, _block: usize, _size: usize, _align: usize) {
+        self.0.free();
+    }
+    unsafe fn realloc(
+        &mut self,
+        block: usize,
+        _size: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Option<usize> {
+        if self.0.resize_last(block, new_size) {
+            return Some(block);
+        }
+        let moved = self.0.alloc(new_size, align)?;
+        self.0.free();
+        Some(moved)
+    }
+    fn addr(&self, block: &usize) -> usize {
+        self.0.base() + block
+    }
+}

@@ -45,7 +45,15 @@ pub(crate) struct RegionHeader {
 /// writes stay between the region's header and its fence.
 pub(crate) struct InlineTags {
     shift: u32,
+    /// `min_chunk_for(shift)`, kept so the hot path never divides.
+    min_chunk: usize,
     regions: Option<NonNull<RegionHeader>>,
+}
+
+/// The smallest free chunk, in granules of `1 << shift` bytes: a head, two ring links and a
+/// footer.
+const fn min_chunk_for(shift: u32) -> usize {
+    (4 * W).div_ceil(1 << shift)
 }
 
 impl InlineTags {
@@ -128,9 +136,9 @@ impl Tags for InlineTags {
         W
     }
 
+    #[inline]
     fn min_chunk(&self) -> usize {
-        // Head, two ring links and a footer.
-        (4 * W).div_ceil(1 << self.shift)
+        self.min_chunk
     }
 
     #[inline]
@@ -309,6 +317,7 @@ impl InlineHeap {
         InlineHeap {
             heap: Heap::new(InlineTags {
                 shift: HOST_GRANULE.trailing_zeros(),
+                min_chunk: min_chunk_for(HOST_GRANULE.trailing_zeros()),
                 regions: None,
             }),
         }
@@ -322,6 +331,7 @@ impl InlineHeap {
         Ok(InlineHeap {
             heap: Heap::new(InlineTags {
                 shift: granule.trailing_zeros(),
+                min_chunk: min_chunk_for(granule.trailing_zeros()),
                 regions: None,
             }),
         })

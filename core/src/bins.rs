@@ -124,8 +124,14 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
     }
 
     /// Takes the free chunk `c` out of its bin.
+    #[inline]
     pub fn remove<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C) {
-        let b = bin_of(t.size(c));
+        self.remove_from(t, c, bin_of(t.size(c)));
+    }
+
+    /// Takes the free chunk `c` out of bin `b`, which must be its bin.
+    #[inline]
+    fn remove_from<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, b: usize) {
         if b < EXACT_BINS {
             let rest = ring_unlink(t, c);
             if self.heads[b] == Some(c) {
@@ -201,8 +207,8 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         } else {
             self.trie_best_fit(t, b, need)
         };
-        let c = match found {
-            Some(c) => c,
+        let (c, bin) = match found {
+            Some(c) => (c, b),
             None => {
                 // Every chunk of a higher bin is larger than `need`: take the smallest there.
                 let above = self.map & (u128::MAX.checked_shl(b as u32 + 1).unwrap_or(0));
@@ -212,13 +218,13 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
                 let nb = above.trailing_zeros() as usize;
                 let head = self.heads[nb]?;
                 if nb < EXACT_BINS {
-                    head
+                    (head, nb)
                 } else {
-                    extreme(t, head, Link::Left, |a, b| a < b)
+                    (extreme(t, head, Link::Left, |a, b| a < b), nb)
                 }
             }
         };
-        self.remove(t, c);
+        self.remove_from(t, c, bin);
         Some(c)
     }
 

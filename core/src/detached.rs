@@ -142,6 +142,11 @@ impl<S: RecordStore> Tags for DetachedTags<S> {
     }
 
     #[inline]
+    fn next_if_free(&self, c: u32) -> Option<u32> {
+        opt(self.rec(c).next).filter(|&n| self.is_free(n))
+    }
+
+    #[inline]
     fn prev_if_free(&self, c: u32) -> Option<u32> {
         opt(self.rec(c).prev).filter(|&p| self.is_free(p))
     }

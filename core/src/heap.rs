@@ -106,12 +106,16 @@ impl<T: Tags> Heap<T> {
         lead
     }
 
-    /// Marks the (unbinned, free) chunk `c` in use with `need` granules, returning any usable
-    /// tail to the bins. Counts the chunk only once it has its final size, so the peak never
-    /// sees a transient.
+    /// Marks the (unbinned, free) chunk `c` in use with `need` granules, filing any usable
+    /// tail. `c` came from a bin, so both its neighbours are in use and the tail needs no
+    /// coalescing. The chunk is counted once it has its final size, so the peak never sees a
+    /// transient.
     fn hand_out(&mut self, c: T::Chunk, need: usize) {
+        if self.tags.size(c) >= need + self.tags.min_chunk() {
+            let tail = self.tags.split(c, need);
+            self.file_free(tail);
+        }
         self.tags.set_free(c, false);
-        self.release_tail(c, need);
         self.counters.add_used(self.tags.size(c));
         self.counters.live += 1;
         self.counters.allocs += 1;
@@ -142,7 +146,7 @@ impl<T: Tags> Heap<T> {
             self.tags.absorb_next(p);
             c = p;
         }
-        if let Some(n) = self.tags.next(c).filter(|&n| self.tags.is_free(n)) {
+        if let Some(n) = self.tags.next_if_free(c) {
             self.unfile(n);
             self.tags.absorb_next(c);
         }
@@ -174,8 +178,8 @@ impl<T: Tags> Heap<T> {
         if need > have {
             let n = self
                 .tags
-                .next(c)
-                .filter(|&n| self.tags.is_free(n) && have + self.tags.size(n) >= need)
+                .next_if_free(c)
+                .filter(|&n| have + self.tags.size(n) >= need)
                 .ok_or(Error::OutOfMemory)?;
             self.unfile(n);
             self.tags.absorb_next(c);

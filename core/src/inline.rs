@@ -163,6 +163,13 @@ impl Tags for InlineTags {
     }
 
     #[inline]
+    fn next_if_free(&self, c: NonNull<u8>) -> Option<NonNull<u8>> {
+        // The fence is marked in use, so one read of the successor's head answers both.
+        let n = self.after(c);
+        (self.head(n) & IN_USE == 0).then_some(n)
+    }
+
+    #[inline]
     fn prev_if_free(&self, c: NonNull<u8>) -> Option<NonNull<u8>> {
         if self.head(c) & PREV_IN_USE != 0 {
             return None;

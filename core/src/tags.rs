@@ -52,6 +52,8 @@ pub(crate) trait Tags {
     fn payload(&self, c: Self::Chunk) -> usize;
     /// The physically next chunk of the same region, `None` at the region's end.
     fn next(&self, c: Self::Chunk) -> Option<Self::Chunk>;
+    /// The physically next chunk, if it exists and is free.
+    fn next_if_free(&self, c: Self::Chunk) -> Option<Self::Chunk>;
     /// The physically previous chunk, if it exists and is free (all that coalescing needs, and
     /// all that inline tags can tell without a footer of an in-use chunk).
     fn prev_if_free(&self, c: Self::Chunk) -> Option<Self::Chunk>;

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use crate::plot;
 use crate::random_actions::{generate_align, generate_size};
 use crate::report::{self, Table};
-use crate::subjects::{self, with_subject, Arena, Bench, Peer, Setup, Space, Subject};
+use crate::subjects::{with_subject, Arena, Bench, Peer, Setup, Space, Subject};
 
 /// talc's `HE_MAX_ALLOC_SIZE`.
 const MAX_SIZE: usize = 10_000;
@@ -121,14 +121,7 @@ pub fn run(
     let mut results: Vec<Result<(f64, usize), String>> = Vec::new();
     for &peer in &peers {
         bar.set_message(format!("efficiency: {}", peer.name()));
-        let space = if peer.is_host() {
-            Space::Host(&mut arena)
-        } else {
-            Space::Addresses {
-                base: subjects::VIRTUAL_BASE,
-                len: heap,
-            }
-        };
+        let space = Space::for_peer(peer, &mut arena, heap);
         let mut rounds = Rounds {
             rounds: opts.rounds,
             bar,
@@ -179,11 +172,7 @@ pub fn run(
         report::count(u64::from(setup.max_allocs)),
         t.render()
     );
-    if !notes.is_empty() {
-        md.push('\n');
-        md.push_str(&notes.join("\n"));
-        md.push('\n');
-    }
+    report::push_notes(&mut md, &notes);
     if let Some(dir) = plots {
         let bars: Vec<(String, f64)> = peers
             .iter()

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use crate::plot;
 use crate::report::{self, Table};
-use crate::subjects::{self, with_subject, Arena, Bench, Peer, Setup, Space, Subject};
+use crate::subjects::{with_subject, Arena, Bench, Peer, Setup, Space, Subject};
 
 /// Live slots: each step frees the slot's block (if any) and allocates a new one there.
 const SLOTS: usize = 1000;
@@ -97,14 +97,7 @@ pub fn run(
         for (i, &peer) in peers.iter().enumerate() {
             bar.set_message(format!("micro: {}", peer.name()));
             bar.inc(1);
-            let space = if peer.is_host() {
-                Space::Host(&mut arena)
-            } else {
-                Space::Addresses {
-                    base: subjects::VIRTUAL_BASE,
-                    len: ARENA,
-                }
-            };
+            let space = Space::for_peer(peer, &mut arena, ARENA);
             match with_subject(peer, space, setup, &mut Run { sizes: &sizes }) {
                 Ok((n, f, check)) => {
                     ns[i].push(n);
@@ -146,11 +139,7 @@ pub fn run(
         report::bytes(ARENA as u64),
         t.render()
     );
-    if !notes.is_empty() {
-        md.push('\n');
-        md.push_str(&notes.join("\n"));
-        md.push('\n');
-    }
+    report::push_notes(&mut md, &notes);
     if let Some(dir) = plots {
         let bars: Vec<(String, f64)> = peers
             .iter()

@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 
 use crate::plot;
 use crate::report::{self, Table};
-use crate::subjects::{self, with_subject, Arena, Bench, Peer, Setup, Space, Subject};
+use crate::subjects::{with_subject, Arena, Bench, Peer, Setup, Space, Subject};
 
 /// talc's `HEAP_SIZE`.
 pub const HEAP: usize = 1 << 27;
@@ -151,14 +151,7 @@ pub fn run(
             for t in 0..opts.trials {
                 bar.set_message(format!("random actions: {} ≤{max} B", peer.name()));
                 bar.inc(1);
-                let space = if peer.is_host() {
-                    Space::Host(&mut arena)
-                } else {
-                    Space::Addresses {
-                        base: subjects::VIRTUAL_BASE,
-                        len: HEAP,
-                    }
-                };
+                let space = Space::for_peer(peer, &mut arena, HEAP);
                 let mut trial = Trial {
                     max,
                     seed: 0x7A1C_0000 + t as u64,
@@ -236,11 +229,7 @@ pub fn run(
         scores.render(),
         ratios.render(),
     );
-    if !notes.is_empty() {
-        md.push('\n');
-        md.push_str(&notes.join("\n"));
-        md.push('\n');
-    }
+    report::push_notes(&mut md, &notes);
     if let Some(dir) = plots {
         let series: Vec<plot::Series> = peers
             .iter()

@@ -602,11 +602,7 @@ impl TraceResult {
                 ));
             }
         }
-        if !notes.is_empty() {
-            out.push('\n');
-            out.push_str(&notes.join("\n"));
-            out.push('\n');
-        }
+        report::push_notes(&mut out, &notes);
         out
     }
 

@@ -49,6 +49,15 @@ impl Table {
     }
 }
 
+/// Appends footnotes (if any) below a table, one per line.
+pub fn push_notes(md: &mut String, notes: &[String]) {
+    if !notes.is_empty() {
+        md.push('\n');
+        md.push_str(&notes.join("\n"));
+        md.push('\n');
+    }
+}
+
 /// Bytes in binary units, three significant digits.
 pub fn bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];

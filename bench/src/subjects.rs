@@ -124,7 +124,20 @@ pub enum Space<'a> {
     Addresses { base: usize, len: usize },
 }
 
-impl Space<'_> {
+impl<'a> Space<'a> {
+    /// The space `peer` runs in: the shared host arena for a host allocator, else `len`
+    /// never-touched addresses at [`VIRTUAL_BASE`].
+    pub fn for_peer(peer: Peer, arena: &'a mut Arena, len: usize) -> Self {
+        if peer.is_host() {
+            Space::Host(arena)
+        } else {
+            Space::Addresses {
+                base: VIRTUAL_BASE,
+                len,
+            }
+        }
+    }
+
     /// The first address of the space, from which footprints are measured.
     pub fn base(&self) -> usize {
         match self {

@@ -52,28 +52,21 @@ impl<T: Tags> Heap<T> {
         }
         let need = self.granules_for(size)?;
         let g = 1usize << self.shift();
-        if align <= g {
-            // Every chunk's payload is granule-aligned.
-            self.tags.reserve(1)?;
-            let c = self
-                .bins
-                .take_best(&mut self.tags, need)
-                .ok_or(Error::OutOfMemory)?;
-            self.counters.free -= self.tags.size(c);
-            self.counters.free_chunks -= 1;
-            self.hand_out(c, need);
-            return Ok(c);
-        }
-        // Over-ask by the worst leading fragment: fewer than `step` granules reach the boundary,
-        // and one more `step` is added when that would leave a fragment below the minimum
-        // chunk, so the fragment is always under `step + min_chunk` granules.
-        let step = align >> self.shift();
-        let slack = step + self.tags.min_chunk() - 1;
-        let want = need
-            .checked_add(slack)
-            .filter(|&w| w <= (isize::MAX as usize) >> self.shift())
-            .ok_or(Error::SizeOverflow)?;
-        self.tags.reserve(2)?;
+        // Every payload is granule-aligned, so only a larger alignment needs slack: over-ask by
+        // the worst leading fragment. Fewer than `step` granules reach the boundary, and one
+        // more `step` is added when that would leave a fragment below the minimum chunk, so
+        // the fragment is always under `step + min_chunk` granules.
+        let (want, splits) = if align <= g {
+            (need, 1)
+        } else {
+            let step = align >> self.shift();
+            let want = need
+                .checked_add(step + self.tags.min_chunk() - 1)
+                .filter(|&w| w <= (isize::MAX as usize) >> self.shift())
+                .ok_or(Error::SizeOverflow)?;
+            (want, 2)
+        };
+        self.tags.reserve(splits)?;
         let mut c = self
             .bins
             .take_best(&mut self.tags, want)

@@ -539,20 +539,19 @@ impl InlineHeap {
     /// # Safety
     /// The memory must not be used after a successful return (it may be handed out again).
     pub unsafe fn free_checked(&mut self, ptr: NonNull<u8>, size: usize) -> Result<(), Error> {
+        let c = self.validated_chunk(ptr, size)?;
+        self.heap.free(c);
+        Ok(())
+    }
+
+    /// The live chunk whose payload is `ptr`, if its size fits `size`; a refusal is counted in
+    /// the statistics.
+    fn validated_chunk(&mut self, ptr: NonNull<u8>, size: usize) -> Result<NonNull<u8>, Error> {
         let c = match self.find_chunk(ptr) {
             Ok(c) if !self.heap.size_matches(c, size) => Err(Error::WrongSize),
             other => other,
         };
-        match c {
-            Ok(c) => {
-                self.heap.free(c);
-                Ok(())
-            }
-            Err(e) => {
-                self.heap.counters.rejected_frees += 1;
-                Err(e)
-            }
-        }
+        c.inspect_err(|_| self.heap.counters.rejected_frees += 1)
     }
 
     /// Finds the live chunk whose payload is `ptr` by walking its region.
@@ -601,11 +600,7 @@ impl InlineHeap {
         new_size: usize,
     ) -> Result<NonNull<u8>, Error> {
         let c = if cfg!(feature = "checked") {
-            let c = match self.find_chunk(ptr) {
-                Ok(c) if !self.heap.size_matches(c, old_size) => Err(Error::WrongSize),
-                other => other,
-            };
-            c.inspect_err(|_| self.heap.counters.rejected_frees += 1)?
+            self.validated_chunk(ptr, old_size)?
         } else {
             chunk_of(ptr)
         };

@@ -320,6 +320,9 @@ impl<S: RecordStore> DetachedHeap<S> {
         let t = &mut self.heap.tags;
         let c = t.take_record();
         let r = t.take_record();
+        // A reused record keeps its generation, so that a handle from when it was a chunk can
+        // never match a chunk it becomes later.
+        let gen = t.rec(r).gen;
         *t.rec_mut(r) = Record {
             addr: base,
             size: granules,
@@ -327,7 +330,7 @@ impl<S: RecordStore> DetachedHeap<S> {
             next: t.regions,
             links: [c, NIL, NIL, NIL, NIL],
             region: NIL,
-            gen: 0,
+            gen,
             kind: Kind::REGION,
         };
         t.regions = r;

@@ -90,3 +90,29 @@ fn detached_bad_inputs() {
     assert_eq!(h.remove_region(0), Ok((0, 1 << 16)));
     h.check().unwrap();
 }
+
+/// A record that was a region and becomes a chunk again keeps its generation, so a handle from
+/// an earlier life of the record never matches (found by the `misuse` fuzz target).
+#[test]
+fn stale_block_never_matches_a_reused_record() {
+    let mut recs = [Record::VACANT; 3];
+    let mut h = DetachedHeap::new(&mut recs[..], 256).unwrap();
+    h.add_region(0x10000, 0x10000).unwrap();
+    h.remove_region(0x10000).unwrap();
+    h.add_region(0x10000, 0x2000).unwrap();
+    let a = h.alloc(1, 1).unwrap();
+    h.free(a).unwrap();
+    h.remove_region(0x10000).unwrap();
+    h.add_region(0x100000, 0x9000).unwrap();
+    h.remove_region(0x100000).unwrap();
+    h.add_region(0x10000, 0x10000).unwrap();
+    let b = h.alloc(1, 1).unwrap();
+    assert_eq!(
+        b.addr, a.addr,
+        "the set-up reuses the stale block's address"
+    );
+    assert_eq!(h.free(a), Err(Error::DoubleFree));
+    assert_eq!(h.stats().live, 1);
+    h.free(b).unwrap();
+    h.check().unwrap();
+}

@@ -7,13 +7,21 @@
 //! One algorithm, two tag placements:
 //!
 //! - [`InlineHeap`]: tags inside the host memory it manages, one word per allocation, no side
-//!   storage. [`GlobalHeap`] wraps it in a spin lock for `#[global_allocator]`.
+//!   storage.
 //! - [`DetachedHeap`]: tags in a host-side table of records; the managed memory is never read or
 //!   written, so it serves device memory, or any range of offsets.
 //!
+//! Both heaps are single-owner (`&mut self`). Sharing is a layer above: [`GlobalHeap`] (inline,
+//! `GlobalAlloc`, and `allocator_api2::alloc::Allocator` with the `allocator-api2` feature) and
+//! [`SharedDetachedHeap`] put a heap behind a spin lock, and a free that finds the lock taken
+//! does not wait: it is queued on a lock-free structure (inside the freed memory for the
+//! inline heap, a fixed ring for the out-of-band one) and done by the next lock holder. loom
+//! model-checks the queues (`core/src/tests/loom.rs`).
+//!
 //! Every bad request returns an [`Error`]; `check()` verifies every invariant and reports a
 //! [`CheckError`]. The crate is `#![no_std]`; the `alloc` feature lets the out-of-band table
-//! grow, and the `checked` feature validates every inline free.
+//! grow, the `checked` feature validates every inline free, and `allocator-api2` implements that
+//! crate's `Allocator` for [`GlobalHeap`].
 //!
 //! ```
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -53,8 +61,16 @@ mod error;
 mod global;
 mod heap;
 mod inline;
+mod lock;
+#[cfg(any(test, feature = "model"))]
+#[doc(hidden)]
+pub mod model;
 mod records;
+mod remote_ring;
+mod remote_stack;
+mod shared_detached;
 mod stats;
+mod sync;
 mod tags;
 
 pub use bins::{bin_of, BIN_COUNT, EXACT_BINS};
@@ -63,6 +79,7 @@ pub use error::{CheckError, Error};
 pub use global::GlobalHeap;
 pub use inline::{InlineHeap, HOST_GRANULE};
 pub use records::{Record, RecordStore};
+pub use shared_detached::SharedDetachedHeap;
 pub use stats::Stats;
 
 #[cfg(test)]

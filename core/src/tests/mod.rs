@@ -2,4 +2,8 @@
 
 mod detached;
 mod inline;
+#[cfg(loom)]
+mod loom;
 mod model;
+#[cfg(not(loom))]
+mod shared;

@@ -1,4 +1,4 @@
-//! Property tests against a reference model.
+//! Property tests against the reference model ([`crate::model`]).
 //!
 //! The model knows nothing of bins, tries or tags: it keeps every chunk of every region in an
 //! ordered map and predicts, for each request, the chunk the policy must pick: the smallest
@@ -9,270 +9,13 @@
 //! the bytes written into each live allocation must still be there.
 
 extern crate std;
-use std::collections::BTreeMap;
 use std::vec::Vec;
 
 use proptest::prelude::*;
 
 use super::inline::Arena;
+use crate::model::{Geometry, Model};
 use crate::{Block, DetachedHeap, Error, InlineHeap, Record};
-
-/// One chunk of the model.
-#[derive(Clone, Copy, Debug)]
-struct MChunk {
-    granules: usize,
-    free: bool,
-    /// When it was last filed into the free set (ties go to the smallest).
-    stamp: u64,
-    region: usize,
-}
-
-/// How a placement lays chunks out, in the model's terms (payload addresses, granules).
-#[derive(Clone, Copy)]
-struct Geometry {
-    granule: usize,
-    /// Bytes of tag before each payload.
-    head: usize,
-    min_chunk: usize,
-    /// Offset from a region's base to its first payload.
-    first_payload: usize,
-    /// Bytes of a region that are not chunk space.
-    region_overhead: usize,
-}
-
-impl Geometry {
-    fn granules_for(&self, size: usize) -> Result<usize, Error> {
-        if size == 0 {
-            return Err(Error::ZeroSize);
-        }
-        let bytes = size
-            .checked_add(self.head + self.granule - 1)
-            .filter(|&b| b <= isize::MAX as usize)
-            .ok_or(Error::SizeOverflow)?;
-        Ok((bytes / self.granule).max(self.min_chunk))
-    }
-}
-
-/// The reference model: chunks by payload address.
-struct Model {
-    geo: Geometry,
-    chunks: BTreeMap<usize, MChunk>,
-    /// Regions: base → end (bytes), for growth and removal.
-    regions: BTreeMap<usize, (usize, usize)>,
-    next_region: usize,
-    clock: u64,
-}
-
-impl Model {
-    fn new(geo: Geometry) -> Self {
-        Model {
-            geo,
-            chunks: BTreeMap::new(),
-            regions: BTreeMap::new(),
-            next_region: 0,
-            clock: 0,
-        }
-    }
-
-    fn file(&mut self, at: usize) {
-        self.clock += 1;
-        let c = self.chunks.get_mut(&at).unwrap();
-        c.free = true;
-        c.stamp = self.clock;
-    }
-
-    fn next_of(&self, at: usize) -> Option<(usize, MChunk)> {
-        let c = self.chunks[&at];
-        let n = at + c.granules * self.geo.granule;
-        self.chunks
-            .get(&n)
-            .filter(|nc| nc.region == c.region)
-            .map(|&nc| (n, nc))
-    }
-
-    fn prev_of(&self, at: usize) -> Option<(usize, MChunk)> {
-        let c = self.chunks[&at];
-        let (&p, &pc) = self.chunks.range(..at).next_back()?;
-        (pc.region == c.region && p + pc.granules * self.geo.granule == at).then_some((p, pc))
-    }
-
-    /// Frees (or files new space at) `at`, merging with free neighbours.
-    fn coalesce_and_file(&mut self, mut at: usize) {
-        if let Some((p, pc)) = self.prev_of(at).filter(|(_, pc)| pc.free) {
-            let c = self.chunks.remove(&at).unwrap();
-            self.chunks.get_mut(&p).unwrap().granules = pc.granules + c.granules;
-            at = p;
-        }
-        if let Some((n, nc)) = self.next_of(at).filter(|(_, nc)| nc.free) {
-            self.chunks.remove(&n);
-            self.chunks.get_mut(&at).unwrap().granules += nc.granules;
-        }
-        self.file(at);
-    }
-
-    fn split(&mut self, at: usize, keep: usize) -> usize {
-        let c = self.chunks.get_mut(&at).unwrap();
-        let tail = at + keep * self.geo.granule;
-        let rest = c.granules - keep;
-        c.granules = keep;
-        let tc = MChunk {
-            granules: rest,
-            ..*c
-        };
-        self.chunks.insert(tail, tc);
-        tail
-    }
-
-    fn release_tail(&mut self, at: usize, keep: usize) {
-        if self.chunks[&at].granules >= keep + self.geo.min_chunk {
-            let tail = self.split(at, keep);
-            self.chunks.get_mut(&tail).unwrap().free = false;
-            self.coalesce_and_file(tail);
-        }
-    }
-
-    /// Predicts and applies an allocation; returns the payload address.
-    fn alloc(&mut self, size: usize, align: usize) -> Result<usize, Error> {
-        if !align.is_power_of_two() {
-            return Err(Error::BadAlign);
-        }
-        let need = self.geo.granules_for(size)?;
-        let g = self.geo.granule;
-        let want = if align <= g {
-            need
-        } else {
-            let step = align / g;
-            need.checked_add(step + self.geo.min_chunk - 1)
-                .filter(|&w| w <= isize::MAX as usize / g)
-                .ok_or(Error::SizeOverflow)?
-        };
-        let (&at, _) = self
-            .chunks
-            .iter()
-            .filter(|(_, c)| c.free && c.granules >= want)
-            .min_by_key(|(_, c)| (c.granules, c.stamp))
-            .ok_or(Error::OutOfMemory)?;
-        let mut at = at;
-        if align > g && at % align != 0 {
-            let mut lead = (align - at % align) / g;
-            if lead < self.geo.min_chunk {
-                lead += align / g;
-            }
-            let rest = self.split(at, lead);
-            self.file(at);
-            at = rest;
-        }
-        self.chunks.get_mut(&at).unwrap().free = false;
-        self.release_tail(at, need);
-        Ok(at)
-    }
-
-    fn free(&mut self, at: usize) {
-        self.coalesce_and_file(at);
-    }
-
-    /// Predicts a realloc: `Ok(None)` in place, `Ok(Some(new))` moved.
-    fn realloc(
-        &mut self,
-        at: usize,
-        new_size: usize,
-        align: usize,
-    ) -> Result<Option<usize>, Error> {
-        let need = self.geo.granules_for(new_size)?;
-        let have = self.chunks[&at].granules;
-        let mut in_place = need <= have;
-        if !in_place {
-            if let Some((n, nc)) = self.next_of(at).filter(|(_, nc)| nc.free) {
-                if have + nc.granules >= need {
-                    self.chunks.remove(&n);
-                    self.chunks.get_mut(&at).unwrap().granules += nc.granules;
-                    in_place = true;
-                }
-            }
-        }
-        if in_place {
-            self.release_tail(at, need);
-            return Ok(None);
-        }
-        let new = self.alloc(new_size, align)?;
-        self.free(at);
-        Ok(Some(new))
-    }
-
-    fn overlaps(&self, start: usize, len: usize) -> bool {
-        self.regions
-            .iter()
-            .any(|(&b, &(_, e))| start < e && b < start + len)
-    }
-
-    fn add_region(&mut self, base: usize, len: usize) -> Result<(), Error> {
-        let g = self.geo.granule;
-        let len = len & !(g - 1);
-        if self.overlaps(base, len) {
-            return Err(Error::RegionOverlap);
-        }
-        if len < self.geo.region_overhead + self.geo.min_chunk * g {
-            return Err(Error::RegionTooSmall);
-        }
-        let id = self.next_region;
-        self.next_region += 1;
-        self.regions.insert(base, (id, base + len));
-        let at = base + self.geo.first_payload;
-        self.chunks.insert(
-            at,
-            MChunk {
-                granules: (len - self.geo.region_overhead) / g,
-                free: false,
-                stamp: 0,
-                region: id,
-            },
-        );
-        self.file(at);
-        Ok(())
-    }
-
-    /// Growth: new space right after the region's last chunk, merged with it if free.
-    fn extend_region(&mut self, base: usize, len: usize) -> Result<(), Error> {
-        let g = self.geo.granule;
-        let len = len & !(g - 1);
-        let &(id, end) = self.regions.get(&base).ok_or(Error::UnknownRegion)?;
-        if self.overlaps(end, len) {
-            return Err(Error::RegionOverlap);
-        }
-        if len < self.geo.min_chunk * g {
-            return Err(Error::RegionTooSmall);
-        }
-        // The old end (inline: the payload after the old fence) starts the new chunk.
-        self.chunks.insert(
-            end,
-            MChunk {
-                granules: len / g,
-                free: false,
-                stamp: 0,
-                region: id,
-            },
-        );
-        self.regions.insert(base, (id, end + len));
-        self.coalesce_and_file(end);
-        Ok(())
-    }
-
-    fn remove_region(&mut self, base: usize) -> Result<(), Error> {
-        let &(id, _) = self.regions.get(&base).ok_or(Error::UnknownRegion)?;
-        let mine: Vec<_> = self
-            .chunks
-            .iter()
-            .filter(|(_, c)| c.region == id)
-            .map(|(&a, c)| (a, *c))
-            .collect();
-        if mine.len() != 1 || !mine[0].1.free {
-            return Err(Error::RegionInUse);
-        }
-        self.chunks.remove(&mine[0].0);
-        self.regions.remove(&base);
-        Ok(())
-    }
-}
 
 /// What a heap under test must do, in the terms of the model.
 trait Subject {
@@ -288,7 +31,7 @@ trait Subject {
     ) -> Result<(usize, Self::H), Error>;
     fn add_region(&mut self, offset: usize, len: usize) -> Result<(), Error>;
     fn extend_region(&mut self, offset: usize, len: usize) -> Result<(), Error>;
-    fn remove_region(&mut self, offset: usize) -> Result<(), Error>;
+    fn remove_region(&mut self, offset: usize) -> Result<(usize, usize), Error>;
     fn check(&self);
     /// The address the model uses for region `offset` of the test's address space.
     fn base(&self) -> usize;
@@ -337,10 +80,12 @@ impl Subject for InlineSubject {
             self.heap.extend_region(base, len)
         }
     }
-    fn remove_region(&mut self, offset: usize) -> Result<(), Error> {
+    fn remove_region(&mut self, offset: usize) -> Result<(usize, usize), Error> {
         // SAFETY: pointer arithmetic inside the arena.
         let base = unsafe { self.arena.ptr().add(offset) };
-        self.heap.remove_region(base).map(|_| ())
+        self.heap
+            .remove_region(base)
+            .map(|(b, len)| (b.as_ptr() as usize, len))
     }
     fn check(&self) {
         self.heap.check().unwrap();
@@ -419,8 +164,8 @@ impl Subject for DetachedSubject {
     fn extend_region(&mut self, offset: usize, len: usize) -> Result<(), Error> {
         self.heap.extend_region(DETACHED_BASE + offset, len)
     }
-    fn remove_region(&mut self, offset: usize) -> Result<(), Error> {
-        self.heap.remove_region(DETACHED_BASE + offset).map(|_| ())
+    fn remove_region(&mut self, offset: usize) -> Result<(usize, usize), Error> {
+        self.heap.remove_region(DETACHED_BASE + offset)
     }
     fn check(&self) {
         self.heap.check().unwrap();
@@ -567,7 +312,7 @@ fn run<S: Subject>(subject: &mut S, geo: Geometry, first_region: usize, ops: &[O
                     continue;
                 }
                 let off = region_offsets[pick % region_offsets.len()];
-                let end = model.regions[&(base + off)].1 - base;
+                let end = model.region_end(base + off).unwrap() - base;
                 if end + len > SPACE {
                     continue;
                 }
@@ -606,42 +351,26 @@ fn run<S: Subject>(subject: &mut S, geo: Geometry, first_region: usize, ops: &[O
         model.free(a);
         subject.check();
     }
-    assert!(model.chunks.values().all(|c| c.free));
+    assert!(model.chunks().values().all(|c| c.free));
     assert_eq!(
-        model.chunks.len(),
-        model.regions.len(),
+        model.chunks().len(),
+        model.regions().count(),
         "a region is not one free chunk"
     );
-    for c in model.chunks.values() {
+    for c in model.chunks().values() {
         let size = c.granules * geo.granule - geo.head;
         let (a, h) = subject
             .alloc(size, 1)
             .expect("a whole-region allocation must fit");
-        assert!(model.chunks.contains_key(&a));
+        assert!(model.chunks().contains_key(&a));
         subject.free(h, size).unwrap();
     }
     subject.check();
 }
 
-const INLINE_GEO: Geometry = Geometry {
-    granule: 16,
-    head: core::mem::size_of::<usize>(),
-    min_chunk: (4 * core::mem::size_of::<usize>()).div_ceil(16),
-    // Region header (two words), then a first chunk whose payload is granule-aligned.
-    first_payload: (2 * core::mem::size_of::<usize>() + core::mem::size_of::<usize>())
-        .next_multiple_of(16),
-    // Header and padding before the first chunk, fence after the last.
-    region_overhead: (2 * core::mem::size_of::<usize>() + core::mem::size_of::<usize>())
-        .next_multiple_of(16),
-};
+const INLINE_GEO: Geometry = Geometry::inline(16);
 
-const DETACHED_GEO: Geometry = Geometry {
-    granule: 256,
-    head: 0,
-    min_chunk: 1,
-    first_payload: 0,
-    region_overhead: 0,
-};
+const DETACHED_GEO: Geometry = Geometry::detached(256);
 
 fn config() -> ProptestConfig {
     ProptestConfig {
@@ -682,7 +411,7 @@ proptest! {
     fn detached_dense_tries_match_model(ops in ops_strategy(large_size_strategy())) {
         // A 16-byte granule puts these sizes in the logarithmic bins here too.
         let mut s = DetachedSubject { heap: DetachedHeap::new(Vec::new(), 16).unwrap() };
-        run(&mut s, Geometry { granule: 16, ..DETACHED_GEO }, SPACE / 2, &ops);
+        run(&mut s, Geometry::detached(16), SPACE / 2, &ops);
     }
 }
 

@@ -1,0 +1,6 @@
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use tagalloc_fuzz::ops::{Input, Op};
+
+fuzz_target!(|input: Input<Op>| tagalloc_fuzz::run_inline_ops(&input));

@@ -1,0 +1,7 @@
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use tagalloc_fuzz::misuse::Step;
+use tagalloc_fuzz::ops::Input;
+
+fuzz_target!(|input: Input<Step>| tagalloc_fuzz::run_misuse(&input));

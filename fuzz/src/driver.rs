@@ -1,0 +1,454 @@
+//! Runs operations on a [`Subject`] and checks every result.
+//!
+//! The driver keeps its own account of the live allocations and the regions, and after every
+//! operation asks the heap to `check()` its invariants and compares its statistics with that
+//! account. Live allocations are filled with a pattern (inline heaps) that is verified on
+//! free, on realloc and at the end. With a [`Model`], every address and every error must be
+//! the model's prediction; without one, the results are checked against what the request and
+//! the heap's own statistics imply (an `OutOfMemory` only if no free chunk is large enough, a
+//! region refused only for a reason that holds, a region removed exactly when nothing in it is
+//! allocated). At the end everything is freed and every region must be one free chunk again.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use tagalloc::model::{Geometry, Model};
+use tagalloc::Error;
+
+use crate::ops::{Align, Len, Op, Place, RegionPick, Size};
+use crate::subject::Subject;
+
+/// A live allocation as the driver knows it.
+#[derive(Clone, Copy, Debug)]
+pub struct Live<H> {
+    /// Its payload address.
+    pub addr: usize,
+    /// Its handle.
+    pub h: H,
+    /// The size it was asked for (or last resized to).
+    pub size: usize,
+    /// The seed of the pattern in its bytes.
+    pub seed: u8,
+}
+
+/// How many freed allocations are remembered for stale frees.
+const GRAVEYARD: usize = 64;
+
+/// Runs operations on a subject, with or without the reference model.
+pub struct Driver<S: Subject> {
+    pub(crate) subject: S,
+    model: Option<Model>,
+    pub(crate) geo: Geometry,
+    pub(crate) live: Vec<Live<S::H>>,
+    /// The live allocations' spans, address → size, to find overlaps.
+    spans: BTreeMap<usize, usize>,
+    /// The heap's regions, base → end.
+    regions: BTreeMap<usize, usize>,
+    /// Freed allocations as `(handle, size)`, newest last.
+    pub(crate) graveyard: Vec<(S::H, usize)>,
+    seed: u8,
+}
+
+impl<S: Subject> Driver<S> {
+    /// A driver over `subject`, comparing every result with the reference model if
+    /// `with_model`.
+    pub fn new(subject: S, with_model: bool) -> Self {
+        let geo = subject.geometry();
+        Driver {
+            subject,
+            model: with_model.then(|| Model::new(geo)),
+            geo,
+            live: Vec::new(),
+            spans: BTreeMap::new(),
+            regions: BTreeMap::new(),
+            graveyard: Vec::new(),
+            seed: 0,
+        }
+    }
+
+    /// Adds the first region, `len` bytes at the start of the address space.
+    pub fn start(&mut self, len: usize) {
+        self.step(&Op::AddRegion {
+            at: Place::Offset(0),
+            len: Len(len),
+        });
+    }
+
+    /// Runs one operation and checks the heap.
+    pub fn step(&mut self, op: &Op) {
+        match *op {
+            Op::Alloc {
+                size: Size(size),
+                align: Align(align),
+            } => self.alloc(size, align),
+            Op::Free { pick } => {
+                if let Some(i) = self.pick(pick) {
+                    self.free(i);
+                }
+            }
+            Op::Realloc {
+                pick,
+                size: Size(size),
+                align: Align(align),
+            } => {
+                if let Some(i) = self.pick(pick) {
+                    self.realloc(i, size, align);
+                }
+            }
+            Op::AddRegion { at, len: Len(len) } => self.add_region(at, len),
+            Op::ExtendRegion {
+                pick,
+                len: Len(len),
+            } => self.extend_region(pick, len),
+            Op::RemoveRegion { pick } => self.remove_region(pick),
+            Op::Trim => self.trim(),
+        }
+        self.after_step();
+    }
+
+    /// The live allocation `pick` names, if any is live.
+    pub(crate) fn pick(&self, pick: u16) -> Option<usize> {
+        (!self.live.is_empty()).then(|| pick as usize % self.live.len())
+    }
+
+    fn records_may_run_out(&self, e: Error) -> bool {
+        e == Error::OutOfRecords && self.subject.may_run_out_of_records()
+    }
+
+    fn alloc(&mut self, size: usize, align: usize) {
+        let before = self.subject.stats();
+        let got = self.subject.alloc(size, align);
+        let got_addr = got.as_ref().map(S::addr).map_err(|e| *e);
+        if let Some(m) = &mut self.model {
+            let want = m.alloc(size, align);
+            assert_eq!(got_addr, want, "alloc({size}, {align}): heap vs model");
+        } else {
+            match (self.geo.request(size, align), got_addr) {
+                (Err(want), got) => assert_eq!(got, Err(want), "alloc({size}, {align})"),
+                (Ok((_, want)), got) => {
+                    let fits = before.largest_free >> self.geo.granule.trailing_zeros() >= want;
+                    match got {
+                        Ok(_) => assert!(fits, "alloc({size}, {align}) served from nothing"),
+                        Err(e) if self.records_may_run_out(e) => {}
+                        Err(e) => {
+                            assert_eq!(e, Error::OutOfMemory, "alloc({size}, {align})");
+                            assert!(
+                                !fits,
+                                "alloc({size}, {align}): out of memory, yet {before:?}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        if let Ok(h) = got {
+            assert_eq!(S::addr(&h) % align, 0, "alloc({size}, {align}) misaligned");
+            self.seed = self.seed.wrapping_add(1);
+            self.adopt(h, size, self.seed);
+        }
+    }
+
+    /// Files a new or moved live allocation: fills it and checks it against the others.
+    fn adopt(&mut self, h: S::H, size: usize, seed: u8) {
+        let addr = S::addr(&h);
+        assert!(self.subject.usable(&h) >= size, "allocation too small");
+        self.subject.fill(&h, size, seed);
+        self.live.push(Live {
+            addr,
+            h,
+            size,
+            seed,
+        });
+        self.add_span(addr, size);
+    }
+
+    fn add_span(&mut self, addr: usize, size: usize) {
+        if let Some((&a, &s)) = self.spans.range(..=addr).next_back() {
+            assert!(a + s <= addr, "live allocations overlap at {addr:#x}");
+        }
+        if let Some((&a, _)) = self.spans.range(addr..).next() {
+            assert!(addr + size <= a, "live allocations overlap at {addr:#x}");
+        }
+        let (&base, &end) = self
+            .regions
+            .range(..=addr)
+            .next_back()
+            .expect("an allocation outside every region");
+        assert!(
+            addr >= base + self.geo.first_payload && addr + size <= end,
+            "an allocation outside its region"
+        );
+        self.spans.insert(addr, size);
+    }
+
+    /// Forgets the live allocation `i` (freed, or moved) and remembers it as stale.
+    pub(crate) fn forget(&mut self, i: usize) -> Live<S::H> {
+        let l = self.live.swap_remove(i);
+        self.spans.remove(&l.addr);
+        if self.graveyard.len() == GRAVEYARD {
+            self.graveyard.remove(0);
+        }
+        self.graveyard.push((l.h, l.size));
+        l
+    }
+
+    pub(crate) fn free(&mut self, i: usize) {
+        self.free_as(i, self.live[i].size);
+    }
+
+    /// Frees the live allocation `i`, claiming it has `size` bytes (a size it may have).
+    pub(crate) fn free_as(&mut self, i: usize, size: usize) {
+        let l = self.live[i];
+        self.subject.verify(&l.h, l.size, l.seed);
+        let r = self.subject.free(l.h, size);
+        assert_eq!(
+            r,
+            Ok(()),
+            "free of the live allocation {l:?} as {size} bytes"
+        );
+        if let Some(m) = &mut self.model {
+            m.free(l.addr);
+        }
+        self.forget(i);
+    }
+
+    fn realloc(&mut self, i: usize, new: usize, align: usize) {
+        let l = self.live[i];
+        self.subject.verify(&l.h, l.size, l.seed);
+        let before = self.subject.stats();
+        let got = self.subject.realloc(l.h, l.size, align, new);
+        let got_addr = got.as_ref().map(S::addr).map_err(|e| *e);
+        if let Some(m) = &mut self.model {
+            let want = m.realloc(l.addr, new, align).map(|n| n.unwrap_or(l.addr));
+            assert_eq!(
+                got_addr, want,
+                "realloc({l:?}, {new}, {align}): heap vs model"
+            );
+        } else if let Err(e) = self.geo.granules_for(new) {
+            assert_eq!(got_addr, Err(e), "realloc({l:?}, {new})");
+        } else if let Some(e) = got_addr.err().filter(|&e| !self.records_may_run_out(e)) {
+            // It could not stay in place, so a new allocation was refused.
+            match self.geo.request(new, align) {
+                Err(want) => assert_eq!(e, want, "realloc({l:?}, {new}, {align})"),
+                Ok((_, want)) => {
+                    assert_eq!(e, Error::OutOfMemory, "realloc({l:?}, {new}, {align})");
+                    let largest = before.largest_free >> self.geo.granule.trailing_zeros();
+                    assert!(largest < want, "realloc: out of memory, yet {before:?}");
+                }
+            }
+        }
+        let Ok(h) = got else { return };
+        let addr = S::addr(&h);
+        if addr == l.addr {
+            self.spans.remove(&l.addr);
+            self.live.swap_remove(i);
+        } else {
+            assert_eq!(addr % align, 0, "realloc moved to a misaligned address");
+            self.forget(i);
+        }
+        self.subject.verify(&h, l.size.min(new), l.seed);
+        self.adopt(h, new, l.seed);
+    }
+
+    /// Whether `start..start + len` wraps or overlaps a region.
+    fn overlaps(&self, start: usize, len: usize) -> bool {
+        match start.checked_add(len) {
+            None => true,
+            Some(end) => self.regions.iter().any(|(&b, &e)| start < e && b < end),
+        }
+    }
+
+    fn add_region(&mut self, at: Place, len: usize) {
+        let Some(base) = self.subject.resolve(at) else {
+            return;
+        };
+        let g = self.geo.granule;
+        let rlen = len & !(g - 1);
+        if !self.subject.can_place(base, rlen) {
+            return;
+        }
+        let got = self.subject.add_region(base, len);
+        if let Some(m) = &mut self.model {
+            assert_eq!(got, m.add_region(base, len), "add_region({base:#x}, {len})");
+        } else {
+            let small = rlen < self.geo.region_overhead + self.geo.min_chunk * g;
+            let holds = match got {
+                Ok(()) => base & (g - 1) == 0 && !self.overlaps(base, rlen) && !small,
+                Err(Error::RegionMisaligned) => base & (g - 1) != 0 || base == 0,
+                Err(Error::RegionOverlap) => self.overlaps(base, rlen),
+                Err(Error::RegionTooSmall) => small,
+                Err(e) => self.records_may_run_out(e),
+            };
+            assert!(holds, "add_region({base:#x}, {len}): {got:?}");
+        }
+        if got.is_ok() {
+            self.regions.insert(base, base + rlen);
+        }
+    }
+
+    /// The base address `pick` names: a region's, or a made-up one.
+    fn region_base(&self, pick: RegionPick) -> usize {
+        match pick.index(self.regions.len()) {
+            Some(i) => *self.regions.keys().nth(i).unwrap(),
+            None => self.subject.at_offset(pick.stray_offset()),
+        }
+    }
+
+    fn extend_region(&mut self, pick: RegionPick, len: usize) {
+        let base = self.region_base(pick);
+        let g = self.geo.granule;
+        let rlen = len & !(g - 1);
+        let end = self.regions.get(&base).copied();
+        if let Some(end) = end {
+            if !self.subject.can_place(end, rlen) {
+                return;
+            }
+        }
+        let got = self.subject.extend_region(base, len);
+        if let Some(m) = &mut self.model {
+            assert_eq!(
+                got,
+                m.extend_region(base, len),
+                "extend_region({base:#x}, {len})"
+            );
+        } else {
+            let holds = match (end, got) {
+                (None, got) => got == Err(Error::UnknownRegion),
+                (Some(end), Ok(())) => !self.overlaps(end, rlen) && rlen >= self.geo.min_chunk * g,
+                (Some(end), Err(Error::RegionOverlap)) => self.overlaps(end, rlen),
+                (Some(_), Err(Error::RegionTooSmall)) => rlen < self.geo.min_chunk * g,
+                (Some(_), Err(e)) => self.records_may_run_out(e),
+            };
+            assert!(holds, "extend_region({base:#x}, {len}): {got:?}");
+        }
+        if got.is_ok() {
+            *self.regions.get_mut(&base).unwrap() += rlen;
+        }
+    }
+
+    /// Whether a live allocation lies in `base..end`.
+    fn in_use(&self, base: usize, end: usize) -> bool {
+        self.spans.range(base..end).next().is_some()
+    }
+
+    fn remove_region(&mut self, pick: RegionPick) {
+        let base = self.region_base(pick);
+        let got = self.subject.remove_region(base);
+        let want = match self.regions.get(&base) {
+            None => Err(Error::UnknownRegion),
+            Some(&end) if self.in_use(base, end) => Err(Error::RegionInUse),
+            Some(&end) => Ok((base, end - base)),
+        };
+        assert_eq!(got, want, "remove_region({base:#x})");
+        if let Some(m) = &mut self.model {
+            assert_eq!(
+                m.remove_region(base),
+                got,
+                "remove_region({base:#x}): model"
+            );
+        }
+        if got.is_ok() {
+            self.regions.remove(&base);
+        }
+    }
+
+    fn trim(&mut self) {
+        let mut got = self.subject.trim();
+        got.sort_unstable();
+        let want: Vec<(usize, usize)> = self
+            .regions
+            .iter()
+            .filter(|&(&b, &e)| !self.in_use(b, e))
+            .map(|(&b, &e)| (b, e - b))
+            .collect();
+        assert_eq!(got, want, "trim");
+        if let Some(m) = &mut self.model {
+            assert_eq!(m.trim(), got, "trim: model");
+        }
+        for (b, _) in got {
+            self.regions.remove(&b);
+        }
+    }
+
+    /// The checks after every operation: the heap's invariants, and its statistics against
+    /// the driver's account.
+    pub(crate) fn after_step(&mut self) {
+        if let Err(e) = self.subject.check() {
+            panic!("check() failed: {e}");
+        }
+        let st = self.subject.stats();
+        assert_eq!(st.live, self.live.len(), "live count: {st:?}");
+        assert_eq!(st.regions, self.regions.len(), "region count: {st:?}");
+        let managed: usize = self
+            .regions
+            .iter()
+            .map(|(&b, &e)| e - b - self.geo.region_overhead)
+            .sum();
+        assert_eq!(st.managed, managed, "managed bytes: {st:?}");
+        assert_eq!(st.in_use + st.free, st.managed, "bytes: {st:?}");
+    }
+
+    /// Verifies the contents of every live allocation.
+    pub fn verify_all(&self) {
+        for l in &self.live {
+            self.subject.verify(&l.h, l.size, l.seed);
+        }
+    }
+
+    /// Frees everything, then checks that every region is one free chunk again: the
+    /// statistics say so, and an allocation of each whole region succeeds, at its first
+    /// payload.
+    pub fn finish(mut self) {
+        self.verify_all();
+        while !self.live.is_empty() {
+            self.free(self.live.len() - 1);
+            self.after_step();
+        }
+        let st = self.subject.stats();
+        assert_eq!((st.live, st.in_use), (0, 0), "{st:?}");
+        assert_eq!(
+            st.free_chunks, st.regions,
+            "a region is not one free chunk: {st:?}"
+        );
+        if let Some(m) = &self.model {
+            assert!(m.chunks().values().all(|c| c.free));
+            assert_eq!(m.chunks().len(), self.regions.len());
+            assert!(m.regions().eq(self.regions.iter().map(|(&b, &e)| (b, e))));
+        }
+        let mut by_len: Vec<(usize, usize)> =
+            self.regions.iter().map(|(&b, &e)| (e - b, b)).collect();
+        by_len.sort_unstable();
+        let mut firsts: BTreeSet<usize> = self
+            .regions
+            .keys()
+            .map(|&b| b + self.geo.first_payload)
+            .collect();
+        let mut whole = Vec::new();
+        let mut all = true;
+        for (len, base) in by_len {
+            let size = self
+                .geo
+                .whole_region_request(len)
+                .expect("a region too small for a chunk");
+            match self.subject.alloc(size, 1) {
+                Ok(h) => {
+                    let a = S::addr(&h);
+                    assert!(firsts.remove(&a), "whole-region allocation at {a:#x}");
+                    whole.push((h, size));
+                }
+                Err(Error::SizeOverflow) if self.geo.granules_for(size).is_err() => all = false,
+                Err(e) if self.records_may_run_out(e) => all = false,
+                Err(e) => panic!("whole-region allocation of {base:#x} ({len} bytes): {e}"),
+            }
+        }
+        if all {
+            assert_eq!(self.subject.stats().free_chunks, 0);
+        }
+        self.subject.check().unwrap();
+        for (h, size) in whole {
+            assert_eq!(self.subject.free(h, size), Ok(()));
+        }
+        self.subject.check().unwrap();
+        let st = self.subject.stats();
+        assert_eq!(st.free_chunks, st.regions, "{st:?}");
+    }
+}

@@ -1,0 +1,130 @@
+//! Fuzz harness for the tagalloc core, shared by the targets in `fuzz_targets/`.
+//!
+//! - [`ops`]: decoding input bytes into heap operations ([`ops::Op`]) and a run's set-up.
+//! - [`subject`]: both heaps behind one interface: an `InlineHeap` over regions carved from a
+//!   `Vec<u128>` arena, and a `DetachedHeap` over plain numbers, its record table growable or
+//!   capped.
+//! - [`driver`]: runs operations on a heap and checks every result, with or without the
+//!   reference model (`tagalloc::model`), then frees everything and checks that every region
+//!   is one free chunk again.
+//! - [`misuse`]: double, stale, interior, wrongly sized and foreign frees and reallocs.
+//!
+//! Every target is one of the `run_*` functions below; a failing input replays with
+//! `cargo +nightly fuzz run <target> <file>`, and `cargo +nightly fuzz fmt <target> <file>`
+//! prints it as a sequence of operations.
+
+pub mod driver;
+pub mod misuse;
+pub mod ops;
+pub mod subject;
+
+use tagalloc::{DetachedHeap, Error, InlineHeap};
+
+use driver::Driver;
+use misuse::Step;
+use ops::{Config, Input, Op};
+use subject::{CappedTable, DetachedSubject, InlineSubject, Subject};
+
+/// The inline heap the set-up asks for: mostly the host granule, sometimes a larger one.
+fn inline_heap(config: &Config) -> InlineHeap {
+    let granule = match config.granule % 8 {
+        0..=4 => 16,
+        5 => 32,
+        6 => 64,
+        _ => 256,
+    };
+    InlineHeap::with_granule(granule).unwrap()
+}
+
+/// The out-of-band granule the set-up asks for.
+fn detached_granule(config: &Config) -> usize {
+    [256, 16, 1, 4096, 64][config.granule as usize % 5]
+}
+
+/// Something a driver runs: an operation, or a step of the misuse target.
+pub trait Apply {
+    /// Runs `self` through `d`.
+    fn apply<S: Subject>(&self, d: &mut Driver<S>);
+}
+
+impl Apply for Op {
+    fn apply<S: Subject>(&self, d: &mut Driver<S>) {
+        d.step(self);
+    }
+}
+
+impl Apply for Step {
+    fn apply<S: Subject>(&self, d: &mut Driver<S>) {
+        d.run_step(self);
+    }
+}
+
+/// Runs `steps` through a driver over `subject`, from the set-up's first region to the final
+/// checks.
+fn drive<S: Subject, T: Apply>(subject: S, with_model: bool, config: &Config, steps: &[T]) {
+    let mut d = Driver::new(subject, with_model);
+    d.start(config.first_region_len());
+    for step in steps {
+        step.apply(&mut d);
+    }
+    d.finish();
+}
+
+/// Runs the steps on an out-of-band heap with the record table the set-up asks for: growable
+/// (`DetachedHeap::growable`), or capped at a few records so that `OutOfRecords` comes up.
+fn drive_detached<T: Apply>(config: &Config, steps: &[T]) {
+    let g = detached_granule(config);
+    if config.table < 128 {
+        let heap = DetachedHeap::growable(g).unwrap();
+        drive(DetachedSubject::new(heap, false), false, config, steps);
+    } else {
+        let cap = 2 + (config.table as usize & 63);
+        let heap = DetachedHeap::new(CappedTable::new(cap / 2, cap), g).unwrap();
+        drive(DetachedSubject::new(heap, true), false, config, steps);
+    }
+}
+
+/// `inline_ops`: operation sequences on an `InlineHeap`.
+pub fn run_inline_ops(input: &Input<Op>) {
+    let c = &input.config;
+    if c.granule == 255 {
+        for bad in [0, 8, 24, 48] {
+            assert_eq!(InlineHeap::with_granule(bad).err(), Some(Error::BadGranule));
+        }
+    }
+    drive(InlineSubject::new(inline_heap(c)), false, c, &input.ops);
+}
+
+/// `detached_ops`: operation sequences on a `DetachedHeap`.
+pub fn run_detached_ops(input: &Input<Op>) {
+    let c = &input.config;
+    if c.granule == 255 {
+        for bad in [0, 3, 24] {
+            assert!(matches!(
+                DetachedHeap::growable(bad),
+                Err(Error::BadGranule)
+            ));
+        }
+    }
+    drive_detached(c, &input.ops);
+}
+
+/// `best_fit_differential`: the same operations on both heaps, each checked against the
+/// reference model: every address and every error must be the model's.
+pub fn run_best_fit_differential(input: &Input<Op>) {
+    let c = &input.config;
+    drive(InlineSubject::new(inline_heap(c)), true, c, &input.ops);
+    let heap = DetachedHeap::growable(detached_granule(c)).unwrap();
+    drive(DetachedSubject::new(heap, false), true, c, &input.ops);
+}
+
+/// `misuse`: operations interleaved with misuse of the checked APIs, on the heap the set-up
+/// picks.
+pub fn run_misuse(input: &Input<Step>) {
+    let c = &input.config;
+    if c.table & 1 == 0 {
+        drive(InlineSubject::new(inline_heap(c)), false, c, &input.ops);
+    } else {
+        drive_detached(c, &input.ops);
+    }
+}

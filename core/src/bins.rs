@@ -1,16 +1,20 @@
 //! The 128 free bins and the exact best-fit search.
 //!
-//! Bins 0–63 each hold exactly one size (1…64 granules) as a circular FIFO ring, so the head is
-//! always the oldest chunk of that size. Bins 64–127 are logarithmic: four sub-bins per power of
-//! two, the last one open-ended. Inside a logarithmic bin, the distinct sizes form a bitwise trie
-//! on the size's low bits (dlmalloc's tree bins): a node at depth `d` branches on bit
-//! `top_bit - d`, so any operation visits at most one node per bit of the size. Chunks whose size
-//! is already in the trie join that node's ring, behind the older ones, and the node itself is
-//! always the oldest of its size. That makes the search exact best fit, oldest first among
-//! equals, in `O(bits of a size)` worst case with no scan of a bin.
+//! Bins 0–63 each hold exactly one size (1…64 granules) as a FIFO list: the bin array keeps its
+//! head (the oldest chunk) and its tail (the newest), and the chunks are linked both ways, so
+//! filing touches only the old tail and taking the oldest touches only its successor. Bins
+//! 64–127 are logarithmic: four sub-bins per power of two, the last one open-ended. Inside a
+//! logarithmic bin, the distinct sizes form a bitwise trie on the size's low bits (dlmalloc's
+//! tree bins): a node at depth `d` branches on bit `top_bit - d`, so any operation visits at most
+//! one node per bit of the size. Chunks whose size is already in the trie join that node's
+//! circular ring, behind the older ones, and the node itself is always the oldest of its size.
+//! That makes the search exact best fit, oldest first among equals, in `O(bits of a size)` worst
+//! case with no scan of a bin. A chunk alone in its logarithmic bin (typically a region's free
+//! end) hands its place straight to what replaces it, the rest of an allocation carved from it
+//! or a merge that absorbs it, when that stays in the same bin.
 //!
-//! A 128-bit map records which bins are non-empty; the next candidate bin is one
-//! `trailing_zeros` away.
+//! Two 64-bit maps (one for the exact bins, one for the logarithmic ones) record which bins are
+//! non-empty; the next candidate bin is one `trailing_zeros` away.
 
 use crate::error::CheckError;
 use crate::tags::{Link, Tags};
@@ -41,6 +45,32 @@ pub const fn bin_of(size: usize) -> usize {
     }
 }
 
+/// The smallest size in granules that logarithmic bin `bin` holds (the open-ended last bin
+/// holds every size from there on).
+#[inline]
+const fn log_bin_min(bin: usize) -> usize {
+    LOG_BIN_MIN[bin - EXACT_BINS]
+}
+
+/// [`log_bin_min`] of every logarithmic bin, computed once.
+const LOG_BIN_MIN: [usize; BIN_COUNT - EXACT_BINS] = {
+    let mut t = [0; BIN_COUNT - EXACT_BINS];
+    let mut idx = 0;
+    while idx < t.len() {
+        let pow = FIRST_LOG_POW + (idx as u32 >> SUB_BINS_LOG2);
+        let sub = idx & ((1 << SUB_BINS_LOG2) - 1);
+        let min = ((1 << SUB_BINS_LOG2) + sub) << (pow - SUB_BINS_LOG2);
+        // The first bin's range starts at 64, which is the last exact size.
+        t[idx] = if min > EXACT_BINS {
+            min
+        } else {
+            EXACT_BINS + 1
+        };
+        idx += 1;
+    }
+    t
+};
+
 /// The highest size bit on which chunks of logarithmic bin `bin` may differ: the trie's first
 /// branching bit. All sizes in the bin agree on every bit above it.
 #[inline]
@@ -55,53 +85,76 @@ const fn top_bit(bin: usize) -> u32 {
 
 /// The free bins of one heap.
 ///
-/// Invariants (verified by [`Bins::check`]): bit `b` of `map` is set iff `heads[b]` is `Some`;
-/// every chunk reachable from `heads[b]` is free and `bin_of(size) == b`; exact bins hold one
-/// size in a consistent circular ring; a logarithmic bin's trie has consistent parent links,
-/// each node's size agrees with its path's bits, its children differ from it, and ring members
+/// Invariants (verified by [`Bins::check`]): bit `b` of `exact` (bit `b − 64` of `log`) is set
+/// iff `heads[b]` is `Some`; every chunk reachable from `heads[b]` is free and
+/// `bin_of(size) == b`; an exact bin's list runs from `heads[b]` to `tails[b]` with consistent
+/// links both ways and one size; a logarithmic bin's trie has consistent parent links, each
+/// node's size agrees with its path's bits, its children differ from it, and ring members
 /// (marked by `Parent == Some(self)`) have the node's size.
 pub(crate) struct Bins<C> {
-    map: u128,
+    exact: u64,
+    log: u64,
+    /// Exact bins: the oldest chunk; logarithmic bins: the trie's root.
     heads: [Option<C>; BIN_COUNT],
+    /// Exact bins only: the newest chunk.
+    tails: [Option<C>; EXACT_BINS],
 }
 
 impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
     pub const fn new() -> Self {
         Bins {
-            map: 0,
+            exact: 0,
+            log: 0,
             heads: [None; BIN_COUNT],
+            tails: [None; EXACT_BINS],
         }
     }
 
-    /// Files the free chunk `c` into its bin.
-    pub fn insert<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C) {
-        let size = t.size(c);
+    /// Files the free chunk `c` of `size` granules into its bin, behind every older chunk of
+    /// its size.
+    #[inline]
+    pub fn insert<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) {
+        if size <= EXACT_BINS {
+            let b = size - 1;
+            let tail = self.tails[b];
+            t.set_link(c, Link::Next, None);
+            t.set_link(c, Link::Prev, tail);
+            match tail {
+                Some(last) => t.set_link(last, Link::Next, Some(c)),
+                None => {
+                    self.heads[b] = Some(c);
+                    self.exact |= 1 << b;
+                }
+            }
+            self.tails[b] = Some(c);
+        } else {
+            self.trie_insert(t, c, size);
+        }
+    }
+
+    /// Files the free chunk `c` of `size` (> 64) granules into its logarithmic bin's trie.
+    fn trie_insert<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) {
         let b = bin_of(size);
-        self.map |= 1 << b;
         let Some(head) = self.heads[b] else {
             self.heads[b] = Some(c);
+            self.log |= 1 << (b - EXACT_BINS);
             ring_init(t, c);
-            if b >= EXACT_BINS {
-                t.set_link(c, Link::Left, None);
-                t.set_link(c, Link::Right, None);
-                t.set_link(c, Link::Parent, None);
-            }
+            t.set_link(c, Link::Left, None);
+            t.set_link(c, Link::Right, None);
+            t.set_link(c, Link::Parent, None);
             return;
         };
-        if b < EXACT_BINS {
-            ring_push_back(t, head, c);
-            return;
-        }
-        // Walk the trie until the size is found (join its ring) or a free child slot is.
+        // Walk the trie until the size is found (join its ring) or a free child slot is. The
+        // branching bit of each level is the top bit of `bits`.
         let mut node = head;
-        let mut bit = top_bit(b);
+        let mut bits = size << (usize::BITS - 1 - top_bit(b));
         loop {
             if t.size(node) == size {
                 ring_push_back(t, node, c);
                 t.set_link(c, Link::Parent, Some(c));
                 return;
             }
-            let dir = if bit_set(size, bit) {
+            let dir = if (bits as isize) < 0 {
                 Link::Right
             } else {
                 Link::Left
@@ -119,45 +172,72 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
             }
             // Two distinct sizes of one bin differ at some bit at or below `top_bit`, so the
             // walk stops before it runs out of bits.
-            bit = bit.wrapping_sub(1);
+            bits <<= 1;
         }
     }
 
-    /// Takes the free chunk `c` out of its bin.
+    /// Takes the free chunk `c` of `size` granules out of its bin.
     #[inline]
-    pub fn remove<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C) {
-        self.remove_from(t, c, bin_of(t.size(c)));
+    pub fn remove<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) {
+        if size <= EXACT_BINS {
+            self.list_unlink(t, c, size - 1);
+        } else {
+            self.trie_unlink(t, c, bin_of(size));
+        }
     }
 
-    /// Takes the free chunk `c` out of bin `b`, which must be its bin.
+    /// Takes `c` out of exact bin `b`'s list.
+    #[inline(always)]
+    fn list_unlink<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, b: usize) {
+        let next = t.link(c, Link::Next);
+        let prev = t.link(c, Link::Prev);
+        match prev {
+            Some(p) => t.set_link(p, Link::Next, next),
+            None => self.heads[b] = next,
+        }
+        match next {
+            Some(n) => t.set_link(n, Link::Prev, prev),
+            None => self.tails[b] = prev,
+        }
+        if prev.is_none() && next.is_none() {
+            self.exact &= !(1 << b);
+        }
+    }
+
+    /// Takes the oldest chunk out of the non-empty exact bin `b`.
     #[inline]
-    fn remove_from<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, b: usize) {
-        if b < EXACT_BINS {
-            let rest = ring_unlink(t, c);
-            if self.heads[b] == Some(c) {
-                self.heads[b] = rest;
+    fn pop_oldest<T: Tags<Chunk = C>>(&mut self, t: &mut T, b: usize) -> Option<C> {
+        let c = self.heads[b]?;
+        let next = t.link(c, Link::Next);
+        self.heads[b] = next;
+        match next {
+            Some(n) => t.set_link(n, Link::Prev, None),
+            None => {
+                self.tails[b] = None;
+                self.exact &= !(1 << b);
             }
-        } else if t.link(c, Link::Parent) == Some(c) {
+        }
+        Some(c)
+    }
+
+    /// Takes the free chunk `c` out of logarithmic bin `b`, which must be its bin. A trie node
+    /// is replaced by the next-oldest chunk of its size, or else by a leaf of its subtree: any
+    /// chunk of the subtree agrees with the node's path, so it may stand where the node stood.
+    fn trie_unlink<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, b: usize) {
+        let parent = t.link(c, Link::Parent);
+        if parent == Some(c) {
             // A ring member behind a trie node: the trie does not change.
             ring_unlink(t, c);
-        } else {
-            self.trie_remove(t, b, c);
+            return;
         }
-        if self.heads[b].is_none() {
-            self.map &= !(1 << b);
-        }
-    }
-
-    /// Removes trie node `x`, putting the next-oldest chunk of its size, or else a leaf of its
-    /// subtree, in its place. Any chunk of `x`'s subtree agrees with `x`'s path, so it may stand
-    /// where `x` stood.
-    fn trie_remove<T: Tags<Chunk = C>>(&mut self, t: &mut T, b: usize, x: C) {
-        let replacement = match ring_unlink(t, x) {
+        let left = t.link(c, Link::Left);
+        let right = t.link(c, Link::Right);
+        let replacement = match ring_unlink(t, c) {
             Some(r) => Some(r),
-            None => {
-                // Descend to a leaf, preferring right children, and detach it.
-                let mut leaf = t.link(x, Link::Right).or_else(|| t.link(x, Link::Left));
-                if let Some(mut r) = leaf {
+            None => match right.or(left) {
+                None => None,
+                Some(mut r) => {
+                    // Descend to a leaf, preferring right children, and detach it.
                     while let Some(n) = t.link(r, Link::Right).or_else(|| t.link(r, Link::Left)) {
                         r = n;
                     }
@@ -168,16 +248,19 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
                         Link::Left
                     };
                     t.set_link(p, side, None);
-                    leaf = Some(r);
+                    Some(r)
                 }
-                leaf
-            }
+            },
         };
-        let parent = t.link(x, Link::Parent);
         match parent {
-            None => self.heads[b] = replacement,
+            None => {
+                self.heads[b] = replacement;
+                if replacement.is_none() {
+                    self.log &= !(1 << (b - EXACT_BINS));
+                }
+            }
             Some(p) => {
-                let side = if t.link(p, Link::Left) == Some(x) {
+                let side = if t.link(p, Link::Left) == Some(c) {
                     Link::Left
                 } else {
                     Link::Right
@@ -187,9 +270,9 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         }
         if let Some(r) = replacement {
             t.set_link(r, Link::Parent, parent);
-            for side in [Link::Left, Link::Right] {
-                // `x`'s child may have been the detached leaf itself; it is gone from there.
-                let child = t.link(x, side).filter(|&ch| ch != r);
+            // `c`'s child may have been the detached leaf itself; it is gone from there.
+            for (side, child) in [(Link::Left, left), (Link::Right, right)] {
+                let child = child.filter(|&ch| ch != r);
                 t.set_link(r, side, child);
                 if let Some(ch) = child {
                     t.set_link(ch, Link::Parent, Some(r));
@@ -198,57 +281,161 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         }
     }
 
-    /// Takes the best-fitting free chunk for `need` granules out of its bin: the smallest
-    /// chunk of at least `need`, oldest among equals. `None` if no chunk is large enough.
-    pub fn take_best<T: Tags<Chunk = C>>(&mut self, t: &mut T, need: usize) -> Option<C> {
-        let b = bin_of(need);
-        let found = if b < EXACT_BINS {
-            self.heads[b]
-        } else {
-            self.trie_best_fit(t, b, need)
-        };
-        let (c, bin) = match found {
-            Some(c) => (c, b),
-            None => {
-                // Every chunk of a higher bin is larger than `need`: take the smallest there.
-                let above = self.map & (u128::MAX.checked_shl(b as u32 + 1).unwrap_or(0));
-                if above == 0 {
-                    return None;
+    /// Takes the best-fitting free chunk for `need` granules (`need >= 1`) out of its bin: the
+    /// smallest chunk of at least `need`, oldest among equals. Hands it and its size to `carve`,
+    /// then files the free rest that `carve` returns (chunk and size, at most the taken size),
+    /// if any. Returns the chunk taken with its size; `None` if no chunk is large enough.
+    ///
+    /// The same as taking the chunk out and filing the rest, but a chunk alone in its
+    /// logarithmic bin (typically a region's free end) whose rest stays in that bin is replaced
+    /// by the rest in place: neither the map nor a second search is touched.
+    #[inline]
+    pub fn take_best<T, F>(&mut self, t: &mut T, need: usize, carve: F) -> Option<(C, usize)>
+    where
+        T: Tags<Chunk = C>,
+        F: FnOnce(&mut T, C, usize) -> Option<(C, usize)>,
+    {
+        if need <= EXACT_BINS {
+            // Exact bins at or above `need` hold one size each: the lowest non-empty one holds
+            // the smallest chunks that fit, and its head is the oldest of them.
+            let fits = self.exact & (u64::MAX << (need - 1));
+            if fits != 0 {
+                let b = fits.trailing_zeros() as usize;
+                let c = self.pop_oldest(t, b)?;
+                if let Some((rest, size)) = carve(t, c, b + 1) {
+                    self.insert(t, rest, size);
                 }
-                let nb = above.trailing_zeros() as usize;
-                let head = self.heads[nb]?;
-                if nb < EXACT_BINS {
-                    (head, nb)
-                } else {
-                    (extreme(t, head, Link::Left, |a, b| a < b), nb)
-                }
+                return Some((c, b + 1));
             }
-        };
-        self.remove_from(t, c, bin);
-        Some(c)
+            return self.take_smallest_log(t, 0, carve);
+        }
+        let b = bin_of(need);
+        if let Some((c, size)) = self.trie_best_fit(t, b, need) {
+            self.take_log(t, b, c, size, carve);
+            return Some((c, size));
+        }
+        // Every chunk of a higher bin is larger than `need`: take the smallest there.
+        self.take_smallest_log(t, b + 1 - EXACT_BINS, carve)
     }
 
-    /// The smallest trie node of bin `b` with at least `need` granules.
-    fn trie_best_fit<T: Tags<Chunk = C>>(&self, t: &T, b: usize, need: usize) -> Option<C> {
-        let mut best: Option<(C, usize)> = None;
-        let consider = |c: C, best: &mut Option<(C, usize)>| {
-            let size = t.size(c);
-            if size >= need && best.is_none_or(|(_, s)| size < s) {
-                *best = Some((c, size));
+    /// [`Bins::take_best`] from the lowest non-empty logarithmic bin from `64 + from` on: its
+    /// smallest chunk, oldest among equals.
+    #[inline]
+    fn take_smallest_log<T, F>(&mut self, t: &mut T, from: usize, carve: F) -> Option<(C, usize)>
+    where
+        T: Tags<Chunk = C>,
+        F: FnOnce(&mut T, C, usize) -> Option<(C, usize)>,
+    {
+        let above = self.log & u64::MAX.checked_shl(from as u32).unwrap_or(0);
+        if above == 0 {
+            return None;
+        }
+        let b = EXACT_BINS + above.trailing_zeros() as usize;
+        let (c, size) = smallest(t, self.heads[b]?);
+        self.take_log(t, b, c, size, carve);
+        Some((c, size))
+    }
+
+    /// Takes `c` of `size` granules out of logarithmic bin `b`, carves it, and files the rest:
+    /// in `c`'s place when `c` was alone in the bin and the rest stays in it.
+    #[inline(always)]
+    fn take_log<T, F>(&mut self, t: &mut T, b: usize, c: C, size: usize, carve: F)
+    where
+        T: Tags<Chunk = C>,
+        F: FnOnce(&mut T, C, usize) -> Option<(C, usize)>,
+    {
+        if self.heads[b] == Some(c) && is_lone_root(t, c) {
+            // Nothing links to `c` but the bin: carving may overwrite its links.
+            match carve(t, c, size) {
+                Some((rest, rsize)) if rsize >= log_bin_min(b) => self.set_lone_root(t, b, rest),
+                other => {
+                    self.heads[b] = None;
+                    self.log &= !(1 << (b - EXACT_BINS));
+                    if let Some((rest, rsize)) = other {
+                        self.insert(t, rest, rsize);
+                    }
+                }
             }
-        };
-        // Follow `need`'s bits. A right subtree passed by while going left holds only sizes
-        // above `need`; the deepest such subtree holds the smallest of them.
+        } else {
+            self.trie_unlink(t, c, b);
+            if let Some((rest, rsize)) = carve(t, c, size) {
+                self.insert(t, rest, rsize);
+            }
+        }
+    }
+
+    /// Takes the free chunk `old` of `old_size` granules out of its bin, calls `merge` (which
+    /// writes the tags of a free chunk of `new_size >= old_size` granules that absorbs `old`,
+    /// and returns it), and files the merged chunk. The same as [`Bins::remove`], `merge` and
+    /// [`Bins::insert`], but when `old` was alone in its logarithmic bin and the merged chunk
+    /// stays in it, the merged chunk takes its place directly.
+    #[inline]
+    pub fn merge_into<T, F>(
+        &mut self,
+        t: &mut T,
+        old: C,
+        old_size: usize,
+        new_size: usize,
+        merge: F,
+    ) -> C
+    where
+        T: Tags<Chunk = C>,
+        F: FnOnce(&mut T) -> C,
+    {
+        if old_size > EXACT_BINS {
+            let b = bin_of(old_size);
+            if self.heads[b] == Some(old)
+                && is_lone_root(t, old)
+                && (b == BIN_COUNT - 1 || new_size < log_bin_min(b + 1))
+            {
+                let m = merge(t);
+                self.set_lone_root(t, b, m);
+                return m;
+            }
+            self.trie_unlink(t, old, b);
+        } else {
+            self.list_unlink(t, old, old_size - 1);
+        }
+        let m = merge(t);
+        self.insert(t, m, new_size);
+        m
+    }
+
+    /// Makes `c` the only chunk of logarithmic bin `b`, whose map bit is already set.
+    #[inline]
+    fn set_lone_root<T: Tags<Chunk = C>>(&mut self, t: &mut T, b: usize, c: C) {
+        self.heads[b] = Some(c);
+        ring_init(t, c);
+        t.set_link(c, Link::Left, None);
+        t.set_link(c, Link::Right, None);
+        t.set_link(c, Link::Parent, None);
+    }
+
+    /// The smallest trie node of bin `b` with at least `need` granules, with its size.
+    fn trie_best_fit<T: Tags<Chunk = C>>(
+        &self,
+        t: &T,
+        b: usize,
+        need: usize,
+    ) -> Option<(C, usize)> {
+        let mut best = None;
+        let mut best_size = usize::MAX;
+        // Follow `need`'s bits (the top bit of `bits` at each level; zeros once they run out).
+        // A right subtree passed by while going left holds only sizes above `need`; the
+        // deepest such subtree holds the smallest of them.
         let mut node = self.heads[b];
         let mut larger = None;
-        let mut bit = top_bit(b);
+        let mut bits = need << (usize::BITS - 1 - top_bit(b));
         while let Some(n) = node {
-            consider(n, &mut best);
-            if best.is_some_and(|(_, s)| s == need) {
-                return best.map(|(c, _)| c);
+            let size = t.size(n);
+            if size >= need && size < best_size {
+                (best, best_size) = (Some(n), size);
+                if size == need {
+                    break;
+                }
             }
             let right = t.link(n, Link::Right);
-            node = if bit_set(need, bit) {
+            node = if (bits as isize) < 0 {
                 right
             } else {
                 t.link(n, Link::Left)
@@ -256,29 +443,33 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
             if right.is_some() && right != node {
                 larger = right;
             }
-            bit = bit.wrapping_sub(1);
+            bits <<= 1;
         }
-        // The smallest size of a subtree lies on its leftmost path.
-        let mut node = larger;
-        while let Some(n) = node {
-            consider(n, &mut best);
-            node = t.link(n, Link::Left).or_else(|| t.link(n, Link::Right));
+        if best_size != need {
+            // The smallest size of a subtree lies on its leftmost path.
+            let mut node = larger;
+            while let Some(n) = node {
+                let size = t.size(n);
+                if size < best_size {
+                    (best, best_size) = (Some(n), size);
+                }
+                node = t.link(n, Link::Left).or_else(|| t.link(n, Link::Right));
+            }
         }
-        best.map(|(c, _)| c)
+        best.map(|c| (c, best_size))
     }
 
     /// The size in granules of the largest free chunk, if any.
     pub fn largest<T: Tags<Chunk = C>>(&self, t: &T) -> Option<usize> {
-        if self.map == 0 {
-            return None;
-        }
-        let b = 127 - self.map.leading_zeros() as usize;
-        let head = self.heads[b]?;
-        Some(if b < EXACT_BINS {
-            t.size(head)
+        if self.log != 0 {
+            let b = EXACT_BINS + 63 - self.log.leading_zeros() as usize;
+            let head = self.heads[b]?;
+            Some(largest_size(t, head))
+        } else if self.exact != 0 {
+            Some(64 - self.exact.leading_zeros() as usize)
         } else {
-            t.size(extreme(t, head, Link::Right, |a, b| a > b))
-        })
+            None
+        }
     }
 
     /// Verifies every bin invariant; returns the number of free chunks filed and their total
@@ -293,9 +484,18 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         let mut granules = 0usize;
         for b in 0..BIN_COUNT {
             let head = self.heads[b];
-            if head.is_some() != (self.map >> b & 1 == 1) {
+            let bit = if b < EXACT_BINS {
+                self.exact >> b & 1 == 1
+            } else {
+                self.log >> (b - EXACT_BINS) & 1 == 1
+            };
+            if head.is_some() != bit {
                 let at = head.map_or(0, &addr);
                 return Err(CheckError::new("bin bitmap disagrees with bin", at));
+            }
+            if b < EXACT_BINS && head.is_some() != self.tails[b].is_some() {
+                let at = head.or(self.tails[b]).map_or(0, &addr);
+                return Err(CheckError::new("bin head and tail disagree", at));
             }
             let Some(head) = head else { continue };
             let mut check_one = |c: C| -> Result<(), CheckError> {
@@ -316,7 +516,7 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
                 Ok(())
             };
             if b < EXACT_BINS {
-                check_ring(t, head, &addr, limit, &mut check_one)?;
+                check_list(t, head, self.tails[b], &addr, limit, &mut check_one)?;
             } else {
                 if t.link(head, Link::Parent).is_some() {
                     return Err(CheckError::new("trie root has a parent", addr(head)));
@@ -334,26 +534,37 @@ fn bit_set(size: usize, bit: u32) -> bool {
     size.checked_shr(bit).unwrap_or(0) & 1 == 1
 }
 
-/// Walks from `c` along `dir` (falling back to the other child) and returns the node whose
-/// size wins `better`: the smallest on the leftmost path, or the largest on the rightmost.
-fn extreme<T: Tags>(
-    t: &T,
-    c: T::Chunk,
-    dir: Link,
-    better: impl Fn(usize, usize) -> bool,
-) -> T::Chunk {
-    let other = if dir == Link::Left {
-        Link::Right
-    } else {
-        Link::Left
-    };
-    let mut best = c;
-    let mut node = Some(c);
+/// Whether the trie root `c` is its bin's only chunk: no children, no ring.
+#[inline]
+fn is_lone_root<T: Tags>(t: &T, c: T::Chunk) -> bool {
+    t.link(c, Link::Left).is_none()
+        && t.link(c, Link::Right).is_none()
+        && t.link(c, Link::Next) == Some(c)
+}
+
+/// The smallest node of the trie under `c` (the oldest of its size), with its size: it lies
+/// on the leftmost path.
+#[inline]
+fn smallest<T: Tags>(t: &T, c: T::Chunk) -> (T::Chunk, usize) {
+    let mut best = (c, t.size(c));
+    let mut node = t.link(c, Link::Left).or_else(|| t.link(c, Link::Right));
     while let Some(n) = node {
-        if better(t.size(n), t.size(best)) {
-            best = n;
+        let size = t.size(n);
+        if size < best.1 {
+            best = (n, size);
         }
-        node = t.link(n, dir).or_else(|| t.link(n, other));
+        node = t.link(n, Link::Left).or_else(|| t.link(n, Link::Right));
+    }
+    best
+}
+
+/// The largest size in the trie under `c`: it lies on the rightmost path.
+fn largest_size<T: Tags>(t: &T, c: T::Chunk) -> usize {
+    let mut best = t.size(c);
+    let mut node = t.link(c, Link::Right).or_else(|| t.link(c, Link::Left));
+    while let Some(n) = node {
+        best = best.max(t.size(n));
+        node = t.link(n, Link::Right).or_else(|| t.link(n, Link::Left));
     }
     best
 }
@@ -382,6 +593,43 @@ fn ring_unlink<T: Tags>(t: &mut T, c: T::Chunk) -> Option<T::Chunk> {
     t.set_link(prev, Link::Next, Some(next));
     t.set_link(next, Link::Prev, Some(prev));
     Some(next)
+}
+
+/// Checks an exact bin's list from `head` to `tail`: links agree both ways, one size, and
+/// calls `each` on every member.
+fn check_list<T: Tags>(
+    t: &T,
+    head: T::Chunk,
+    tail: Option<T::Chunk>,
+    addr: &impl Fn(T::Chunk) -> usize,
+    limit: usize,
+    each: &mut impl FnMut(T::Chunk) -> Result<(), CheckError>,
+) -> Result<(), CheckError> {
+    if t.link(head, Link::Prev).is_some() {
+        return Err(CheckError::new("bin head has a predecessor", addr(head)));
+    }
+    let size = t.size(head);
+    let mut c = head;
+    for _ in 0..=limit {
+        each(c)?;
+        if t.size(c) != size {
+            return Err(CheckError::new(
+                "bin holds chunks of different sizes",
+                addr(c),
+            ));
+        }
+        let Some(next) = t.link(c, Link::Next) else {
+            if tail != Some(c) {
+                return Err(CheckError::new("bin tail is not its last chunk", addr(c)));
+            }
+            return Ok(());
+        };
+        if t.link(next, Link::Prev) != Some(c) {
+            return Err(CheckError::new("bin links disagree", addr(c)));
+        }
+        c = next;
+    }
+    Err(CheckError::new("bin list does not end", addr(head)))
 }
 
 /// Checks a ring's links both ways and calls `each` on every member.
@@ -497,6 +745,15 @@ mod tests {
         }
         assert_eq!(bin_of(usize::MAX), BIN_COUNT - 1);
         assert_eq!(bin_of(1 << 40), BIN_COUNT - 1);
+    }
+
+    #[test]
+    fn log_bin_min_is_the_first_size_of_each_bin() {
+        for b in EXACT_BINS..BIN_COUNT {
+            let min = log_bin_min(b);
+            assert_eq!(bin_of(min), b, "bin {b}");
+            assert_eq!(bin_of(min - 1), b - 1, "bin {b}");
+        }
     }
 
     #[test]

@@ -6,6 +6,8 @@
 //! is `O(1)` with no address lookup, and always checked: a stale handle (double free), an
 //! address that is not the chunk's (foreign pointer) or a wrong size is reported, never obeyed.
 
+use core::num::NonZeroU32;
+
 use crate::error::{CheckError, Error};
 use crate::heap::Heap;
 use crate::records::{Kind, Record, RecordStore, NIL};
@@ -105,8 +107,40 @@ fn opt(i: u32) -> Option<u32> {
     (i != NIL).then_some(i)
 }
 
+/// A chunk's record index as the shared algorithm sees it: stored plus one in a `NonZeroU32`,
+/// so that `NIL` (`u32::MAX`) reads as `None` and an `Option<Idx>` (a bin head, a link) is one
+/// `u32` with no separate tag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Idx(NonZeroU32);
+
+impl Idx {
+    /// The chunk at record `i`, `None` for `NIL`.
+    #[inline]
+    fn new(i: u32) -> Option<Idx> {
+        NonZeroU32::new(i.wrapping_add(1)).map(Idx)
+    }
+
+    /// The record index (never `NIL`).
+    #[inline]
+    fn get(self) -> u32 {
+        self.0.get() - 1
+    }
+
+    /// `i`, which must not be `NIL`, as a chunk.
+    #[inline]
+    fn of(i: u32) -> Idx {
+        Idx::new(i).unwrap_or(Idx(NonZeroU32::MAX))
+    }
+}
+
+/// The record index of an optional chunk, `NIL` for `None`.
+#[inline]
+fn raw(c: Option<Idx>) -> u32 {
+    c.map_or(NIL, Idx::get)
+}
+
 impl<S: RecordStore> Tags for DetachedTags<S> {
-    type Chunk = u32;
+    type Chunk = Idx;
     type Region = u32;
 
     fn granule_shift(&self) -> u32 {
@@ -117,49 +151,59 @@ impl<S: RecordStore> Tags for DetachedTags<S> {
         0
     }
 
+    #[inline]
+    fn request_pad(&self) -> usize {
+        (1 << self.shift) - 1
+    }
+
     fn min_chunk(&self) -> usize {
         1
     }
 
     #[inline]
-    fn size(&self, c: u32) -> usize {
-        self.rec(c).size
+    fn size(&self, c: Idx) -> usize {
+        self.rec(c.get()).size
     }
 
     #[inline]
-    fn is_free(&self, c: u32) -> bool {
-        self.rec(c).kind.contains(Kind::FREE)
+    fn is_free(&self, c: Idx) -> bool {
+        self.rec(c.get()).kind.contains(Kind::FREE)
     }
 
     #[inline]
-    fn payload(&self, c: u32) -> usize {
-        self.rec(c).addr
+    fn payload(&self, c: Idx) -> usize {
+        self.rec(c.get()).addr
     }
 
     #[inline]
-    fn next(&self, c: u32) -> Option<u32> {
-        opt(self.rec(c).next)
+    fn next(&self, c: Idx) -> Option<Idx> {
+        Idx::new(self.rec(c.get()).next)
     }
 
     #[inline]
-    fn next_if_free(&self, c: u32) -> Option<u32> {
-        opt(self.rec(c).next).filter(|&n| self.is_free(n))
+    fn next_if_free(&self, c: Idx) -> Option<(Idx, usize)> {
+        let n = Idx::new(self.rec(c.get()).next)?;
+        let r = self.rec(n.get());
+        r.kind.contains(Kind::FREE).then_some((n, r.size))
     }
 
     #[inline]
-    fn prev_if_free(&self, c: u32) -> Option<u32> {
-        opt(self.rec(c).prev).filter(|&p| self.is_free(p))
+    fn prev_if_free(&self, c: Idx) -> Option<(Idx, usize)> {
+        let p = Idx::new(self.rec(c.get()).prev)?;
+        let r = self.rec(p.get());
+        r.kind.contains(Kind::FREE).then_some((p, r.size))
     }
 
-    fn set_free(&mut self, c: u32, free: bool) {
-        let r = self.rec_mut(c);
+    fn set_free(&mut self, c: Idx, free: bool) {
+        let r = self.rec_mut(c.get());
         r.kind.set(Kind::FREE, free);
         if !free {
             r.gen = r.gen.wrapping_add(1);
         }
     }
 
-    fn split(&mut self, c: u32, head: usize) -> u32 {
+    fn split(&mut self, c: Idx, head: usize) -> Idx {
+        let c = c.get();
         let t = self.take_record();
         let shift = self.shift;
         let cr = *self.rec(c);
@@ -179,10 +223,11 @@ impl<S: RecordStore> Tags for DetachedTags<S> {
         let r = self.rec_mut(c);
         r.next = t;
         r.size = head;
-        t
+        Idx::of(t)
     }
 
-    fn absorb_next(&mut self, c: u32) {
+    fn absorb_next(&mut self, c: Idx) {
+        let c = c.get();
         let n = self.rec(c).next;
         let nr = *self.rec(n);
         let r = self.rec_mut(c);
@@ -196,6 +241,61 @@ impl<S: RecordStore> Tags for DetachedTags<S> {
         self.release_record(n);
     }
 
+    #[inline]
+    fn carve(&mut self, c: Idx, size: usize, need: usize) -> Option<Idx> {
+        let c = c.get();
+        // The minimum chunk is one granule: any rest stands alone.
+        let tail = (size > need).then(|| self.take_record());
+        let r = self.rec_mut(c);
+        r.kind = Kind::CHUNK;
+        r.gen = r.gen.wrapping_add(1);
+        let t = tail?;
+        let (addr, next, region) = (r.addr, r.next, r.region);
+        r.size = need;
+        r.next = t;
+        let shift = self.shift;
+        let tr = self.rec_mut(t);
+        tr.addr = addr + (need << shift);
+        tr.size = size - need;
+        tr.prev = c;
+        tr.next = next;
+        tr.kind = Kind::CHUNK | Kind::FREE;
+        tr.region = region;
+        // The tail's links are written when it is filed.
+        if next == NIL {
+            self.rec_mut(region).prev = t;
+        } else {
+            self.rec_mut(next).prev = t;
+        }
+        Idx::new(t)
+    }
+
+    #[inline(always)]
+    fn free_merged(&mut self, c: Idx, prev: Option<Idx>, next: Option<Idx>, size: usize) -> Idx {
+        let m = prev.unwrap_or(c).get();
+        if prev.is_some() || next.is_some() {
+            // Link the merged chunk to what follows its last part.
+            let last = self.rec(next.unwrap_or(c).get());
+            let (after, region) = (last.next, last.region);
+            if after == NIL {
+                self.rec_mut(region).prev = m;
+            } else {
+                self.rec_mut(after).prev = m;
+            }
+            self.rec_mut(m).next = after;
+        }
+        let r = self.rec_mut(m);
+        r.size = size;
+        r.kind = Kind::CHUNK | Kind::FREE;
+        if prev.is_some() {
+            self.release_record(c.get());
+        }
+        if let Some(n) = next {
+            self.release_record(n.get());
+        }
+        prev.unwrap_or(c)
+    }
+
     fn reserve(&mut self, n: usize) -> Result<(), Error> {
         while self.vacant_count + (self.store.records().len() - self.fresh) < n {
             if !self.store.grow() {
@@ -206,13 +306,13 @@ impl<S: RecordStore> Tags for DetachedTags<S> {
     }
 
     #[inline]
-    fn link(&self, c: u32, l: Link) -> Option<u32> {
-        opt(self.rec(c).links[l as usize])
+    fn link(&self, c: Idx, l: Link) -> Option<Idx> {
+        Idx::new(self.rec(c.get()).links[l as usize])
     }
 
     #[inline]
-    fn set_link(&mut self, c: u32, l: Link, v: Option<u32>) {
-        self.rec_mut(c).links[l as usize] = v.unwrap_or(NIL);
+    fn set_link(&mut self, c: Idx, l: Link, v: Option<Idx>) {
+        self.rec_mut(c.get()).links[l as usize] = raw(v);
     }
 
     fn first_region(&self) -> Option<u32> {
@@ -223,15 +323,16 @@ impl<S: RecordStore> Tags for DetachedTags<S> {
         opt(self.rec(r).next)
     }
 
-    fn region_first_chunk(&self, r: u32) -> u32 {
-        self.rec(r).links[FIRST]
+    fn region_first_chunk(&self, r: u32) -> Idx {
+        Idx::of(self.rec(r).links[FIRST])
     }
 
     fn region_granules(&self, r: u32) -> usize {
         self.rec(r).size
     }
 
-    fn check_tags(&self, c: u32, first: bool) -> Result<(), CheckError> {
+    fn check_tags(&self, c: Idx, first: bool) -> Result<(), CheckError> {
+        let c = c.get();
         let len = self.store.records().len() as u32;
         let r = self.rec(c);
         if !r.kind.contains(Kind::CHUNK) || r.kind.contains(Kind::REGION) {
@@ -399,7 +500,7 @@ impl<S: RecordStore> DetachedHeap<S> {
             gen,
             kind: Kind::CHUNK,
         };
-        self.heap.add_space(c, new);
+        self.heap.add_space(Idx::of(c), new);
     }
 
     /// Removes the region that starts at `base` if none of it is allocated; returns its range.
@@ -417,7 +518,7 @@ impl<S: RecordStore> DetachedHeap<S> {
                 } else {
                     t.rec_mut(before).next = rec.next;
                 }
-                t.release_record(c);
+                t.release_record(c.get());
                 t.release_record(r);
                 return Ok((base, rec.size << t.shift));
             }
@@ -446,8 +547,9 @@ impl<S: RecordStore> DetachedHeap<S> {
     /// Allocates `size` bytes aligned to `align` (a power of two), by exact best fit: the
     /// smallest free chunk that fits, oldest among equals (for alignments above the granule,
     /// the best fit for the size plus the worst-case padding).
+    #[inline]
     pub fn alloc(&mut self, size: usize, align: usize) -> Result<Block, Error> {
-        let c = self.heap.alloc(size, align)?;
+        let c = self.heap.alloc(size, align)?.get();
         let r = self.heap.tags.rec(c);
         Ok(Block {
             addr: r.addr,
@@ -459,8 +561,10 @@ impl<S: RecordStore> DetachedHeap<S> {
         })
     }
 
-    /// The chunk behind `block`, if `block` is a live allocation of this heap as handed out.
-    fn validate(&self, block: &Block) -> Result<u32, Error> {
+    /// The chunk behind `block` and its size in granules, if `block` is a live allocation of
+    /// this heap as handed out.
+    #[inline]
+    fn validate(&self, block: &Block) -> Result<(Idx, usize), Error> {
         let t = &self.heap.tags;
         let i = block.handle.index;
         let rec = t
@@ -469,25 +573,27 @@ impl<S: RecordStore> DetachedHeap<S> {
             .get(i as usize)
             .filter(|r| (i as usize) < t.fresh && !r.kind.contains(Kind::REGION))
             .ok_or(Error::ForeignPointer)?;
-        if rec.gen != block.handle.gen || !rec.kind.contains(Kind::CHUNK) || t.is_free(i) {
+        // A live chunk is exactly `CHUNK`: not free, not vacant.
+        if rec.gen != block.handle.gen || rec.kind != Kind::CHUNK {
             return Err(Error::DoubleFree);
         }
         if rec.addr != block.addr {
             return Err(Error::ForeignPointer);
         }
-        if !self.heap.size_matches(i, block.size) {
+        if !self.heap.size_fits(rec.size, block.size) {
             return Err(Error::WrongSize);
         }
-        Ok(i)
+        Ok((Idx::of(i), rec.size))
     }
 
     /// Frees `block`. Always checked: a block freed before (`DoubleFree`), one whose address
     /// is not its chunk's (`ForeignPointer`) or whose size was changed (`WrongSize`) is
     /// refused and the heap is left as it was.
+    #[inline]
     pub fn free(&mut self, block: Block) -> Result<(), Error> {
         match self.validate(&block) {
-            Ok(c) => {
-                self.heap.free(c);
+            Ok((c, size)) => {
+                self.heap.free_sized(c, size);
                 Ok(())
             }
             Err(e) => {
@@ -501,7 +607,7 @@ impl<S: RecordStore> DetachedHeap<S> {
     /// into a free successor. `OutOfMemory` if it cannot grow in place (the block is unchanged
     /// then; moving device memory is the caller's business). Returns the updated block.
     pub fn resize_in_place(&mut self, block: Block, new_size: usize) -> Result<Block, Error> {
-        let c = self.validate(&block)?;
+        let (c, _) = self.validate(&block)?;
         self.heap.resize_in_place(c, new_size)?;
         Ok(Block {
             size: new_size,
@@ -511,8 +617,8 @@ impl<S: RecordStore> DetachedHeap<S> {
 
     /// Bytes usable in `block` (at least its size), or the reason it is not a live block.
     pub fn usable_size(&self, block: &Block) -> Result<usize, Error> {
-        let c = self.validate(block)?;
-        Ok(self.heap.tags.size(c) << self.heap.tags.shift)
+        let (_, size) = self.validate(block)?;
+        Ok(size << self.heap.tags.shift)
     }
 
     /// The region containing `addr`, as `(base, len)`, if any.
@@ -525,7 +631,7 @@ impl<S: RecordStore> DetachedHeap<S> {
     /// Verifies every invariant of the heap (see `Heap::check`).
     pub fn check(&self) -> Result<(), CheckError> {
         let t = &self.heap.tags;
-        self.heap.check(|c| t.rec(c).addr)
+        self.heap.check(|c| t.rec(c.get()).addr)
     }
 
     /// The heap's statistics.

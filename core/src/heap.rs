@@ -33,55 +33,90 @@ impl<T: Tags> Heap<T> {
 
     /// The chunk size in granules that serves `size` bytes: the head tag added, rounded up to
     /// granules, at least the minimum chunk.
+    #[inline]
     pub fn granules_for(&self, size: usize) -> Result<usize, Error> {
-        if size == 0 {
-            return Err(Error::ZeroSize);
+        let pad = self.tags.request_pad();
+        // One comparison refuses both a zero size (it wraps) and one whose rounded byte count
+        // would pass `isize::MAX`.
+        if size.wrapping_sub(1) >= (isize::MAX as usize) - pad {
+            return Err(bad_size(size));
         }
-        let g = 1usize << self.shift();
-        let bytes = size
-            .checked_add(self.tags.head_bytes() + g - 1)
-            .filter(|&b| b <= isize::MAX as usize)
-            .ok_or(Error::SizeOverflow)?;
-        Ok((bytes >> self.shift()).max(self.tags.min_chunk()))
+        Ok(((size + pad) >> self.shift()).max(self.tags.min_chunk()))
     }
 
     /// Allocates `size` bytes whose payload is aligned to `align`.
+    #[inline]
     pub fn alloc(&mut self, size: usize, align: usize) -> Result<T::Chunk, Error> {
+        // `align` is a power of two no larger than the granule iff `align − 1` is below the
+        // granule and shares no bit with `align` (0 wraps and fails the first test).
+        let mask = align.wrapping_sub(1);
+        let granule_mask = self.tags.request_pad() - self.tags.head_bytes();
+        if mask > granule_mask || align & mask != 0 {
+            return self.alloc_aligned(size, align);
+        }
+        // Every payload is granule-aligned: the best fit for the size is the answer.
+        let need = self.granules_for(size)?;
+        self.tags.reserve(1)?;
+        let Some((c, have)) = self.bins.take_best(&mut self.tags, need, |t, c, have| {
+            let tail = t.carve(c, have, need)?;
+            Some((tail, have - need))
+        }) else {
+            return Err(out_of_memory());
+        };
+        self.count_taken(have, need, self.tags.min_chunk());
+        Ok(c)
+    }
+
+    /// Counts a chunk of `have` granules taken from a bin and carved to `need` granules.
+    #[inline]
+    fn count_taken(&mut self, have: usize, need: usize, min: usize) {
+        // `carve` split off a free tail exactly when it could stand alone.
+        if have - need >= min {
+            self.counted_out(need);
+        } else {
+            self.counters.free_chunks -= 1;
+            self.counted_out(have);
+        }
+    }
+
+    /// [`Heap::alloc`] for alignments above the granule (and bad ones).
+    #[inline(never)]
+    fn alloc_aligned(&mut self, size: usize, align: usize) -> Result<T::Chunk, Error> {
         if !align.is_power_of_two() {
             return Err(Error::BadAlign);
         }
         let need = self.granules_for(size)?;
-        let g = 1usize << self.shift();
-        // Every payload is granule-aligned, so only a larger alignment needs slack: over-ask by
-        // the worst leading fragment. Fewer than `step` granules reach the boundary, and one
-        // more `step` is added when that would leave a fragment below the minimum chunk, so
-        // the fragment is always under `step + min_chunk` granules.
-        let (want, splits) = if align <= g {
-            (need, 1)
-        } else {
-            let step = align >> self.shift();
-            let want = need
-                .checked_add(step + self.tags.min_chunk() - 1)
-                .filter(|&w| w <= (isize::MAX as usize) >> self.shift())
-                .ok_or(Error::SizeOverflow)?;
-            (want, 2)
-        };
-        self.tags.reserve(splits)?;
-        let mut c = self
+        // Over-ask by the worst leading fragment. Fewer than `step` granules reach the
+        // boundary, and one more `step` is added when that would leave a fragment below the
+        // minimum chunk, so the fragment is always under `step + min_chunk` granules.
+        let step = align >> self.shift();
+        let want = need
+            .checked_add(step + self.tags.min_chunk() - 1)
+            .filter(|&w| w <= (isize::MAX as usize) >> self.shift())
+            .ok_or(Error::SizeOverflow)?;
+        self.tags.reserve(2)?;
+        let (mut c, mut have) = self
             .bins
-            .take_best(&mut self.tags, want)
+            .take_best(&mut self.tags, want, |_, _, _| None)
             .ok_or(Error::OutOfMemory)?;
-        self.counters.free -= self.tags.size(c);
         self.counters.free_chunks -= 1;
         let lead = self.lead_granules(c, align);
         if lead > 0 {
             // The leading fragment stays free; its predecessor is in use (it was next to a
             // free chunk), and its successor is about to be.
             let rest = self.tags.split(c, lead);
-            self.file_free(c);
-            c = rest;
+            self.file_free(c, lead);
+            (c, have) = (rest, have - lead);
         }
-        self.hand_out(c, need);
+        // `c` is out of the bins, so its successor is in use and the tail needs no coalescing.
+        let used = match self.tags.carve(c, have, need) {
+            Some(tail) => {
+                self.file_free(tail, have - need);
+                need
+            }
+            None => have,
+        };
+        self.counted_out(used);
         Ok(c)
     }
 
@@ -99,82 +134,101 @@ impl<T: Tags> Heap<T> {
         lead
     }
 
-    /// Marks the (unbinned, free) chunk `c` in use with `need` granules, filing any usable
-    /// tail. `c` came from a bin, so both its neighbours are in use and the tail needs no
-    /// coalescing. The chunk is counted once it has its final size, so the peak never sees a
-    /// transient.
-    fn hand_out(&mut self, c: T::Chunk, need: usize) {
-        if self.tags.size(c) >= need + self.tags.min_chunk() {
-            let tail = self.tags.split(c, need);
-            self.file_free(tail);
-        }
-        self.tags.set_free(c, false);
-        self.counters.add_used(self.tags.size(c));
-        self.counters.live += 1;
+    /// Counts a chunk of `used` granules handed out. It is counted once it has its final size,
+    /// so the peak never sees a transient.
+    #[inline]
+    fn counted_out(&mut self, used: usize) {
+        self.counters.add_used(used);
         self.counters.allocs += 1;
     }
 
     /// Cuts the in-use chunk `c` down to `keep` granules if the rest can stand as a free chunk,
     /// and frees the rest (coalescing it with a free successor). Leaves `used` to the caller.
     fn release_tail(&mut self, c: T::Chunk, keep: usize) {
-        if self.tags.size(c) >= keep + self.tags.min_chunk() {
+        let have = self.tags.size(c);
+        if have >= keep + self.tags.min_chunk() {
             let tail = self.tags.split(c, keep);
-            self.coalesce_and_file(tail);
+            self.coalesce_and_file(tail, have - keep);
         }
     }
 
     /// Frees the in-use chunk `c`.
+    #[inline]
     pub fn free(&mut self, c: T::Chunk) {
-        self.counters.used -= self.tags.size(c);
-        self.counters.live -= 1;
+        self.free_sized(c, self.tags.size(c));
+    }
+
+    /// Frees the in-use chunk `c` of `size` granules (its size, already read by the caller).
+    #[inline]
+    pub fn free_sized(&mut self, c: T::Chunk, size: usize) {
+        self.counters.used -= size;
         self.counters.frees += 1;
-        self.coalesce_and_file(c);
+        self.coalesce_and_file(c, size);
     }
 
-    /// Frees an unbinned chunk not counted as free, merging it with free neighbours first so
-    /// that no two free chunks are ever adjacent.
-    fn coalesce_and_file(&mut self, mut c: T::Chunk) {
-        if let Some(p) = self.tags.prev_if_free(c) {
-            self.unfile(p);
-            self.tags.absorb_next(p);
-            c = p;
+    /// Frees the unbinned chunk `c` of `size` granules, marked in use and not counted as free,
+    /// merging it with free neighbours first so that no two free chunks are ever adjacent.
+    #[inline]
+    fn coalesce_and_file(&mut self, c: T::Chunk, size: usize) {
+        let prev = self.tags.prev_if_free(c);
+        let next = self.tags.next_if_free(c);
+        // The merged chunk takes the bin place of its successor, else of its predecessor.
+        match (prev, next) {
+            (None, None) => {
+                let m = self.tags.free_merged(c, None, None, size);
+                self.file_free(m, size);
+            }
+            (Some((p, ps)), None) => {
+                let total = size + ps;
+                self.bins.merge_into(&mut self.tags, p, ps, total, |t| {
+                    t.free_merged(c, Some(p), None, total)
+                });
+            }
+            (None, Some((n, ns))) => {
+                let total = size + ns;
+                self.bins.merge_into(&mut self.tags, n, ns, total, |t| {
+                    t.free_merged(c, None, Some(n), total)
+                });
+            }
+            (Some((p, ps)), Some((n, ns))) => {
+                self.unfile(p, ps);
+                let total = size + ps + ns;
+                self.bins.merge_into(&mut self.tags, n, ns, total, |t| {
+                    t.free_merged(c, Some(p), Some(n), total)
+                });
+            }
         }
-        if let Some(n) = self.tags.next_if_free(c) {
-            self.unfile(n);
-            self.tags.absorb_next(c);
-        }
-        self.tags.set_free(c, true);
-        self.file_free(c);
     }
 
-    /// Puts a free chunk into its bin.
-    fn file_free(&mut self, c: T::Chunk) {
-        self.counters.free += self.tags.size(c);
+    /// Puts the free chunk `c` of `size` granules into its bin.
+    #[inline]
+    fn file_free(&mut self, c: T::Chunk, size: usize) {
         self.counters.free_chunks += 1;
-        self.bins.insert(&mut self.tags, c);
+        self.bins.insert(&mut self.tags, c, size);
     }
 
-    /// Takes a free chunk out of its bin (to merge or hand it out).
-    fn unfile(&mut self, c: T::Chunk) {
-        self.counters.free -= self.tags.size(c);
+    /// Takes the free chunk `c` of `size` granules out of its bin (to merge or hand it out).
+    #[inline]
+    fn unfile(&mut self, c: T::Chunk, size: usize) {
         self.counters.free_chunks -= 1;
-        self.bins.remove(&mut self.tags, c);
+        self.bins.remove(&mut self.tags, c, size);
     }
 
     /// Resizes the in-use chunk `c` in place to serve `size` bytes: shrinks it (freeing the
     /// tail) or grows it into a free successor. Fails with `OutOfMemory` when it cannot grow in
     /// place; `c` is unchanged then.
+    #[inline]
     pub fn resize_in_place(&mut self, c: T::Chunk, size: usize) -> Result<(), Error> {
         let need = self.granules_for(size)?;
         self.tags.reserve(1)?;
         let have = self.tags.size(c);
         if need > have {
-            let n = self
+            let (n, size) = self
                 .tags
                 .next_if_free(c)
-                .filter(|&n| have + self.tags.size(n) >= need)
+                .filter(|&(_, size)| have + size >= need)
                 .ok_or(Error::OutOfMemory)?;
-            self.unfile(n);
+            self.unfile(n, size);
             self.tags.absorb_next(c);
         }
         self.release_tail(c, need);
@@ -191,16 +245,18 @@ impl<T: Tags> Heap<T> {
     /// Adds a fresh free chunk spanning new chunk space (a new region, or the growth of one):
     /// counts it as managed and files it, merging with a free predecessor.
     pub fn add_space(&mut self, c: T::Chunk, new_region: bool) {
-        self.counters.managed += self.tags.size(c);
+        let size = self.tags.size(c);
+        self.counters.managed += size;
         self.counters.regions += usize::from(new_region);
-        self.coalesce_and_file(c);
+        self.coalesce_and_file(c, size);
     }
 
     /// Takes the free chunk `c` that spans a whole region out of the heap, before the placement
     /// forgets the region.
     pub fn remove_space(&mut self, c: T::Chunk) {
-        self.unfile(c);
-        self.counters.managed -= self.tags.size(c);
+        let size = self.tags.size(c);
+        self.unfile(c, size);
+        self.counters.managed -= size;
         self.counters.regions -= 1;
     }
 
@@ -217,7 +273,13 @@ impl<T: Tags> Heap<T> {
     /// The chunk size `c` was allocated with may be `size` bytes: `size` fits and would not have
     /// left a tail large enough to split off.
     pub fn size_matches(&self, c: T::Chunk, size: usize) -> bool {
-        let have = self.tags.size(c);
+        self.size_fits(self.tags.size(c), size)
+    }
+
+    /// Whether a chunk of `have` granules may have been allocated with `size` bytes (see
+    /// [`Heap::size_matches`]).
+    #[inline]
+    pub fn size_fits(&self, have: usize, size: usize) -> bool {
         self.granules_for(size)
             .is_ok_and(|need| need <= have && have < need + self.tags.min_chunk())
     }
@@ -281,7 +343,7 @@ impl<T: Tags> Heap<T> {
             return Err(CheckError::new("a free chunk is missing from the bins", 0));
         }
         let k = &self.counters;
-        if k.free != free || k.free_chunks != free_chunks || k.used != used || k.live != live {
+        if k.free() != free || k.free_chunks != free_chunks || k.used != used || k.live() != live {
             return Err(CheckError::new("statistics disagree with the chunks", 0));
         }
         if k.managed != managed || k.regions != regions {
@@ -292,4 +354,19 @@ impl<T: Tags> Heap<T> {
         }
         Ok(())
     }
+}
+
+/// The error for a size [`Heap::granules_for`] refuses.
+#[cold]
+fn bad_size(size: usize) -> Error {
+    if size == 0 {
+        Error::ZeroSize
+    } else {
+        Error::SizeOverflow
+    }
+}
+
+#[cold]
+fn out_of_memory() -> Error {
+    Error::OutOfMemory
 }

@@ -47,11 +47,13 @@ pub(crate) struct InlineTags {
     shift: u32,
     /// `min_chunk_for(shift)`, kept so the hot path never divides.
     min_chunk: usize,
+    /// The head word plus the granule less one: what a request is rounded up by.
+    pad: usize,
     regions: Option<NonNull<RegionHeader>>,
 }
 
-/// The smallest free chunk, in granules of `1 << shift` bytes: a head, two ring links and a
-/// footer.
+/// The smallest free chunk, in granules of `1 << shift` bytes: a head, the two links of an
+/// exact bin's list and a footer.
 const fn min_chunk_for(shift: u32) -> usize {
     (4 * W).div_ceil(1 << shift)
 }
@@ -113,6 +115,7 @@ impl InlineTags {
         unsafe { Self::set_word(c.add(bytes - W), bytes) }
     }
 
+    #[inline]
     fn set_flag(&mut self, c: NonNull<u8>, flag: usize, on: bool) {
         let h = self.head(c);
         self.set_head(c, if on { h | flag } else { h & !flag });
@@ -134,6 +137,11 @@ impl Tags for InlineTags {
 
     fn head_bytes(&self) -> usize {
         W
+    }
+
+    #[inline]
+    fn request_pad(&self) -> usize {
+        self.pad
     }
 
     #[inline]
@@ -163,22 +171,23 @@ impl Tags for InlineTags {
     }
 
     #[inline]
-    fn next_if_free(&self, c: NonNull<u8>) -> Option<NonNull<u8>> {
+    fn next_if_free(&self, c: NonNull<u8>) -> Option<(NonNull<u8>, usize)> {
         // The fence is marked in use, so one read of the successor's head answers both.
         let n = self.after(c);
-        (self.head(n) & IN_USE == 0).then_some(n)
+        let h = self.head(n);
+        (h & IN_USE == 0).then_some((n, h >> self.shift))
     }
 
     #[inline]
-    fn prev_if_free(&self, c: NonNull<u8>) -> Option<NonNull<u8>> {
+    fn prev_if_free(&self, c: NonNull<u8>) -> Option<(NonNull<u8>, usize)> {
         if self.head(c) & PREV_IN_USE != 0 {
             return None;
         }
         // SAFETY: the predecessor is free, so the word before `c` is its footer, inside the
         // same region; the footer is the predecessor's size, so `c - size` is its head.
         unsafe {
-            let size = Self::word(c.sub(W));
-            Some(c.sub(size))
+            let bytes = Self::word(c.sub(W));
+            Some((c.sub(bytes), bytes >> self.shift))
         }
     }
 
@@ -222,8 +231,62 @@ impl Tags for InlineTags {
         self.set_flag(after, PREV_IN_USE, h & IN_USE != 0);
     }
 
+    #[inline]
     fn reserve(&mut self, _n: usize) -> Result<(), Error> {
         Ok(())
+    }
+
+    #[inline]
+    fn carve(&mut self, c: NonNull<u8>, size: usize, need: usize) -> Option<NonNull<u8>> {
+        // `c` is free, so its successor's `PREV_IN_USE` is clear and its footer holds its size;
+        // only its own `PREV_IN_USE` bit is not known here.
+        let prev = self.head(c) & PREV_IN_USE;
+        if size >= need + self.min_chunk {
+            let keep = need << self.shift;
+            let rest = (size - need) << self.shift;
+            // SAFETY: `0 < keep < size` in bytes, so the tail head and its footer (the old
+            // footer's word) lie inside `c`.
+            let tail = unsafe { c.add(keep) };
+            self.set_head(c, keep | IN_USE | prev);
+            self.set_head(tail, rest | PREV_IN_USE);
+            // SAFETY: as above.
+            unsafe { Self::set_word(tail.add(rest - W), rest) };
+            // The successor stays as it was: its predecessor (the tail) is free.
+            Some(tail)
+        } else {
+            let bytes = size << self.shift;
+            self.set_head(c, bytes | IN_USE | prev);
+            // SAFETY: a chunk is followed by another chunk or its region's fence.
+            let n = unsafe { c.add(bytes) };
+            self.set_flag(n, PREV_IN_USE, true);
+            None
+        }
+    }
+
+    #[inline]
+    fn free_merged(
+        &mut self,
+        c: NonNull<u8>,
+        prev: Option<NonNull<u8>>,
+        next: Option<NonNull<u8>>,
+        size: usize,
+    ) -> NonNull<u8> {
+        let start = prev.unwrap_or(c);
+        let bytes = size << self.shift;
+        // The merged chunk's predecessor is in use: `prev`'s is (no two free chunks are
+        // adjacent), and without `prev`, `c`'s is.
+        self.set_head(start, bytes | PREV_IN_USE);
+        // SAFETY: the merged chunk spans `prev`, `c` and `next`, all inside one region; its
+        // last word and its successor's head are inside the region too.
+        let after = unsafe {
+            Self::set_word(start.add(bytes - W), bytes);
+            start.add(bytes)
+        };
+        if next.is_none() {
+            // `next`'s successor already had the bit clear; `c`'s had it set.
+            self.set_flag(after, PREV_IN_USE, false);
+        }
+        start
     }
 
     #[inline]
@@ -325,6 +388,7 @@ impl InlineHeap {
             heap: Heap::new(InlineTags {
                 shift: HOST_GRANULE.trailing_zeros(),
                 min_chunk: min_chunk_for(HOST_GRANULE.trailing_zeros()),
+                pad: W + HOST_GRANULE - 1,
                 regions: None,
             }),
         }
@@ -339,6 +403,7 @@ impl InlineHeap {
             heap: Heap::new(InlineTags {
                 shift: granule.trailing_zeros(),
                 min_chunk: min_chunk_for(granule.trailing_zeros()),
+                pad: W + granule - 1,
                 regions: None,
             }),
         })
@@ -505,6 +570,7 @@ impl InlineHeap {
     /// Allocates `size` bytes aligned to `align` (a power of two). The exact best fit among
     /// free chunks is used: the smallest that fits, oldest among equals. For alignments above
     /// the granule, the best fit for the size plus the worst-case alignment padding.
+    #[inline]
     pub fn alloc(&mut self, size: usize, align: usize) -> Result<NonNull<u8>, Error> {
         let c = self.heap.alloc(size, align)?;
         Ok(payload_of(c))
@@ -518,6 +584,7 @@ impl InlineHeap {
     /// Without `checked`: `ptr` must have come from this heap's `alloc`/`realloc`, and not have
     /// been freed since (beyond the cheap double-free check, a foreign pointer is undefined
     /// behaviour). Always: the memory must not be used after a successful return.
+    #[inline(always)]
     pub unsafe fn free(&mut self, ptr: NonNull<u8>, size: usize) -> Result<(), Error> {
         if cfg!(feature = "checked") {
             // SAFETY: forwarded caller contract (a subset of it).

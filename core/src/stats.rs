@@ -45,16 +45,15 @@ impl Stats {
     }
 }
 
-/// Running counters, in granules where they track chunk space.
+/// Running counters, in granules where they track chunk space. Free space (`managed − used`)
+/// and live chunks (`allocs − frees`) follow from the others, so the hot paths keep neither.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Counters {
     pub used: usize,
     pub peak_used: usize,
     pub managed: usize,
     pub regions: usize,
-    pub free: usize,
     pub free_chunks: usize,
-    pub live: usize,
     pub allocs: u64,
     pub frees: u64,
     pub reallocs_in_place: u64,
@@ -68,9 +67,7 @@ impl Counters {
             peak_used: 0,
             managed: 0,
             regions: 0,
-            free: 0,
             free_chunks: 0,
-            live: 0,
             allocs: 0,
             frees: 0,
             reallocs_in_place: 0,
@@ -78,6 +75,17 @@ impl Counters {
         }
     }
 
+    /// Granules in free chunks.
+    pub fn free(&self) -> usize {
+        self.managed - self.used
+    }
+
+    /// Chunks handed out and not freed.
+    pub fn live(&self) -> usize {
+        (self.allocs - self.frees) as usize
+    }
+
+    #[inline]
     pub fn add_used(&mut self, g: usize) {
         self.used += g;
         if self.used > self.peak_used {
@@ -93,9 +101,9 @@ impl Counters {
             in_use: self.used << shift,
             peak_in_use: self.peak_used << shift,
             managed: self.managed << shift,
-            free: self.free << shift,
+            free: self.free() << shift,
             free_chunks: self.free_chunks,
-            live: self.live,
+            live: self.live(),
             largest_free: largest,
             largest_request: largest.saturating_sub(head_bytes),
             regions: self.regions,

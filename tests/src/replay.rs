@@ -30,27 +30,18 @@
 use std::alloc::{self, Layout};
 use std::collections::HashMap;
 use std::fmt;
-use std::ops::Range;
 use std::ptr::NonNull;
-use std::slice;
 use std::time::{Duration, Instant};
 
 use tagalloc::{Block, CheckError, DetachedHeap, Error, InlineHeap, Record, Stats, DEVICE_GRANULE};
 
+use crate::contents;
 use crate::trace::{Event, FastHash, Trace, TraceStats};
 
 /// The alignment of a trace allocation without `align=`: what malloc guarantees on x86-64,
 /// where the traces were recorded.
 pub const DEFAULT_ALIGN: usize = 16;
 
-/// Blocks up to this size have their whole contents written and verified; larger ones only
-/// their edges and a few probes, which catches the same overlaps and lost copies without making
-/// a replay's cost grow with the bytes allocated.
-const SMALL_BLOCK: usize = 512;
-/// Bytes verified at each end of a large block.
-const EDGE: usize = 64;
-/// Bytes verified at each probe inside a large block.
-const PROBE: usize = 16;
 /// Memory added to every heap beyond the sizing from the trace, so that tiny traces need no
 /// special case.
 const SLACK: usize = 1 << 20;
@@ -415,29 +406,6 @@ pub trait ReplayHeap {
     fn calls(&self) -> u64;
 }
 
-/// The ranges of a `len`-byte block that carry the pattern: all of a small block; the first and
-/// last [`EDGE`] bytes of a large one and [`PROBE`] bytes at each quarter. The unused slots of
-/// the array are empty ranges.
-fn sample_ranges(len: usize) -> [Range<usize>; 5] {
-    if len <= SMALL_BLOCK {
-        return [0..len, 0..0, 0..0, 0..0, 0..0];
-    }
-    let probe = |k: usize| {
-        let at = len / 4 * k;
-        at..at + PROBE
-    };
-    [0..EDGE, probe(1), probe(2), probe(3), len - EDGE..len]
-}
-
-/// The byte that `id`'s pattern has at `offset`: different ids and different offsets give
-/// different bytes, so a block overwritten by another, or copied to the wrong place, shows.
-#[inline]
-fn pattern(id: u64, offset: usize) -> u8 {
-    let x = id.wrapping_mul(0x9e37_79b9_7f4a_7c15)
-        ^ (offset as u64).wrapping_mul(0xd6e8_feb8_6659_fd93);
-    (x >> 56) as u8
-}
-
 /// Memory for the inline heap from the system allocator, freed when dropped.
 ///
 /// Invariant: `ptr` was returned by `alloc_zeroed(layout)` and is freed only by `drop`.
@@ -600,17 +568,9 @@ impl ReplayHeap for InlineReplayHeap {
     }
 
     unsafe fn fill(&mut self, id: u64, block: &InlineBlock) {
-        for range in sample_ranges(block.size) {
-            // SAFETY: `range` lies within `0..block.size`, and the block's `size` bytes are
-            // memory the heap handed out and has not taken back (caller contract), inside a
-            // zeroed arena, so they are initialised and nothing else refers to them.
-            let bytes = unsafe {
-                slice::from_raw_parts_mut(block.ptr.as_ptr().add(range.start), range.len())
-            };
-            for (k, b) in bytes.iter_mut().enumerate() {
-                *b = pattern(id, range.start + k);
-            }
-        }
+        // SAFETY: the block's `size` bytes are memory the heap handed out and has not taken
+        // back (caller contract), inside a zeroed arena, and nothing else refers to them.
+        unsafe { contents::fill(block.ptr, block.size, id) }
     }
 
     unsafe fn verify(
@@ -620,31 +580,15 @@ impl ReplayHeap for InlineReplayHeap {
         written: usize,
         upto: usize,
     ) -> Result<(), ReplayErrorKind> {
-        let upto = upto.min(block.size);
-        for range in sample_ranges(written) {
-            let end = range.end.min(upto);
-            if range.start >= end {
-                continue;
+        // SAFETY: as in `fill`; the block is only read, up to its size.
+        unsafe { contents::verify(block.ptr, written, upto.min(block.size), id) }.map_err(|m| {
+            ReplayErrorKind::Contents {
+                id,
+                offset: m.offset,
+                expected: m.expected,
+                found: m.found,
             }
-            // SAFETY: `range.start..end` lies within `0..block.size`, memory of a live block
-            // (caller contract) inside a zeroed arena, so it is initialised, and only read here.
-            let bytes = unsafe {
-                slice::from_raw_parts(block.ptr.as_ptr().add(range.start), end - range.start)
-            };
-            for (k, &found) in bytes.iter().enumerate() {
-                let offset = range.start + k;
-                let expected = pattern(id, offset);
-                if found != expected {
-                    return Err(ReplayErrorKind::Contents {
-                        id,
-                        offset,
-                        expected,
-                        found,
-                    });
-                }
-            }
-        }
-        Ok(())
+        })
     }
 
     fn check(&self) -> Result<(), CheckError> {
@@ -1136,31 +1080,5 @@ pub fn replay(
     match placement {
         Placement::Inline => Replay::inline(trace, options)?.run(),
         Placement::Detached => Replay::detached(trace, options)?.run(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sample_ranges_cover_small_blocks_and_stay_inside_large_ones() {
-        assert_eq!(sample_ranges(1)[0], 0..1);
-        assert_eq!(sample_ranges(SMALL_BLOCK)[0], 0..SMALL_BLOCK);
-        for len in [SMALL_BLOCK + 1, 1000, 4096, 1 << 20] {
-            let ranges = sample_ranges(len);
-            assert_eq!(ranges[0], 0..EDGE);
-            assert_eq!(ranges[4], len - EDGE..len);
-            assert!(ranges.iter().all(|r| r.end <= len && !r.is_empty()));
-        }
-    }
-
-    #[test]
-    fn pattern_depends_on_id_and_offset() {
-        let a: Vec<u8> = (0..64).map(|i| pattern(1, i)).collect();
-        let b: Vec<u8> = (0..64).map(|i| pattern(2, i)).collect();
-        let shifted: Vec<u8> = (1..65).map(|i| pattern(1, i)).collect();
-        assert_ne!(a, b);
-        assert_ne!(a, shifted);
     }
 }

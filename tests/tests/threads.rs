@@ -10,125 +10,21 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::fmt;
 use std::hint::spin_loop;
-use std::ops::Range;
 use std::ptr::{self, NonNull};
-use std::slice;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{mpsc, Barrier, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use tagalloc::{Error, GlobalHeap, Stats};
+use tagalloc_tests::contents::{fill, verify};
+use tagalloc_tests::replay::DEFAULT_ALIGN;
 use tagalloc_tests::trace::{shared_traces_dir, Event, Trace};
 
-/// The alignment of a trace allocation without `align=`: malloc's on x86-64, where the traces
-/// were recorded.
-const DEFAULT_ALIGN: usize = 16;
-/// Blocks up to this size have all their bytes written and verified; larger ones their edges
-/// and a few probes, which catches the same overlaps and lost copies at a bounded cost.
-const SMALL_BLOCK: usize = 512;
-/// Bytes verified at each end of a large block.
-const EDGE: usize = 64;
-/// Bytes verified at each probe inside a large block.
-const PROBE: usize = 16;
 /// How often the main thread checks the heap's invariants while the workers run.
 const CHECK_PERIOD: Duration = Duration::from_millis(100);
 /// Busy-wait rounds before a thread waiting for another's event starts yielding its core.
 const SPINS_BEFORE_YIELD: u32 = 64;
-
-// ---------------------------------------------------------------------------------------------
-// Block contents
-
-/// The byte that `key`'s pattern has at `offset`. Different keys and offsets give different
-/// bytes, and no key gives all zeros, so a block overwritten by another, copied to the wrong
-/// place, or never written (the arenas are zeroed) shows.
-#[inline]
-fn pattern(key: u64, offset: usize) -> u8 {
-    let x = key.wrapping_mul(0x9e37_79b9_7f4a_7c15)
-        ^ (offset as u64).wrapping_mul(0xd6e8_feb8_6659_fd93)
-        ^ 0x5851_f42d_4c95_7f2d;
-    (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 56) as u8
-}
-
-/// The ranges of a `len`-byte block that carry the pattern: all of a small block; the first and
-/// last [`EDGE`] bytes of a large one and [`PROBE`] bytes at each quarter.
-fn sample_ranges(len: usize) -> [Range<usize>; 5] {
-    if len <= SMALL_BLOCK {
-        return [0..len, 0..0, 0..0, 0..0, 0..0];
-    }
-    let probe = |k: usize| {
-        let at = len / 4 * k;
-        at..at + PROBE
-    };
-    [0..EDGE, probe(1), probe(2), probe(3), len - EDGE..len]
-}
-
-/// Writes `key`'s pattern over the sampled ranges of the `len` bytes at `ptr`.
-///
-/// # Safety
-/// `ptr..ptr + len` is a live allocation that no other thread uses during the call, inside a
-/// zeroed arena (so every byte is initialised).
-unsafe fn fill(ptr: NonNull<u8>, len: usize, key: u64) {
-    for range in sample_ranges(len) {
-        // SAFETY: `range` lies within `0..len`, memory of the caller's block that nothing else
-        // refers to (caller contract).
-        let bytes =
-            unsafe { slice::from_raw_parts_mut(ptr.as_ptr().add(range.start), range.len()) };
-        for (k, b) in bytes.iter_mut().enumerate() {
-            *b = pattern(key, range.start + k);
-        }
-    }
-}
-
-/// A byte that does not hold the pattern it should.
-#[derive(Debug)]
-struct Mismatch {
-    offset: usize,
-    expected: u8,
-    found: u8,
-}
-
-impl fmt::Display for Mismatch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "byte {} is {:#04x}, expected {:#04x}",
-            self.offset, self.found, self.expected
-        )
-    }
-}
-
-/// Verifies that the ranges [`fill`] writes for a block of `written` bytes hold `key`'s
-/// pattern at `ptr`, as far as they lie below `upto` (after a resize: the bytes that must have
-/// survived).
-///
-/// # Safety
-/// `ptr..ptr + upto` is a live allocation that no other thread writes during the call, inside a
-/// zeroed arena.
-unsafe fn verify(ptr: NonNull<u8>, written: usize, upto: usize, key: u64) -> Result<(), Mismatch> {
-    for range in sample_ranges(written) {
-        let end = range.end.min(upto);
-        if range.start >= end {
-            continue;
-        }
-        // SAFETY: `range.start..end` lies within `0..upto`, memory of a live block that is
-        // only read here (caller contract).
-        let bytes =
-            unsafe { slice::from_raw_parts(ptr.as_ptr().add(range.start), end - range.start) };
-        for (k, &found) in bytes.iter().enumerate() {
-            let offset = range.start + k;
-            let expected = pattern(key, offset);
-            if found != expected {
-                return Err(Mismatch {
-                    offset,
-                    expected,
-                    found,
-                });
-            }
-        }
-    }
-    Ok(())
-}
 
 // ---------------------------------------------------------------------------------------------
 // Memory for the heaps

@@ -65,7 +65,7 @@ fn stack_push_races_take() {
         let mut slots = Slots::new(3);
         let addrs: Vec<usize> = (0..3).map(|i| slots.addr(i)).collect();
         let stack = Arc::new(RemoteStack::new());
-        let pushers: Vec<_> = [vec_of(&addrs[..1]), vec_of(&addrs[1..])]
+        let pushers: Vec<_> = [addrs[..1].to_vec(), addrs[1..].to_vec()]
             .into_iter()
             .map(|mine| {
                 let stack = stack.clone();
@@ -103,10 +103,6 @@ fn stack_push_races_take() {
         assert_eq!(got, addrs.iter().copied().collect());
         drop(slots);
     });
-}
-
-fn vec_of(a: &[usize]) -> Vec<usize> {
-    a.to_vec()
 }
 
 /// A block standing in for a free, told apart by its address.

@@ -28,7 +28,7 @@ fn main() {
     let total: u64 = v.iter().sum();
     drop(v);
 
-    let s = HEAP.stats();
+    let s = HEAP.stats().expect("not called from inside with_heap");
     println!("{} distinct words, sum of squares {total}", words.len());
     println!(
         "heap: {} B in use in {} chunks (peak {} B) of {} B managed; {} free chunks, largest {} B, fragmentation {:.3}",
@@ -40,7 +40,10 @@ fn main() {
         s.largest_free,
         s.fragmentation()
     );
-    match HEAP.with_heap(|h| h.check()) {
+    match HEAP
+        .with_heap(|h| h.check())
+        .expect("not called from inside with_heap")
+    {
         Ok(()) => println!("check(): every invariant holds"),
         Err(e) => {
             println!("check(): {e}");

@@ -418,8 +418,10 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         b: usize,
         need: usize,
     ) -> Option<(C, usize)> {
-        let mut best = None;
-        let mut best_size = usize::MAX;
+        // The best so far; `None` until a node fits (no size is a sentinel: a chunk may be
+        // `usize::MAX` granules long).
+        let mut best: Option<(C, usize)> = None;
+        let better = |best: Option<(C, usize)>, size: usize| best.is_none_or(|(_, s)| size < s);
         // Follow `need`'s bits (the top bit of `bits` at each level; zeros once they run out).
         // A right subtree passed by while going left holds only sizes above `need`; the
         // deepest such subtree holds the smallest of them.
@@ -428,10 +430,10 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         let mut bits = need << (usize::BITS - 1 - top_bit(b));
         while let Some(n) = node {
             let size = t.size(n);
-            if size >= need && size < best_size {
-                (best, best_size) = (Some(n), size);
+            if size >= need && better(best, size) {
+                best = Some((n, size));
                 if size == need {
-                    break;
+                    return best;
                 }
             }
             let right = t.link(n, Link::Right);
@@ -445,18 +447,16 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
             }
             bits <<= 1;
         }
-        if best_size != need {
-            // The smallest size of a subtree lies on its leftmost path.
-            let mut node = larger;
-            while let Some(n) = node {
-                let size = t.size(n);
-                if size < best_size {
-                    (best, best_size) = (Some(n), size);
-                }
-                node = t.link(n, Link::Left).or_else(|| t.link(n, Link::Right));
+        // The smallest size of a subtree lies on its leftmost path.
+        let mut node = larger;
+        while let Some(n) = node {
+            let size = t.size(n);
+            if better(best, size) {
+                best = Some((n, size));
             }
+            node = t.link(n, Link::Left).or_else(|| t.link(n, Link::Right));
         }
-        best.map(|c| (c, best_size))
+        best
     }
 
     /// The size in granules of the largest free chunk, if any.

@@ -12,18 +12,70 @@ use crate::error::{CheckError, Error};
 use crate::heap::Heap;
 use crate::records::{Kind, Record, RecordStore, NIL};
 use crate::stats::Stats;
+use crate::sync::next_id;
 use crate::tags::{Link, Tags};
+use crate::MAX_GRANULE;
 
-/// Names one allocation's record. Only a [`DetachedHeap`] makes them; `gen` tells a live
-/// allocation from an earlier one that used the same record.
+/// Names one allocation's record: the heap that made it, the record's index, and the
+/// record's generation when it was handed out, which tells a live allocation from an earlier
+/// one that used the same record. Only a [`DetachedHeap`] makes them.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), tagalloc::Error> {
+/// use tagalloc::{DetachedHeap, Error, Record};
+///
+/// let (mut t1, mut t2) = ([Record::VACANT; 8], [Record::VACANT; 8]);
+/// let mut h1 = DetachedHeap::new(&mut t1[..], 256)?;
+/// let mut h2 = DetachedHeap::new(&mut t2[..], 256)?;
+/// h1.add_region(0, 1 << 20)?;
+/// h2.add_region(0, 1 << 20)?;
+/// let a = h1.alloc(1000, 256)?;
+/// let b = h2.alloc(1000, 256)?;
+/// assert_eq!(a.addr, b.addr); // the same offsets in two address spaces...
+/// assert_ne!(a.handle, b.handle); // ...but each heap knows its own blocks
+/// assert_eq!(h1.free(b), Err(Error::ForeignPointer));
+/// h1.free(a)?;
+/// assert_eq!(h1.free(a), Err(Error::DoubleFree)); // the generation moved on
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Handle {
     index: u32,
-    gen: u32,
+    heap: NonZeroU32,
+    gen: u64,
+}
+
+impl Handle {
+    /// The index of the chunk's record in the heap's table.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
 }
 
 /// An allocation from a [`DetachedHeap`]: its address, the size asked for, and its handle.
-/// Give it back to [`DetachedHeap::free`] as it was received.
+/// Give it back to [`DetachedHeap::free`] as it was received: a block whose fields were
+/// changed, freed twice, or freed to another heap is refused.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), tagalloc::Error> {
+/// use tagalloc::{Block, DetachedHeap, Error, Record};
+///
+/// let mut table = [Record::VACANT; 8];
+/// let mut dev = DetachedHeap::new(&mut table[..], 256)?;
+/// dev.add_region(0x10_0000, 1 << 20)?;
+/// let b: Block = dev.alloc(1000, 4096)?;
+/// assert_eq!((b.addr % 4096, b.size), (0, 1000));
+/// assert_eq!(dev.usable_size(&b)?, 1024); // rounded up to the 256-byte granule
+/// assert_eq!(dev.free(Block { size: 5000, ..b }), Err(Error::WrongSize));
+/// dev.free(b)?;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Block {
     /// The first byte of the allocation in the managed address space.
@@ -43,6 +95,8 @@ pub struct Block {
 /// the region in its `region` field.
 pub(crate) struct DetachedTags<S> {
     store: S,
+    /// The heap's identity, carried by every handle it makes.
+    id: NonZeroU32,
     shift: u32,
     fresh: usize,
     vacant: u32,
@@ -62,6 +116,13 @@ impl<S: RecordStore> DetachedTags<S> {
     #[inline]
     fn rec_mut(&mut self, i: u32) -> &mut Record {
         &mut self.store.records_mut()[i as usize]
+    }
+
+    /// How many records the table can use: all of the store, up to the largest index that is
+    /// not `NIL`.
+    #[inline]
+    fn capacity(&self) -> usize {
+        self.store.records().len().min(NIL as usize)
     }
 
     /// Takes a vacant record; [`Tags::reserve`] must have made sure there is one.
@@ -297,7 +358,7 @@ impl<S: RecordStore> Tags for DetachedTags<S> {
     }
 
     fn reserve(&mut self, n: usize) -> Result<(), Error> {
-        while self.vacant_count + (self.store.records().len() - self.fresh) < n {
+        while self.vacant_count + (self.capacity() - self.fresh) < n {
             if !self.store.grow() {
                 return Err(Error::OutOfRecords);
             }
@@ -333,7 +394,7 @@ impl<S: RecordStore> Tags for DetachedTags<S> {
 
     fn check_tags(&self, c: Idx, first: bool) -> Result<(), CheckError> {
         let c = c.get();
-        let len = self.store.records().len() as u32;
+        let len = self.capacity() as u32;
         let r = self.rec(c);
         if !r.kind.contains(Kind::CHUNK) || r.kind.contains(Kind::REGION) {
             return Err(CheckError::new("record is not a chunk", r.addr));
@@ -373,6 +434,26 @@ impl<S: RecordStore> Tags for DetachedTags<S> {
 /// Sizes are rounded to the granule (256 bytes is typical for device memory), with no tag
 /// overhead. Any power-of-two alignment is served, those above the granule by splitting off a
 /// leading free fragment.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), tagalloc::Error> {
+/// use tagalloc::{DetachedHeap, Record, DEVICE_GRANULE};
+///
+/// let mut table = [Record::VACANT; 256]; // at most 256 chunks and regions at once
+/// let mut dev = DetachedHeap::new(&mut table[..], DEVICE_GRANULE)?;
+/// dev.add_region(0x7f00_0000_0000, 1 << 30)?; // e.g. a device allocation: never touched
+/// let a = dev.alloc(1 << 20, 4096)?;
+/// let b = dev.alloc(300, 1)?;
+/// assert_eq!(b.addr, a.addr + (1 << 20)); // best fit: the front of the remaining space
+/// dev.free(a)?;
+/// dev.free(b)?;
+/// dev.check().expect("every invariant holds");
+/// assert_eq!(dev.stats().free_chunks, 1); // merged back into one chunk
+/// # Ok(())
+/// # }
+/// ```
 pub struct DetachedHeap<S: RecordStore> {
     heap: Heap<DetachedTags<S>>,
 }
@@ -381,18 +462,29 @@ pub struct DetachedHeap<S: RecordStore> {
 pub const DEVICE_GRANULE: usize = 256;
 
 impl<S: RecordStore> DetachedHeap<S> {
-    /// An empty heap over `store` with `granule` bytes per granule (any power of two).
+    /// An empty heap over `store` whose sizes are counted in granules of `granule` bytes.
+    ///
+    /// `granule` is a power of two from 1 to [`MAX_GRANULE`] (1 GiB): every request is rounded
+    /// up to a whole number of granules and every block starts on a granule boundary, so
+    /// alignments up to the granule cost nothing. [`DEVICE_GRANULE`] (256 bytes) suits device
+    /// memory; 1 turns the heap into an allocator of exact byte ranges. Larger granules mean
+    /// fewer, coarser chunks.
     ///
     /// Without the `alloc` feature, `store` is a slice of [`Record::VACANT`] the caller
-    /// supplies, and the heap holds at most that many chunks and regions at once; with it, a
-    /// `Vec<Record>` grows as needed.
+    /// supplies, and the heap holds at most that many chunks and regions at once (records past
+    /// `u32::MAX − 1` are never used); with it, a `Vec<Record>` grows as needed.
+    ///
+    /// Errors: `BadGranule`; `TooManyHeaps` once 2^32 − 2 out-of-band heaps have been made in
+    /// this process (each has an identity its blocks carry).
     pub fn new(store: S, granule: usize) -> Result<Self, Error> {
-        if !granule.is_power_of_two() {
+        if !granule.is_power_of_two() || granule > MAX_GRANULE {
             return Err(Error::BadGranule);
         }
+        let id = next_id().ok_or(Error::TooManyHeaps)?;
         Ok(DetachedHeap {
             heap: Heap::new(DetachedTags {
                 store,
+                id,
                 shift: granule.trailing_zeros(),
                 fresh: 0,
                 vacant: NIL,
@@ -556,6 +648,7 @@ impl<S: RecordStore> DetachedHeap<S> {
             size,
             handle: Handle {
                 index: c,
+                heap: self.heap.tags.id,
                 gen: r.gen,
             },
         })
@@ -566,6 +659,9 @@ impl<S: RecordStore> DetachedHeap<S> {
     #[inline]
     fn validate(&self, block: &Block) -> Result<(Idx, usize), Error> {
         let t = &self.heap.tags;
+        if block.handle.heap != t.id {
+            return Err(Error::ForeignPointer);
+        }
         let i = block.handle.index;
         let rec = t
             .store
@@ -586,9 +682,11 @@ impl<S: RecordStore> DetachedHeap<S> {
         Ok((Idx::of(i), rec.size))
     }
 
-    /// Frees `block`. Always checked: a block freed before (`DoubleFree`), one whose address
-    /// is not its chunk's (`ForeignPointer`) or whose size was changed (`WrongSize`) is
-    /// refused and the heap is left as it was.
+    /// Frees `block`, in `O(1)`. Always checked, in every build: a block freed before
+    /// (`DoubleFree`: its record's generation has moved on), a block of another heap or one
+    /// whose address is not its chunk's (`ForeignPointer`), or one whose size was changed
+    /// (`WrongSize`) is refused, and the heap is left as it was. Nothing is the caller's
+    /// promise: a `Block` cannot name a live allocation it was not made for.
     #[inline]
     pub fn free(&mut self, block: Block) -> Result<(), Error> {
         match self.validate(&block) {
@@ -637,6 +735,12 @@ impl<S: RecordStore> DetachedHeap<S> {
     /// The heap's statistics.
     pub fn stats(&self) -> Stats {
         self.heap.stats()
+    }
+
+    /// The record table, for tests that age or corrupt records.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn records_mut(&mut self) -> &mut [Record] {
+        self.heap.tags.store.records_mut()
     }
 }
 

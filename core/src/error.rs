@@ -4,6 +4,23 @@
 use core::fmt;
 
 /// Why a heap operation was refused. Nothing was changed when one of these is returned.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), tagalloc::Error> {
+/// use tagalloc::{DetachedHeap, Error, Record};
+///
+/// let mut table = [Record::VACANT; 8];
+/// let mut h = DetachedHeap::new(&mut table[..], 256)?;
+/// h.add_region(0, 1 << 16)?;
+/// assert_eq!(h.alloc(0, 1), Err(Error::ZeroSize));
+/// assert_eq!(h.alloc(1, 3), Err(Error::BadAlign));
+/// assert_eq!(h.alloc(1 << 17, 1), Err(Error::OutOfMemory));
+/// assert_eq!(Error::OutOfMemory.to_string(), "out of memory: no free chunk is large enough");
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Error {
@@ -28,14 +45,22 @@ pub enum Error {
     RegionInUse,
     /// No region of this heap starts at that address.
     UnknownRegion,
-    /// The granule is not a power of two of at least the minimum the placement needs.
+    /// The granule is not a power of two between the placement's minimum and
+    /// [`crate::MAX_GRANULE`].
     BadGranule,
     /// The chunk was already free (or the handle is stale: it was freed before).
     DoubleFree,
-    /// The pointer or handle was never handed out by this heap, or points inside a chunk.
+    /// The pointer or block was never handed out by this heap (a block of another heap, say),
+    /// or points inside a chunk.
     ForeignPointer,
     /// The size given with a free does not match the size the chunk was allocated for.
     WrongSize,
+    /// The calling thread already holds this heap's lock (a call from inside `with_heap`, or
+    /// from a hook the heap is running): waiting would never end.
+    Reentrant,
+    /// Every out-of-band heap gets an identity that its blocks carry; all 2^32 − 1 of them
+    /// have been used in this process.
+    TooManyHeaps,
 }
 
 impl fmt::Display for Error {
@@ -55,6 +80,8 @@ impl fmt::Display for Error {
             Error::DoubleFree => "double free (chunk already free, or stale handle)",
             Error::ForeignPointer => "pointer was not handed out by this heap",
             Error::WrongSize => "size does not match the allocation",
+            Error::Reentrant => "re-entrant call: this thread already holds the heap's lock",
+            Error::TooManyHeaps => "no out-of-band heap identities left in this process",
         })
     }
 }
@@ -63,6 +90,28 @@ impl core::error::Error for Error {}
 
 /// A broken heap invariant found by `check()`: what is wrong and where (an address for inline
 /// tags, an address of managed memory for out-of-band tags).
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use tagalloc::InlineHeap;
+///
+/// let mut arena = vec![0u128; 256];
+/// let mut heap = InlineHeap::new();
+/// // SAFETY: the arena outlives the heap and nothing else touches it.
+/// unsafe { heap.add_region(arena.as_mut_ptr().cast(), 4096)? };
+/// let p = heap.alloc(32, 16)?;
+/// heap.check()?;
+/// // Overwrite the chunk's tag, one word before the payload, as a buggy program might.
+/// // SAFETY: the word is inside the arena (it is the chunk's head).
+/// unsafe { p.as_ptr().cast::<usize>().sub(1).write(3) };
+/// let broken = heap.check().unwrap_err();
+/// assert_eq!(broken.what, "chunk size not a whole number of granules");
+/// assert_eq!(broken.at, p.as_ptr() as usize - 8);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CheckError {
     /// The invariant that does not hold.

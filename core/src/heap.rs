@@ -7,6 +7,11 @@ use crate::error::{CheckError, Error};
 use crate::stats::{Counters, Stats};
 use crate::tags::Tags;
 
+/// The largest granule a heap accepts: 1 GiB, the largest page size in use. Below it, no size,
+/// tag or alignment computation can overflow (a request's padding stays far below
+/// `isize::MAX`), and any real region still holds chunks.
+pub const MAX_GRANULE: usize = 1 << 30;
+
 /// A heap over some tag placement.
 ///
 /// Invariants: every byte of every region is in exactly one chunk; no two free chunks are

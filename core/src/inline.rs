@@ -18,7 +18,7 @@ use core::mem::size_of;
 use core::ptr::NonNull;
 
 use crate::error::{CheckError, Error};
-use crate::heap::Heap;
+use crate::heap::{Heap, MAX_GRANULE};
 use crate::stats::Stats;
 use crate::tags::{Link, Tags};
 
@@ -366,6 +366,30 @@ impl Tags for InlineTags {
 /// It owns the regions given to it until they are removed. Sizes are rounded to granules
 /// (16 bytes by default) with one word of tag per allocation; any power-of-two alignment is
 /// served, alignments above the granule by splitting off a leading free fragment.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use tagalloc::{Error, InlineHeap};
+///
+/// let mut arena = vec![0u128; 4096]; // 64 KiB, 16-byte aligned
+/// let mut heap = InlineHeap::new();
+/// // SAFETY: the arena outlives the heap and nothing else touches it.
+/// unsafe { heap.add_region(arena.as_mut_ptr().cast(), 64 << 10)? };
+/// let p = heap.alloc(100, 16)?; // best fit, 16-aligned
+/// // SAFETY: `p` is a live 100-byte allocation of this heap.
+/// let p = unsafe { heap.realloc(p, 100, 16, 400)? }; // grows in place when it can
+/// assert_eq!(heap.alloc(0, 16), Err(Error::ZeroSize));
+/// // SAFETY: `p` is not used afterwards.
+/// unsafe { heap.free_checked(p, 400)? };
+/// // SAFETY: deliberately a double free: the checked free refuses it.
+/// assert_eq!(unsafe { heap.free_checked(p, 400) }, Err(Error::DoubleFree));
+/// heap.check()?; // verifies every invariant
+/// assert_eq!(heap.stats().in_use, 0);
+/// # Ok(())
+/// # }
+/// ```
 pub struct InlineHeap {
     heap: Heap<InlineTags>,
 }
@@ -394,9 +418,12 @@ impl InlineHeap {
         }
     }
 
-    /// An empty heap with another granule: a power of two of at least 16 bytes.
+    /// An empty heap with another granule: a power of two from 16 bytes ([`HOST_GRANULE`]) to
+    /// [`MAX_GRANULE`] (1 GiB). Every request is rounded up to a whole number of granules
+    /// (its one-word tag included) and every payload is granule-aligned; a region loses up to a
+    /// granule at its start to its header. Errors: `BadGranule`.
     pub const fn with_granule(granule: usize) -> Result<Self, Error> {
-        if !granule.is_power_of_two() || granule < HOST_GRANULE {
+        if !granule.is_power_of_two() || granule < HOST_GRANULE || granule > MAX_GRANULE {
             return Err(Error::BadGranule);
         }
         Ok(InlineHeap {
@@ -576,14 +603,22 @@ impl InlineHeap {
         Ok(payload_of(c))
     }
 
-    /// Frees an allocation of `size` bytes. With the `checked` feature this is
-    /// [`InlineHeap::free_checked`]; otherwise it trusts the pointer and only refuses a chunk
-    /// whose tag says it is already free.
+    /// Frees an allocation of `size` bytes. `O(1)` (without `checked`).
+    ///
+    /// What is detected depends on the build, and a refused free writes nothing:
+    /// - always: the chunk's tag says it is free already (a double free of a chunk that has
+    ///   not merged with a free neighbour since): `DoubleFree`;
+    /// - with the `checked` feature this is [`InlineHeap::free_checked`]: a pointer that is not
+    ///   the payload of a live chunk of this heap (`ForeignPointer`, or `DoubleFree` for one
+    ///   into a free chunk), a size that does not fit the chunk (`WrongSize`).
     ///
     /// # Safety
     /// Without `checked`: `ptr` must have come from this heap's `alloc`/`realloc`, and not have
-    /// been freed since (beyond the cheap double-free check, a foreign pointer is undefined
-    /// behaviour). Always: the memory must not be used after a successful return.
+    /// been freed since (beyond the tag check above, a foreign pointer or a double free after a
+    /// merge reads whatever lies before `ptr`: undefined behaviour). With `checked`, only the
+    /// rule that holds for every build: the memory must not be used after a successful return,
+    /// and a double free after the chunk was handed out again frees the new owner's block (no
+    /// allocator can tell those apart).
     #[inline(always)]
     pub unsafe fn free(&mut self, ptr: NonNull<u8>, size: usize) -> Result<(), Error> {
         if cfg!(feature = "checked") {
@@ -600,11 +635,17 @@ impl InlineHeap {
     }
 
     /// Frees an allocation after proving that `ptr` is the payload of a live chunk of this
-    /// heap whose size fits `size`: reports `ForeignPointer`, `DoubleFree` or `WrongSize`
-    /// instead of corrupting anything. Costs a walk of the chunks of `ptr`'s region.
+    /// heap whose size fits `size`: reports `ForeignPointer`, `DoubleFree` (the chunk is free,
+    /// or `ptr` points into a free chunk where a payload could have been) or `WrongSize`
+    /// instead of corrupting anything; a refused free writes nothing.
+    ///
+    /// # Time Complexity
+    /// `O(regions + chunks of ptr's region)`: a walk to find the chunk.
     ///
     /// # Safety
-    /// The memory must not be used after a successful return (it may be handed out again).
+    /// The memory must not be used after a successful return (it may be handed out again). A
+    /// double free after the chunk was handed out again frees the new owner's block: that
+    /// stays the caller's promise.
     pub unsafe fn free_checked(&mut self, ptr: NonNull<u8>, size: usize) -> Result<(), Error> {
         let c = self.validated_chunk(ptr, size)?;
         self.heap.free(c);
@@ -621,7 +662,9 @@ impl InlineHeap {
         c.inspect_err(|_| self.heap.counters.rejected_frees += 1)
     }
 
-    /// Finds the live chunk whose payload is `ptr` by walking its region.
+    /// Finds the live chunk whose payload is `ptr` by walking its region. A payload-aligned
+    /// pointer into a free chunk is a double free (its chunk has merged since), anything else
+    /// that is not a live chunk's payload is foreign.
     fn find_chunk(&self, ptr: NonNull<u8>) -> Result<NonNull<u8>, Error> {
         let t = &self.heap.tags;
         let a = ptr.addr().get();
@@ -631,15 +674,17 @@ impl InlineHeap {
                 let mut c = Some(t.region_first_chunk(reg));
                 while let Some(ch) = c {
                     let p = t.payload(ch);
-                    if p == a {
-                        return if t.is_free(ch) {
-                            Err(Error::DoubleFree)
-                        } else {
-                            Ok(ch)
-                        };
-                    }
                     if p > a {
                         break;
+                    }
+                    let end = ch.addr().get() + (t.size(ch) << t.shift);
+                    if a < end {
+                        let could_be_payload = (a - p) & ((1 << t.shift) - 1) == 0;
+                        return match (p == a, t.is_free(ch)) {
+                            (true, false) => Ok(ch),
+                            (_, true) if could_be_payload => Err(Error::DoubleFree),
+                            _ => Err(Error::ForeignPointer),
+                        };
                     }
                     c = t.next(ch);
                 }

@@ -54,6 +54,8 @@
 
 #[cfg(feature = "alloc")]
 extern crate alloc;
+#[cfg(feature = "std")]
+extern crate std;
 
 mod bins;
 mod detached;
@@ -67,7 +69,7 @@ mod lock;
 pub mod model;
 mod records;
 mod remote_ring;
-mod remote_stack;
+mod shared;
 mod shared_detached;
 mod stats;
 mod sync;
@@ -77,7 +79,9 @@ pub use bins::{bin_of, BIN_COUNT, EXACT_BINS};
 pub use detached::{Block, DetachedHeap, Handle, DEVICE_GRANULE};
 pub use error::{CheckError, Error};
 pub use global::GlobalHeap;
+pub use heap::MAX_GRANULE;
 pub use inline::{InlineHeap, HOST_GRANULE};
+pub use lock::{RawLock, SpinLock};
 pub use records::{Record, RecordStore};
 pub use shared_detached::SharedDetachedHeap;
 pub use stats::Stats;

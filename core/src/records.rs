@@ -28,8 +28,28 @@ bitflags! {
 /// For a chunk: `addr` is its first byte in managed memory, `size` its length in granules,
 /// `prev`/`next` its physical neighbours in the region (`NIL` at the edges), `links` its bin
 /// links while free, `region` its region's record, `gen` a counter bumped each time it is
-/// handed out, so stale handles are recognised. For a region: `addr` is its base, `size` its
+/// handed out, so stale handles are recognised (64 bits: a record reused once a nanosecond
+/// would take 584 years to wrap). For a region: `addr` is its base, `size` its
 /// length in granules, `next` the next region, `prev` its last chunk, `links[0]` its first.
+///
+/// A record is 64 bytes on 64-bit targets; a heap needs one per chunk (free or in use) and one
+/// per region.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), tagalloc::Error> {
+/// use tagalloc::{DetachedHeap, Error, Record};
+///
+/// let mut table = [Record::VACANT; 3]; // one region record and two chunks at most
+/// let mut h = DetachedHeap::new(&mut table[..], 16)?;
+/// h.add_region(0, 4096)?;
+/// let a = h.alloc(16, 16)?; // the region's chunk splits: the third record
+/// assert_eq!(h.alloc(16, 16), Err(Error::OutOfRecords));
+/// h.free(a)?;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct Record {
     pub(crate) addr: usize,
@@ -38,7 +58,7 @@ pub struct Record {
     pub(crate) next: u32,
     pub(crate) links: [u32; 5],
     pub(crate) region: u32,
-    pub(crate) gen: u32,
+    pub(crate) gen: u64,
     pub(crate) kind: Kind,
 }
 
@@ -56,13 +76,45 @@ impl Record {
     };
 }
 
-/// Storage for the out-of-band table.
+/// Storage for the out-of-band table: a slice the caller supplies (fixed), or with the `alloc`
+/// feature a `Vec` that grows. Implement it for other storage (a static pool, memory from a
+/// backend).
+///
+/// # Examples
+///
+/// A store that grows a fixed-capacity buffer in steps of 32 records:
+///
+/// ```
+/// # fn main() -> Result<(), tagalloc::Error> {
+/// use tagalloc::{DetachedHeap, Record, RecordStore};
+///
+/// struct Steps { buf: [Record; 128], used: usize }
+///
+/// impl RecordStore for Steps {
+///     fn records(&self) -> &[Record] { &self.buf[..self.used] }
+///     fn records_mut(&mut self) -> &mut [Record] { &mut self.buf[..self.used] }
+///     fn grow(&mut self) -> bool {
+///         let room = self.used < self.buf.len();
+///         self.used = (self.used + 32).min(self.buf.len());
+///         room
+///     }
+/// }
+///
+/// let mut h = DetachedHeap::new(Steps { buf: [Record::VACANT; 128], used: 0 }, 64)?;
+/// h.add_region(0, 1 << 16)?;
+/// let blocks: Vec<_> = (0..50).map(|_| h.alloc(64, 64)).collect::<Result<_, _>>()?;
+/// assert_eq!(h.stats().live, 50);
+/// # let _ = blocks;
+/// # Ok(())
+/// # }
+/// ```
 pub trait RecordStore {
     /// All records, vacant ones included.
     fn records(&self) -> &[Record];
     /// All records, mutably.
     fn records_mut(&mut self) -> &mut [Record];
-    /// Adds vacant records at the end; returns `false` if the storage cannot grow.
+    /// Adds vacant records ([`Record::VACANT`]) at the end, keeping the existing ones as they
+    /// are; returns `false` if the storage cannot grow.
     fn grow(&mut self) -> bool {
         false
     }

@@ -1,23 +1,36 @@
-//! The bounded lock-free queue of frees that could not take a shared out-of-band heap's lock at
-//! once.
+//! The bounded lock-free queue of frees that could not take a shared heap's lock at once.
 //!
-//! The inline heap queues a free inside the freed memory; an out-of-band heap must never touch
-//! its managed memory, and its record table may move when it grows, so the queue is a fixed
-//! ring of [`Block`]s built with the heap: no allocation on the free path. It is D. Vyukov's
-//! bounded queue with many producers (the freeing threads) and one consumer at a time (the lock
-//! holder). When the ring is full the freeing thread waits for the lock instead.
+//! A queued free must write nothing anywhere before it is known to be a live allocation of the
+//! heap (a double free or a foreign pointer is refused without a byte written), and it cannot
+//! know that without the lock. So the queue writes nothing into the freed memory: it is a fixed
+//! ring of what identifies the free (a pointer and size, or a `Block`), built with the heap, so
+//! the free path never allocates either. It is D. Vyukov's bounded queue with many producers
+//! (the freeing threads) and one consumer at a time (the lock holder). When the ring is full the
+//! freeing thread waits for the lock instead.
 //!
 //! Each slot has a sequence number: `pos` when it is free for the producer that claimed
 //! position `pos`, `pos + 1` once that producer has written its block (a Release store, paired
 //! with the consumer's Acquire load), and `pos + N` once the consumer has taken the block (a
 //! Release store, paired with the next producer's Acquire load).
 
-use crate::detached::Block;
-use crate::sync::{AtomicUsize, Ordering, UnsafeCell, PUBLISH, TAKE};
+use crate::sync::{const_unless_loom, AtomicUsize, Ordering, UnsafeCell, PUBLISH, TAKE};
 
-struct Slot {
-    seq: AtomicUsize,
-    block: UnsafeCell<Option<Block>>,
+/// One place in the ring. Its sequence number is stored less the slot's index, so that every
+/// slot starts at 0 and the ring can be built in a `const` (a `static` global allocator).
+struct Slot<T> {
+    seq_less_index: AtomicUsize,
+    item: UnsafeCell<Option<T>>,
+}
+
+impl<T> Slot<T> {
+    const_unless_loom! {
+        fn new() -> Self {
+            Slot {
+                seq_less_index: AtomicUsize::new(0),
+                item: UnsafeCell::new(None),
+            }
+        }
+    }
 }
 
 /// A ring of `N` queued frees; `N` is a power of two, at least 2 (with one slot, "written for
@@ -26,39 +39,49 @@ struct Slot {
 /// Invariant: slot `i` starts with sequence `i`; positions are claimed in order by
 /// compare-exchange on `tail`, so each position has one producer; the consumer's position
 /// lives with the heap, behind its lock, so there is one consumer at a time.
-pub(crate) struct RemoteRing<const N: usize> {
-    slots: [Slot; N],
+pub(crate) struct RemoteRing<T, const N: usize> {
+    slots: [Slot<T>; N],
     tail: AtomicUsize,
 }
 
-// SAFETY: a slot's block is written only by the producer that claimed its position and read
+// SAFETY: a slot's item is written only by the producer that claimed its position and read
 // only by the consumer, each ordered after the other through the slot's sequence number (see
-// the module docs), so the ring may be shared between threads.
-unsafe impl<const N: usize> Sync for RemoteRing<N> {}
+// the module docs), so the ring may be shared between threads. An item is only ever moved
+// from its producer to its consumer, which `T: Send` allows.
+unsafe impl<T: Send, const N: usize> Sync for RemoteRing<T, N> {}
 
-impl<const N: usize> RemoteRing<N> {
+impl<T, const N: usize> RemoteRing<T, N> {
     const POWER_OF_TWO: () = assert!(
         N.is_power_of_two() && N >= 2,
         "the ring size must be a power of two, at least 2"
     );
 
-    pub(crate) fn new() -> Self {
-        let () = Self::POWER_OF_TWO;
-        RemoteRing {
-            slots: core::array::from_fn(|i| Slot {
-                seq: AtomicUsize::new(i),
-                block: UnsafeCell::new(None),
-            }),
-            tail: AtomicUsize::new(0),
+    const_unless_loom! {
+        pub(crate) fn new() -> Self {
+            let () = Self::POWER_OF_TWO;
+            RemoteRing {
+                #[cfg(not(loom))]
+                slots: [const { Slot::new() }; N],
+                #[cfg(loom)]
+                slots: core::array::from_fn(|_| Slot::new()),
+                tail: AtomicUsize::new(0),
+            }
         }
     }
 
-    /// Queues `block`, or gives it back if the ring is full.
-    pub(crate) fn push(&self, block: Block) -> Result<(), Block> {
+    /// The slot of position `pos` and its index.
+    #[inline]
+    fn slot(&self, pos: usize) -> (&Slot<T>, usize) {
+        let i = pos % N;
+        (&self.slots[i], i)
+    }
+
+    /// Queues `item`, or gives it back if the ring is full.
+    pub(crate) fn push(&self, item: T) -> Result<(), T> {
         let mut pos = self.tail.load(Ordering::Relaxed);
         loop {
-            let slot = &self.slots[pos % N];
-            let seq = slot.seq.load(Ordering::Acquire);
+            let (slot, i) = self.slot(pos);
+            let seq = slot.seq_less_index.load(Ordering::Acquire).wrapping_add(i);
             match seq.wrapping_sub(pos) as isize {
                 0 => match self.tail.compare_exchange_weak(
                     pos,
@@ -70,38 +93,40 @@ impl<const N: usize> RemoteRing<N> {
                         // SAFETY: claiming `pos` made this thread the slot's only writer, and
                         // the Acquire load of `seq == pos` ordered it after the consumer's
                         // last read of the slot.
-                        slot.block.with_mut(|b| unsafe { *b = Some(block) });
-                        slot.seq.store(pos.wrapping_add(1), PUBLISH);
+                        slot.item.with_mut(|b| unsafe { *b = Some(item) });
+                        let seq = pos.wrapping_add(1).wrapping_sub(i);
+                        slot.seq_less_index.store(seq, PUBLISH);
                         return Ok(());
                     }
                     Err(now) => pos = now,
                 },
-                // The slot still holds the block from `N` positions back: full.
-                d if d < 0 => return Err(block),
+                // The slot still holds the item from `N` positions back: full.
+                d if d < 0 => return Err(item),
                 // Another producer claimed `pos` already; catch up.
                 _ => pos = self.tail.load(Ordering::Relaxed),
             }
         }
     }
 
-    /// Takes the queued blocks from position `*head` on, in order, until a slot that is empty
+    /// Takes the queued items from position `*head` on, in order, until a slot that is empty
     /// or still being written, and passes each to `free`.
     ///
     /// Callers must serialise calls (the heap's lock does) and keep `head` between them,
     /// starting at 0.
-    pub(crate) fn drain(&self, head: &mut usize, mut free: impl FnMut(Block)) {
+    pub(crate) fn drain(&self, head: &mut usize, mut free: impl FnMut(T)) {
         loop {
-            let slot = &self.slots[*head % N];
-            if slot.seq.load(TAKE) != head.wrapping_add(1) {
+            let (slot, i) = self.slot(*head);
+            if slot.seq_less_index.load(TAKE).wrapping_add(i) != head.wrapping_add(1) {
                 return;
             }
             // SAFETY: `seq == head + 1` (Acquire) orders this after the producer's write, and
             // no producer writes the slot again until the store below.
-            let block = slot.block.with_mut(|b| unsafe { (*b).take() });
-            slot.seq.store(head.wrapping_add(N), Ordering::Release);
+            let item = slot.item.with_mut(|b| unsafe { (*b).take() });
+            let seq = head.wrapping_add(N).wrapping_sub(i);
+            slot.seq_less_index.store(seq, Ordering::Release);
             *head = head.wrapping_add(1);
-            if let Some(block) = block {
-                free(block);
+            if let Some(item) = item {
+                free(item);
             }
         }
     }

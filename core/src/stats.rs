@@ -2,6 +2,28 @@
 //! apart from the largest free chunk (one walk down a trie).
 
 /// A snapshot of a heap's counters. All sizes are in bytes of managed memory.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), tagalloc::Error> {
+/// use tagalloc::{DetachedHeap, Record};
+///
+/// let mut table = [Record::VACANT; 16];
+/// let mut h = DetachedHeap::new(&mut table[..], 256)?;
+/// h.add_region(0, 1 << 20)?;
+/// let a = h.alloc(1000, 1)?;
+/// let b = h.alloc(1000, 1)?;
+/// h.free(a)?;
+/// let st = h.stats();
+/// assert_eq!((st.live, st.in_use, st.managed), (1, 1024, 1 << 20));
+/// assert_eq!(st.free, (1 << 20) - 1024);
+/// assert_eq!(st.free_chunks, 2); // the hole `a` left, and the rest
+/// assert!(st.fragmentation() > 0.0 && st.fragmentation() < 0.01);
+/// # let _ = b;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Bytes in chunks handed out, tags and rounding included.

@@ -10,9 +10,9 @@
 //! catch a missing happens-before edge; CI builds both mutants and expects the models to fail.
 
 #[cfg(not(loom))]
-pub(crate) use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+pub(crate) use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 #[cfg(loom)]
 pub(crate) use loom::cell::{MutPtr, UnsafeCell};
@@ -30,6 +30,18 @@ pub(crate) const TAKE: Ordering = if cfg!(tagalloc_weak_take) {
 } else {
     Ordering::Acquire
 };
+
+/// A number never handed out before in this process, from 1 to `u32::MAX − 1`; `None` once all
+/// are used. It names a heap, so that a heap can refuse another heap's blocks. A process-wide
+/// counter, not part of what the loom models check, so it is a plain `core` atomic.
+pub(crate) fn next_id() -> Option<core::num::NonZeroU32> {
+    static NEXT: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(1);
+    let relaxed = core::sync::atomic::Ordering::Relaxed;
+    let id = NEXT
+        .fetch_update(relaxed, relaxed, |n| n.checked_add(1))
+        .ok()?;
+    core::num::NonZeroU32::new(id)
+}
 
 /// One turn of a busy-wait. (Under loom a waiter yields instead: see `crate::lock`.)
 #[cfg(not(loom))]
@@ -52,7 +64,7 @@ macro_rules! const_unless_loom {
 }
 pub(crate) use const_unless_loom;
 
-/// `core::cell::UnsafeCell` with loom's access API (`with`, `with_mut`, `get_mut`), so the code
+/// `core::cell::UnsafeCell` with loom's access API (`with_mut`, `get_mut`), so the code
 /// that uses it is the same in both builds and loom can track every access.
 #[cfg(not(loom))]
 #[derive(Debug)]
@@ -69,12 +81,6 @@ impl<T> UnsafeCell<T> {
     #[inline]
     pub(crate) fn into_inner(self) -> T {
         self.0.into_inner()
-    }
-
-    /// Runs `f` with a pointer for reading.
-    #[inline]
-    pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
-        f(self.0.get())
     }
 
     /// Runs `f` with a pointer for writing.

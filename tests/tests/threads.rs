@@ -118,8 +118,9 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
 /// Checks the heap's invariants and that no free was refused.
 fn assert_heap_sound(heap: &GlobalHeap) -> Stats {
     heap.with_heap(|h| h.check())
+        .expect("not re-entrant")
         .unwrap_or_else(|e| panic!("heap check: {e}"));
-    let stats = heap.stats();
+    let stats = heap.stats().expect("not re-entrant");
     assert_eq!(stats.rejected_frees, 0, "{stats:?}");
     stats
 }
@@ -530,7 +531,7 @@ fn replay_threaded(trace: &Trace, limit: usize, first_region: Option<usize>) -> 
         // lock, does the queued frees, and walks every chunk of every region.
         while finished.load(Ordering::Acquire) < threads && !failed.load(Ordering::Relaxed) {
             thread::sleep(CHECK_PERIOD);
-            if let Err(e) = heap.with_heap(|h| h.check()) {
+            if let Err(e) = heap.with_heap(|h| h.check()).expect("not re-entrant") {
                 check_error = Some(format!("heap check while running: {e}"));
                 failed.store(true, Ordering::Relaxed);
             }
@@ -574,7 +575,7 @@ fn replay_threaded(trace: &Trace, limit: usize, first_region: Option<usize>) -> 
     let deferred = heap.deferred_frees();
     // A queued free only goes through the heap when the next lock holder drains the queue;
     // `stats()` drained it, so the queue cannot have lost one.
-    assert!(deferred <= plan.frees as u64, "{deferred} deferred frees");
+    assert!(deferred <= plan.frees, "{deferred} deferred frees");
 
     // Free, from this thread, what the trace left live (all threads have been joined, so
     // every slot holds what its last event left).
@@ -849,7 +850,7 @@ fn one_producer_many_consumers_through_global_alloc() {
     let received: usize = consumed.iter().map(|c| c.blocks).sum();
     let reallocs: usize = consumed.iter().map(|c| c.reallocs).sum();
     assert_eq!(received, BLOCKS);
-    let stats = heap.stats();
+    let stats = heap.stats().expect("not re-entrant");
     // Every block and every moving realloc is one allocation; a realloc in place is none.
     assert_eq!(
         stats.allocs + stats.reallocs_in_place,

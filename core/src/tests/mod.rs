@@ -4,6 +4,8 @@ mod detached;
 mod inline;
 #[cfg(loom)]
 mod loom;
+#[cfg(not(loom))]
+mod misuse;
 mod model;
 #[cfg(not(loom))]
 mod shared;

@@ -9,7 +9,7 @@ use std::vec::Vec;
 use core::ptr::NonNull;
 
 use super::inline::Arena;
-use crate::{DetachedHeap, GlobalHeap, Record, SharedDetachedHeap};
+use crate::{DetachedHeap, GlobalHeap, Record, SharedDetachedHeap, SpinLock};
 
 /// A global heap over `arena`.
 fn global_over(arena: &mut Arena) -> GlobalHeap {
@@ -51,7 +51,7 @@ fn a_free_that_finds_the_lock_taken_is_queued_and_done_by_the_next_holder() {
     let mut arena = Arena::new(1 << 16);
     let heap = global_over(&mut arena);
     let p = heap.try_alloc(100, 16).unwrap();
-    let before = heap.stats();
+    let before = heap.stats().unwrap();
     heap.with_heap(|h| {
         // The lock is held here: the other thread's free must be queued, not wait.
         let p = Ptr(p);
@@ -64,13 +64,14 @@ fn a_free_that_finds_the_lock_taken_is_queued_and_done_by_the_next_holder() {
         });
         // Queued, so not freed yet: the chunk is still in use.
         assert_eq!(h.stats().live, before.live);
-    });
+    })
+    .unwrap();
     assert_eq!(heap.deferred_frees(), 1);
-    let after = heap.stats();
+    let after = heap.stats().unwrap();
     assert_eq!(after.live, before.live - 1);
     assert_eq!(after.in_use, 0);
     assert_eq!(after.rejected_frees, 0);
-    heap.with_heap(|h| h.check()).unwrap();
+    heap.with_heap(|h| h.check()).unwrap().unwrap();
 }
 
 #[test]
@@ -128,8 +129,8 @@ fn threads_allocate_and_free_each_others_blocks() {
             free_received(q, qlen, qtag);
         }
     }
-    let st = heap.stats();
-    heap.with_heap(|h| h.check()).unwrap();
+    let st = heap.stats().unwrap();
+    heap.with_heap(|h| h.check()).unwrap().unwrap();
     assert_eq!((st.live, st.in_use, st.rejected_frees), (0, 0, 0));
     assert_eq!(st.frees, (THREADS * rounds) as u64);
 }
@@ -163,8 +164,8 @@ fn one_producer_many_consumers() {
         }
         drop(tx);
     });
-    let st = heap.stats();
-    heap.with_heap(|h| h.check()).unwrap();
+    let st = heap.stats().unwrap();
+    heap.with_heap(|h| h.check()).unwrap().unwrap();
     assert_eq!((st.live, st.in_use, st.rejected_frees), (0, 0, 0));
     assert_eq!(st.frees, blocks as u64);
 }
@@ -175,8 +176,10 @@ fn shared_detached_heap_queues_frees_and_waits_when_the_ring_is_full() {
     let per_thread = if cfg!(miri) { 20 } else { 3000 };
     let dev = DetachedHeap::new(std::vec![Record::VACANT; 4096], 256).unwrap();
     // A ring of 2 fills up often, so the wait-for-the-lock path runs too.
-    let heap: SharedDetachedHeap<_, 2> = SharedDetachedHeap::new(dev);
-    heap.with_heap(|h| h.add_region(1 << 32, 1 << 28)).unwrap();
+    let heap: SharedDetachedHeap<_, SpinLock, 2> = SharedDetachedHeap::new(dev);
+    heap.with_heap(|h| h.add_region(1 << 32, 1 << 28))
+        .unwrap()
+        .unwrap();
     let heap = &heap;
     thread::scope(|s| {
         for t in 0..threads {
@@ -195,53 +198,107 @@ fn shared_detached_heap_queues_frees_and_waits_when_the_ring_is_full() {
             });
         }
     });
-    let st = heap.stats();
-    heap.with_heap(|h| h.check()).unwrap();
+    let st = heap.stats().unwrap();
+    heap.with_heap(|h| h.check()).unwrap().unwrap();
     assert_eq!((st.live, st.in_use, st.rejected_frees), (0, 0, 0));
     assert_eq!(st.frees, (threads * per_thread) as u64);
     // A double free that is queued is refused when it is done, and counted.
     let b = heap.alloc(512, 256).unwrap();
     heap.free(b).unwrap();
     assert!(heap.free(b).is_err());
-    assert_eq!(heap.stats().rejected_frees, 1);
+    assert_eq!(heap.stats().unwrap().rejected_frees, 1);
 }
 
-#[cfg(feature = "allocator-api2")]
-#[test]
-fn allocator_api2_collections_grow_shrink_and_zero_sizes() {
-    use allocator_api2::alloc::{Allocator, Layout};
-    use allocator_api2::vec::Vec as AVec;
+/// The `Allocator` of each supported `allocator-api2` version: collections grow and shrink,
+/// zero sizes never reach the heap, a grow that changes alignment moves the contents.
+macro_rules! allocator_api2_test {
+    ($feature:literal, $name:ident, $krate:ident) => {
+        #[cfg(feature = $feature)]
+        #[test]
+        fn $name() {
+            use $krate::alloc::{Allocator, Layout};
+            use $krate::vec::Vec as AVec;
 
-    let mut arena = Arena::new(1 << 18);
-    let heap = global_over(&mut arena);
-    {
-        let mut v: AVec<u64, &GlobalHeap> = AVec::new_in(&heap);
-        for i in 0..3000u64 {
-            v.push(i);
+            let mut arena = Arena::new(1 << 18);
+            let heap = global_over(&mut arena);
+            {
+                let mut v: AVec<u64, &GlobalHeap> = AVec::new_in(&heap);
+                for i in 0..3000u64 {
+                    v.push(i);
+                }
+                v.truncate(10);
+                v.shrink_to_fit();
+                assert_eq!(v.iter().sum::<u64>(), 45);
+                let z: AVec<(), &GlobalHeap> = AVec::with_capacity_in(5, &heap);
+                assert_eq!(z.capacity(), usize::MAX);
+            }
+            // A grow that changes the alignment moves the block and keeps its contents.
+            let old = Layout::from_size_align(24, 8).unwrap();
+            let new = Layout::from_size_align(200, 256).unwrap();
+            let p = heap.allocate(old).unwrap().cast::<u8>();
+            fill(Ptr(p), 24, 7);
+            // SAFETY: `p` is live with `old`; `new` is at least as large.
+            let q = unsafe { heap.grow(p, old, new) }.unwrap().cast::<u8>();
+            assert_eq!(q.as_ptr() as usize % 256, 0);
+            assert!(holds(Ptr(q), 24, 7));
+            // SAFETY: `q` is live with `new`.
+            unsafe { heap.deallocate(q, new) };
+            let zero = Layout::from_size_align(0, 64).unwrap();
+            let d = heap.allocate(zero).unwrap();
+            assert_eq!(d.cast::<u8>().as_ptr() as usize % 64, 0);
+            // SAFETY: a zero-sized block from this allocator.
+            unsafe { heap.deallocate(d.cast(), zero) };
+            let st = heap.stats().unwrap();
+            assert_eq!((st.live, st.in_use, st.rejected_frees), (0, 0, 0));
+            heap.with_heap(|h| h.check()).unwrap().unwrap();
         }
-        v.truncate(10);
-        v.shrink_to_fit();
-        assert_eq!(v.iter().sum::<u64>(), 45);
-        let z: AVec<(), &GlobalHeap> = AVec::with_capacity_in(5, &heap);
-        assert_eq!(z.capacity(), usize::MAX);
-    }
-    // A grow that changes the alignment moves the block and keeps its contents.
-    let old = Layout::from_size_align(24, 8).unwrap();
-    let new = Layout::from_size_align(200, 256).unwrap();
-    let p = heap.allocate(old).unwrap().cast::<u8>();
-    fill(Ptr(p), 24, 7);
-    // SAFETY: `p` is live with `old`; `new` is at least as large.
-    let q = unsafe { heap.grow(p, old, new) }.unwrap().cast::<u8>();
-    assert_eq!(q.as_ptr() as usize % 256, 0);
-    assert!(holds(Ptr(q), 24, 7));
-    // SAFETY: `q` is live with `new`.
-    unsafe { heap.deallocate(q, new) };
-    let zero = Layout::from_size_align(0, 64).unwrap();
-    let d = heap.allocate(zero).unwrap();
-    assert_eq!(d.cast::<u8>().as_ptr() as usize % 64, 0);
-    // SAFETY: a zero-sized block from this allocator.
-    unsafe { heap.deallocate(d.cast(), zero) };
-    let st = heap.stats();
+    };
+}
+
+allocator_api2_test!(
+    "allocator-api2",
+    allocator_api2_02_collections_grow_shrink_and_zero_sizes,
+    allocator_api2
+);
+allocator_api2_test!(
+    "allocator-api2-04",
+    allocator_api2_04_collections_grow_shrink_and_zero_sizes,
+    allocator_api2_04
+);
+
+/// A `lock_api` lock (here `parking_lot`'s, whose waiters sleep) behind the same shared heap:
+/// threads hand blocks to each other, and a re-entrant call is refused as with the spin lock.
+#[cfg(feature = "lock_api")]
+#[test]
+fn a_parking_lock_serves_threads_and_refuses_reentry() {
+    let mut arena = Arena::new(1 << 20);
+    let heap: GlobalHeap<parking_lot::RawMutex> = GlobalHeap::with_lock();
+    // SAFETY: the arena outlives the heap and nothing else uses its memory.
+    unsafe { heap.add_region(arena.ptr(), arena.len()).unwrap() };
+    let rounds = if cfg!(miri) { 30 } else { 3000 };
+    let (tx, rx) = mpsc::channel::<(Ptr, usize)>();
+    let heap = &heap;
+    thread::scope(|s| {
+        s.spawn(move || {
+            for (p, len) in rx {
+                assert!(holds(p, len, len as u8));
+                // SAFETY: handed over by its allocating thread, which dropped it.
+                unsafe { heap.try_free(p.get(), len).unwrap() };
+            }
+        });
+        for i in 0..rounds {
+            let len = 1 + i % 500;
+            let p = Ptr(heap.try_alloc(len, 16).unwrap());
+            fill(p, len, len as u8);
+            tx.send((p, len)).unwrap();
+        }
+        drop(tx);
+    });
+    assert_eq!(
+        heap.with_heap(|_| heap.try_alloc(8, 8).map(|_| ())),
+        Ok(Err(crate::Error::Reentrant))
+    );
+    let st = heap.stats().unwrap();
     assert_eq!((st.live, st.in_use, st.rejected_frees), (0, 0, 0));
-    heap.with_heap(|h| h.check()).unwrap();
+    heap.with_heap(|h| h.check()).unwrap().unwrap();
 }

@@ -93,6 +93,21 @@ fn replay() {
     );
 }
 
+/// Which traces were replayed, and from where, is said on stderr and in the report.
+#[test]
+fn replay_says_which_traces() {
+    let out = bench(&["--quick", "--no-plots", "replay"]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    for said in [&stdout, &stderr] {
+        assert!(
+            said.contains("bundled traces from") && said.contains("tests/data"),
+            "{said}"
+        );
+    }
+    assert!(stdout.contains("**Traces replayed:**"), "{stdout}");
+}
+
 #[test]
 fn replay_named_trace_as_json() {
     let data = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data");

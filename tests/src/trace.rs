@@ -453,7 +453,7 @@ pub fn trace_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
 }
 
 /// The name [`Trace::load`] gives the trace at `path`.
-fn trace_name(path: &Path) -> String {
+pub fn trace_name(path: &Path) -> String {
     let file = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 
 use crate::plot;
 use crate::random_actions::{generate_align, generate_size};
-use crate::report::{self, Table};
+use crate::report::{self, Better, Table};
 use crate::subjects::{with_subject, Arena, Bench, Peer, Setup, Space, Subject};
 
 /// talc's `HE_MAX_ALLOC_SIZE`.
@@ -134,11 +134,12 @@ pub fn run(
         );
     }
     let base = results.first().and_then(|r| r.as_ref().ok()).map(|r| r.0);
+    let ratio = report::ratio_header("tagalloc inline", Better::Higher);
     let mut t = Table::new(&[
         ("allocator", false),
         ("memory", false),
-        ("heap in use at first failure", true),
-        ("× tagalloc inline", true),
+        ("heap in use at first failure (higher is better)", true),
+        (&ratio, true),
     ]);
     let mut notes = Vec::new();
     for (peer, r) in peers.iter().zip(&results) {

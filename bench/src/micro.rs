@@ -11,7 +11,7 @@ use indicatif::ProgressBar;
 use serde_json::{json, Value};
 
 use crate::plot;
-use crate::report::{self, Table};
+use crate::report::{self, Better, Table};
 use crate::subjects::{with_subject, Arena, Bench, Peer, Setup, Space, Subject};
 
 /// Live slots: each step frees the slot's block (if any) and allocates a new one there.
@@ -112,11 +112,12 @@ pub fn run(
     }
     let medians: Vec<f64> = ns.iter().map(|v| report::median(v)).collect();
     let base = Some(medians[0]);
+    let ratio = report::ratio_header("tagalloc inline", Better::Lower);
     let mut t = Table::new(&[
         ("allocator", false),
         ("memory", false),
-        ("ns per alloc+free", true),
-        ("× tagalloc inline", true),
+        ("ns per alloc+free (lower is better)", true),
+        (&ratio, true),
         ("failures", true),
     ]);
     for (i, &peer) in peers.iter().enumerate() {

@@ -19,7 +19,7 @@ use indicatif::ProgressBar;
 use serde_json::{json, Value};
 
 use crate::plot;
-use crate::report::{self, Table};
+use crate::report::{self, Better, Table};
 use crate::subjects::{with_subject, Arena, Bench, Peer, Setup, Space, Subject};
 
 /// talc's `HEAP_SIZE`.
@@ -177,12 +177,21 @@ pub fn run(
             }
         }
     }
-    let mut columns: Vec<(String, bool)> =
-        vec![("allocator".into(), false), ("memory".into(), false)];
-    columns.extend(MAX_SIZES.iter().map(|m| (format!("max {m} B"), true)));
-    let cols: Vec<(&str, bool)> = columns.iter().map(|(n, r)| (n.as_str(), *r)).collect();
-    let mut scores = Table::new(&cols);
-    let mut ratios = Table::new(&cols);
+    // The same columns twice: scores, then each score ÷ tagalloc inline's.
+    let table = |suffix: &str| {
+        let mut columns: Vec<(String, bool)> =
+            vec![("allocator".into(), false), ("memory".into(), false)];
+        columns.extend(
+            MAX_SIZES
+                .iter()
+                .map(|m| (format!("max {m} B{suffix}"), true)),
+        );
+        let cols: Vec<(&str, bool)> = columns.iter().map(|(n, r)| (n.as_str(), *r)).collect();
+        Table::new(&cols)
+    };
+    let mut scores = table("");
+    let ratio = report::ratio_header("tagalloc inline", Better::Higher);
+    let mut ratios = table(&format!(", {ratio}"));
     for (i, &peer) in peers.iter().enumerate() {
         let kind = if peer.is_host() { "host" } else { "addresses" }.to_string();
         let mut s = vec![peer.name(), kind.clone()];
@@ -193,7 +202,7 @@ pub fn run(
             } else {
                 "error".into()
             });
-            // Higher is better here: the ratio is the allocator's score over tagalloc's.
+            // The allocator's score over tagalloc's: higher is better.
             r.push(report::ratio(cell.0, Some(cells[0][j].0)));
             if cell.1 + cell.2 > 0 {
                 notes.push(format!(
@@ -215,8 +224,8 @@ pub fn run(
          (talc's score; higher is better), mean of {} trials of {} ms{} after {} ms of warm-up, \
          ≥ {MIN_LIVE} live blocks, one {} arena for all. Address allocators move a block \
          without copying it; the bump reference wraps around (a speed floor, not an \
-         allocator); glibc uses its own memory.\n\n{}\nRelative to tagalloc inline (> 1: \
-         more calls than tagalloc):\n\n{}",
+         allocator); glibc uses its own memory.\n\n{}\nEach score ÷ tagalloc inline's (higher \
+         is better: above 1, more calls than tagalloc):\n\n{}",
         opts.trials,
         opts.duration.as_millis(),
         if opts.duration == TALC_DURATION {

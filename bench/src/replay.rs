@@ -25,7 +25,7 @@ use serde_json::{json, Value};
 use tagalloc_tests::trace::{Event, Trace, TraceStats};
 
 use crate::plot;
-use crate::report::{self, Table};
+use crate::report::{self, Better, Table};
 use crate::subjects::{self, with_subject, Arena, Bench, Peer, Setup, Space, Subject};
 
 /// What one replay run does.
@@ -493,9 +493,9 @@ impl TraceResult {
 
     fn baseline_name(&self) -> &'static str {
         if self.device {
-            "× tagalloc out-of-band (256 B)"
+            "tagalloc out-of-band (256 B)"
         } else {
-            "× tagalloc inline"
+            "tagalloc inline"
         }
     }
 
@@ -528,13 +528,19 @@ impl TraceResult {
             );
         }
         let base = self.baseline();
+        let ns = format!("ns/event, median of {runs} (lower is better)");
+        let ratio = report::ratio_header(self.baseline_name(), Better::Lower);
+        let over = format!(
+            "footprint {}",
+            report::ratio_header("peak live", Better::Lower)
+        );
         let mut t = Table::new(&[
             ("allocator", false),
             ("memory", false),
-            (&format!("ns/event (median of {runs})"), true),
-            (self.baseline_name(), true),
+            (&ns, true),
+            (&ratio, true),
             ("peak footprint", true),
-            ("÷ peak live", true),
+            (&over, true),
             ("failures", true),
         ]);
         let mut notes = Vec::new();

@@ -91,12 +91,30 @@ pub fn count(n: u64) -> String {
     out
 }
 
-/// `x / base` as a factor, or a dash when there is no base to compare with.
+/// `x / base`, or a dash when there is no base to compare with. Every ratio column divides the
+/// row's allocator by the reference (never the other way round), and its header says which
+/// way is better: see [`ratio_header`].
 pub fn ratio(x: f64, base: Option<f64>) -> String {
     match base {
-        Some(b) if b > 0.0 && x.is_finite() => format!("{:.2}×", x / b),
+        Some(b) if b > 0.0 && x.is_finite() => format!("{:.2}", x / b),
         _ => "—".into(),
     }
+}
+
+/// Which way a measure is better, for the headers of ratio columns.
+#[derive(Clone, Copy)]
+pub enum Better {
+    Lower,
+    Higher,
+}
+
+/// The header of a column of `allocator ÷ reference` ratios: "÷ REFERENCE (lower is better)".
+pub fn ratio_header(reference: &str, better: Better) -> String {
+    let way = match better {
+        Better::Lower => "lower",
+        Better::Higher => "higher",
+    };
+    format!("÷ {reference} ({way} is better)")
 }
 
 /// Nanoseconds with a sensible number of digits (a dash when nothing was measured).
@@ -128,7 +146,11 @@ mod tests {
         assert_eq!(bytes(60 << 20), "60.0 MiB");
         assert_eq!(count(1234567), "1,234,567");
         assert_eq!(count(12), "12");
-        assert_eq!(ratio(3.0, Some(2.0)), "1.50×");
+        assert_eq!(ratio(3.0, Some(2.0)), "1.50");
+        assert_eq!(
+            ratio_header("tagalloc inline", Better::Lower),
+            "÷ tagalloc inline (lower is better)"
+        );
         assert_eq!(ratio(3.0, None), "—");
         assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
         assert!(median(&[]).is_nan());

@@ -175,17 +175,34 @@ pub fn run(
     );
     report::push_notes(&mut md, &notes);
     if let Some(dir) = plots {
-        let bars: Vec<(String, f64)> = peers
+        let bars: Vec<plot::Bar> = peers
             .iter()
             .zip(&results)
-            .map(|(p, r)| (p.name(), r.as_ref().map_or(f64::NAN, |r| r.0)))
+            .map(|(p, r)| plot::Bar {
+                name: p.name(),
+                label: p.name(),
+                value: r.as_ref().map_or(f64::NAN, |r| r.0),
+            })
             .collect();
-        plot::bars(
-            &dir.join("efficiency.svg"),
-            "heap efficiency (talc's method): % of the heap in use at the first failure",
-            "% of heap",
-            &bars,
-        )?;
+        let title = format!(
+            "Heap efficiency (talc's method): share of a {} heap handed out at the first failed \
+             allocation or realloc (higher is better)",
+            report::bytes(heap as u64)
+        );
+        let chart = plot::Bars {
+            title: &title,
+            x_desc: &format!(
+                "% of the heap in use at the first failure (mean of {} rounds)",
+                opts.rounds
+            ),
+            unit: " %",
+            notes: &[
+                "glibc has no fixed heap and is not measured. The bump reference frees nothing \
+                 until the heap is empty."
+                    .into(),
+            ],
+        };
+        plot::bars(&dir.join("efficiency.svg"), &chart, &bars)?;
     }
     let json = json!({
         "rounds": opts.rounds,

@@ -20,6 +20,7 @@ mod plot;
 mod random_actions;
 mod replay;
 mod report;
+mod style;
 mod subjects;
 
 use std::path::{Path, PathBuf};

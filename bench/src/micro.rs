@@ -142,17 +142,31 @@ pub fn run(
     );
     report::push_notes(&mut md, &notes);
     if let Some(dir) = plots {
-        let bars: Vec<(String, f64)> = peers
+        let bars: Vec<plot::Bar> = peers
             .iter()
-            .map(|p| p.name())
-            .zip(medians.iter().copied())
+            .zip(&medians)
+            .map(|(p, &value)| plot::Bar {
+                name: p.name(),
+                label: p.name(),
+                value,
+            })
             .collect();
-        plot::bars(
-            &dir.join("micro.svg"),
-            "alloc+free of 8..=512-byte blocks, 1000 live",
-            "ns per alloc+free",
-            &bars,
-        )?;
+        let chart = plot::Bars {
+            title: "alloc+free microbenchmark: time per alloc+free pair of random 8–512-byte \
+                    blocks, 1000 live (lower is better)",
+            x_desc: &format!(
+                "ns per alloc+free pair (median of {})",
+                report::plural(opts.runs, "run")
+            ),
+            unit: " ns",
+            notes: &[
+                "tagalloc out-of-band and offset-allocator hand out address ranges and touch no \
+                 memory; the bump reference wraps around when it reaches the end (a speed \
+                 floor, not an allocator)."
+                    .into(),
+            ],
+        };
+        plot::bars(&dir.join("micro.svg"), &chart, &bars)?;
     }
     let json = json!({
         "steps": opts.steps,

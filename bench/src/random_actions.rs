@@ -245,24 +245,40 @@ pub fn run(
             .enumerate()
             .map(|(i, p)| plot::Series {
                 name: p.name(),
-                bold: false,
                 points: MAX_SIZES
                     .iter()
                     .zip(&cells[i])
                     .filter(|(_, c)| c.0.is_finite())
                     .map(|(&m, c)| (m as f64, c.0 / 1e6))
                     .collect(),
+                value: None,
             })
             .collect();
-        plot::lines(
-            &dir.join("random-actions.svg"),
-            "random actions (talc's method): successful calls per 200 ms",
-            "maximum allocation size (B)",
-            "million calls per 200 ms",
-            &series,
-            true,
-            None,
-        )?;
+        let sizes: Vec<f64> = MAX_SIZES.iter().map(|&m| m as f64).collect();
+        let notes = [format!(
+            "Mean of {} of {} ms{} each, ≥ {MIN_LIVE} live blocks, one {} arena for all. \
+             tagalloc out-of-band and offset-allocator move a block without copying it; the bump \
+             reference wraps around (a speed floor, not an allocator); glibc uses its own memory.",
+            report::plural(opts.trials, "trial"),
+            opts.duration.as_millis(),
+            if opts.duration == TALC_DURATION {
+                ""
+            } else {
+                " (scaled to 200 ms)"
+            },
+            report::bytes(HEAP as u64),
+        )];
+        let chart = plot::Lines {
+            title: "Random actions (talc's method): successful alloc/free/realloc calls per \
+                    200 ms, by maximum request size (higher is better)",
+            x_desc: "maximum request size (bytes, logarithmic)",
+            y_desc: "successful calls per 200 ms (millions)",
+            log_x_ticks: Some(&sizes),
+            y_max: None,
+            value_header: "",
+            notes: &notes,
+        };
+        plot::lines(&dir.join("random-actions.svg"), &chart, &series)?;
     }
     let json = json!({
         "trials": opts.trials,

@@ -117,6 +117,15 @@ pub fn ratio_header(reference: &str, better: Better) -> String {
     format!("÷ {reference} ({way} is better)")
 }
 
+/// `n` and a noun, in the plural unless `n` is 1: "1 run", "3 runs".
+pub fn plural(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// Nanoseconds with a sensible number of digits (a dash when nothing was measured).
 pub fn nanos(ns: f64) -> String {
     if !ns.is_finite() {
@@ -146,6 +155,8 @@ mod tests {
         assert_eq!(bytes(60 << 20), "60.0 MiB");
         assert_eq!(count(1234567), "1,234,567");
         assert_eq!(count(12), "12");
+        assert_eq!(plural(1, "run"), "1 run");
+        assert_eq!(plural(3, "run"), "3 runs");
         assert_eq!(ratio(3.0, Some(2.0)), "1.50");
         assert_eq!(
             ratio_header("tagalloc inline", Better::Lower),

@@ -51,6 +51,15 @@ fn smoke(args: &[&str], heading: &str, charts: &[&str]) {
         let path = out_dir(args).join(chart);
         let svg = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
         assert!(svg.contains("<svg"), "{path:?} is not an SVG");
+        // The title may be wrapped anywhere in "(lower is better)".
+        assert!(
+            svg.contains("better"),
+            "{path:?}: the title does not say which way is better"
+        );
+        assert!(
+            svg.contains("tagalloc"),
+            "{path:?}: no tagalloc in the chart"
+        );
     }
 }
 

@@ -7,7 +7,8 @@
 //! - `replay [TRACE...]`: recorded allocation traces replayed through every allocator, with
 //!   time per event and peak footprint against the trace's peak live bytes.
 //!
-//! With no subcommand a default suite runs all four, shortened to finish in under two minutes.
+//! With no subcommand a default suite runs all four, shortened to take about a minute (see
+//! the README for the measurement).
 //! Results are markdown tables on stdout (`--json` for machines), SVG charts under
 //! `target/tagalloc-bench/`, and a progress bar on stderr when it is a terminal.
 //!
@@ -37,7 +38,7 @@ tagalloc-bench: tagalloc against peer allocators
 USAGE:
     tagalloc-bench [OPTIONS] [SUBCOMMAND]
 
-SUBCOMMANDS (none: the default suite, all four shortened, under two minutes):
+SUBCOMMANDS (none: the default suite, all four shortened, about a minute):
     micro               alloc+free of random 8..=512-byte blocks, 1000 live
     random-actions      talc's random-actions benchmark (7 trials x 200 ms per size)
     efficiency          talc's heap-efficiency benchmark (300 rounds)

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 
 use crate::plot;
 use crate::random_actions::{generate_align, generate_size};
-use crate::report::{self, Table};
+use crate::report::{self, Better, Table};
 use crate::subjects::{with_subject, Arena, Bench, Peer, Setup, Space, Subject};
 
 /// talc's `HE_MAX_ALLOC_SIZE`.
@@ -134,11 +134,12 @@ pub fn run(
         );
     }
     let base = results.first().and_then(|r| r.as_ref().ok()).map(|r| r.0);
+    let ratio = report::ratio_header("tagalloc inline", Better::Higher);
     let mut t = Table::new(&[
         ("allocator", false),
         ("memory", false),
-        ("heap in use at first failure", true),
-        ("× tagalloc inline", true),
+        ("heap in use at first failure (higher is better)", true),
+        (&ratio, true),
     ]);
     let mut notes = Vec::new();
     for (peer, r) in peers.iter().zip(&results) {
@@ -174,17 +175,34 @@ pub fn run(
     );
     report::push_notes(&mut md, &notes);
     if let Some(dir) = plots {
-        let bars: Vec<(String, f64)> = peers
+        let bars: Vec<plot::Bar> = peers
             .iter()
             .zip(&results)
-            .map(|(p, r)| (p.name(), r.as_ref().map_or(f64::NAN, |r| r.0)))
+            .map(|(p, r)| plot::Bar {
+                name: p.name(),
+                label: p.name(),
+                value: r.as_ref().map_or(f64::NAN, |r| r.0),
+            })
             .collect();
-        plot::bars(
-            &dir.join("efficiency.svg"),
-            "heap efficiency (talc's method): % of the heap in use at the first failure",
-            "% of heap",
-            &bars,
-        )?;
+        let title = format!(
+            "Heap efficiency (talc's method): share of a {} heap handed out at the first failed \
+             allocation or realloc (higher is better)",
+            report::bytes(heap as u64)
+        );
+        let chart = plot::Bars {
+            title: &title,
+            x_desc: &format!(
+                "% of the heap in use at the first failure (mean of {} rounds)",
+                opts.rounds
+            ),
+            unit: " %",
+            notes: &[
+                "glibc has no fixed heap and is not measured. The bump reference frees nothing \
+                 until the heap is empty."
+                    .into(),
+            ],
+        };
+        plot::bars(&dir.join("efficiency.svg"), &chart, &bars)?;
     }
     let json = json!({
         "rounds": opts.rounds,

@@ -7,7 +7,8 @@
 //! - `replay [TRACE...]`: recorded allocation traces replayed through every allocator, with
 //!   time per event and peak footprint against the trace's peak live bytes.
 //!
-//! With no subcommand a default suite runs all four, shortened to finish in under two minutes.
+//! With no subcommand a default suite runs all four, shortened to take about a minute (see
+//! the README for the measurement).
 //! Results are markdown tables on stdout (`--json` for machines), SVG charts under
 //! `target/tagalloc-bench/`, and a progress bar on stderr when it is a terminal.
 //!
@@ -20,6 +21,7 @@ mod plot;
 mod random_actions;
 mod replay;
 mod report;
+mod style;
 mod subjects;
 
 use std::path::{Path, PathBuf};
@@ -36,7 +38,7 @@ tagalloc-bench: tagalloc against peer allocators
 USAGE:
     tagalloc-bench [OPTIONS] [SUBCOMMAND]
 
-SUBCOMMANDS (none: the default suite, all four shortened, under two minutes):
+SUBCOMMANDS (none: the default suite, all four shortened, about a minute):
     micro               alloc+free of random 8..=512-byte blocks, 1000 live
     random-actions      talc's random-actions benchmark (7 trials x 200 ms per size)
     efficiency          talc's heap-efficiency benchmark (300 rounds)
@@ -137,11 +139,31 @@ enum Mode {
     Quick,
 }
 
-/// The trace files to replay: those named (directories expanded), or the default collection.
-fn trace_paths(args: &Args, mode: Mode) -> Result<Vec<PathBuf>, Failure> {
+/// The traces a replay runs, and where they come from: said on stderr and in the output, so
+/// that a run on the small bundled set is never taken for one on the shared collection.
+struct TraceSet {
+    paths: Vec<PathBuf>,
+    /// One line for the report: which set, from where, and why.
+    origin: String,
+    /// The same, for JSON.
+    json: Value,
+    /// The shared collection was wanted but not found: the run falls back to the bundled set.
+    fallback: bool,
+}
+
+/// The trace files to replay: those named (directories expanded), or the default collection:
+/// `../shared/traces`, else (and always with `--quick`) the bundled `tests/data` traces.
+fn trace_set(args: &Args, mode: Mode) -> Result<TraceSet, Failure> {
     let list = |dir: &Path| {
         trace::trace_files(dir)
             .map_err(|e| Failure::Input(format!("cannot list traces in {}: {e}", dir.display())))
+    };
+    let names = |paths: &[PathBuf]| {
+        paths
+            .iter()
+            .map(|p| trace::trace_name(p))
+            .collect::<Vec<_>>()
+            .join(", ")
     };
     if !args.traces.is_empty() {
         let mut paths = Vec::new();
@@ -157,17 +179,71 @@ fn trace_paths(args: &Args, mode: Mode) -> Result<Vec<PathBuf>, Failure> {
                 )));
             }
         }
-        return Ok(paths);
+        let shown: Vec<String> = args
+            .traces
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        return Ok(TraceSet {
+            origin: format!(
+                "the {} trace(s) named on the command line ({})",
+                paths.len(),
+                shown.join(", ")
+            ),
+            json: json!({ "set": "named", "paths": shown }),
+            paths,
+            fallback: false,
+        });
     }
-    if mode != Mode::Quick {
-        if let Some(dir) = trace::shared_traces_dir() {
-            let files = list(&dir)?;
-            if !files.is_empty() {
-                return Ok(files);
+    let bundled = std::fs::canonicalize(trace::bundled_traces_dir())
+        .unwrap_or_else(|_| trace::bundled_traces_dir());
+    let shared = trace::shared_traces_location();
+    let why = if mode == Mode::Quick {
+        "--quick replays only these".to_string()
+    } else {
+        match trace::shared_traces_dir() {
+            Some(dir) => {
+                let paths = list(&dir)?;
+                if !paths.is_empty() {
+                    return Ok(TraceSet {
+                        origin: format!(
+                            "the shared collection, {} traces from {} ({})",
+                            paths.len(),
+                            dir.display(),
+                            names(&paths)
+                        ),
+                        json: json!({ "set": "shared", "dir": dir.display().to_string() }),
+                        paths,
+                        fallback: false,
+                    });
+                }
+                format!("{} holds no traces", dir.display())
             }
+            None => format!("no shared trace collection at {}", shared.display()),
         }
-    }
-    list(&trace::bundled_traces_dir())
+    };
+    let paths = list(&bundled)?;
+    let fallback = mode != Mode::Quick;
+    Ok(TraceSet {
+        origin: format!(
+            "the {} small bundled traces from {} ({}){}: {why}",
+            paths.len(),
+            bundled.display(),
+            names(&paths),
+            if fallback {
+                ", NOT the shared collection the README's results come from"
+            } else {
+                ""
+            }
+        ),
+        json: json!({
+            "set": "bundled",
+            "dir": bundled.display().to_string(),
+            "why": why,
+        }),
+        paths,
+        fallback,
+    })
 }
 
 fn progress(len: u64) -> ProgressBar {
@@ -214,22 +290,35 @@ fn run(args: &Args) -> Result<(), Failure> {
 
     // Traces first, so that a bad one stops the tool before any long measurement.
     let mut prepared = Vec::new();
+    let mut traces = None;
     if wants("replay") {
-        let paths = trace_paths(args, mode)?;
-        if paths.is_empty() {
-            return Err(Failure::Input("no traces to replay".into()));
+        let set = trace_set(args, mode)?;
+        if set.paths.is_empty() {
+            return Err(Failure::Input(format!(
+                "no traces to replay in {}",
+                set.origin
+            )));
         }
+        eprintln!(
+            "tagalloc-bench: {}replaying {}",
+            if set.fallback { "WARNING: " } else { "" },
+            set.origin
+        );
         let max_events = (mode == Mode::Quick).then_some(20_000);
-        let bar = progress(paths.len() as u64);
-        for p in &paths {
+        let bar = progress(set.paths.len() as u64);
+        for p in &set.paths {
             bar.set_message(format!("loading {}", p.display()));
             prepared.push(replay::load(p, max_events).map_err(Failure::Input)?);
             bar.inc(1);
         }
         bar.finish_and_clear();
+        traces = Some(set);
     }
 
     let mut out_json = serde_json::Map::new();
+    if let Some(set) = &traces {
+        out_json.insert("traces".into(), set.json.clone());
+    }
     let mut emit = |md: String, key: &str, json: Value| {
         if !args.json {
             println!("{md}");
@@ -245,6 +334,10 @@ fn run(args: &Args) -> Result<(), Failure> {
                 Mode::Quick => " (--quick smoke run: figures are not meaningful)",
             }
         );
+        if let Some(set) = &traces {
+            let warning = if set.fallback { "WARNING: " } else { "" };
+            println!("**{warning}Traces replayed:** {}.\n", set.origin);
+        }
     }
 
     if wants("micro") {

@@ -11,7 +11,7 @@ use indicatif::ProgressBar;
 use serde_json::{json, Value};
 
 use crate::plot;
-use crate::report::{self, Table};
+use crate::report::{self, Better, Table};
 use crate::subjects::{with_subject, Arena, Bench, Peer, Setup, Space, Subject};
 
 /// Live slots: each step frees the slot's block (if any) and allocates a new one there.
@@ -112,11 +112,12 @@ pub fn run(
     }
     let medians: Vec<f64> = ns.iter().map(|v| report::median(v)).collect();
     let base = Some(medians[0]);
+    let ratio = report::ratio_header("tagalloc inline", Better::Lower);
     let mut t = Table::new(&[
         ("allocator", false),
         ("memory", false),
-        ("ns per alloc+free", true),
-        ("× tagalloc inline", true),
+        ("ns per alloc+free (lower is better)", true),
+        (&ratio, true),
         ("failures", true),
     ]);
     for (i, &peer) in peers.iter().enumerate() {
@@ -141,17 +142,31 @@ pub fn run(
     );
     report::push_notes(&mut md, &notes);
     if let Some(dir) = plots {
-        let bars: Vec<(String, f64)> = peers
+        let bars: Vec<plot::Bar> = peers
             .iter()
-            .map(|p| p.name())
-            .zip(medians.iter().copied())
+            .zip(&medians)
+            .map(|(p, &value)| plot::Bar {
+                name: p.name(),
+                label: p.name(),
+                value,
+            })
             .collect();
-        plot::bars(
-            &dir.join("micro.svg"),
-            "alloc+free of 8..=512-byte blocks, 1000 live",
-            "ns per alloc+free",
-            &bars,
-        )?;
+        let chart = plot::Bars {
+            title: "alloc+free microbenchmark: time per alloc+free pair of random 8–512-byte \
+                    blocks, 1000 live (lower is better)",
+            x_desc: &format!(
+                "ns per alloc+free pair (median of {})",
+                report::plural(opts.runs, "run")
+            ),
+            unit: " ns",
+            notes: &[
+                "tagalloc out-of-band and offset-allocator hand out address ranges and touch no \
+                 memory; the bump reference wraps around when it reaches the end (a speed \
+                 floor, not an allocator)."
+                    .into(),
+            ],
+        };
+        plot::bars(&dir.join("micro.svg"), &chart, &bars)?;
     }
     let json = json!({
         "steps": opts.steps,

@@ -19,7 +19,7 @@ use indicatif::ProgressBar;
 use serde_json::{json, Value};
 
 use crate::plot;
-use crate::report::{self, Table};
+use crate::report::{self, Better, Table};
 use crate::subjects::{with_subject, Arena, Bench, Peer, Setup, Space, Subject};
 
 /// talc's `HEAP_SIZE`.
@@ -177,12 +177,21 @@ pub fn run(
             }
         }
     }
-    let mut columns: Vec<(String, bool)> =
-        vec![("allocator".into(), false), ("memory".into(), false)];
-    columns.extend(MAX_SIZES.iter().map(|m| (format!("max {m} B"), true)));
-    let cols: Vec<(&str, bool)> = columns.iter().map(|(n, r)| (n.as_str(), *r)).collect();
-    let mut scores = Table::new(&cols);
-    let mut ratios = Table::new(&cols);
+    // The same columns twice: scores, then each score ÷ tagalloc inline's.
+    let table = |suffix: &str| {
+        let mut columns: Vec<(String, bool)> =
+            vec![("allocator".into(), false), ("memory".into(), false)];
+        columns.extend(
+            MAX_SIZES
+                .iter()
+                .map(|m| (format!("max {m} B{suffix}"), true)),
+        );
+        let cols: Vec<(&str, bool)> = columns.iter().map(|(n, r)| (n.as_str(), *r)).collect();
+        Table::new(&cols)
+    };
+    let mut scores = table("");
+    let ratio = report::ratio_header("tagalloc inline", Better::Higher);
+    let mut ratios = table(&format!(", {ratio}"));
     for (i, &peer) in peers.iter().enumerate() {
         let kind = if peer.is_host() { "host" } else { "addresses" }.to_string();
         let mut s = vec![peer.name(), kind.clone()];
@@ -193,7 +202,7 @@ pub fn run(
             } else {
                 "error".into()
             });
-            // Higher is better here: the ratio is the allocator's score over tagalloc's.
+            // The allocator's score over tagalloc's: higher is better.
             r.push(report::ratio(cell.0, Some(cells[0][j].0)));
             if cell.1 + cell.2 > 0 {
                 notes.push(format!(
@@ -215,8 +224,8 @@ pub fn run(
          (talc's score; higher is better), mean of {} trials of {} ms{} after {} ms of warm-up, \
          ≥ {MIN_LIVE} live blocks, one {} arena for all. Address allocators move a block \
          without copying it; the bump reference wraps around (a speed floor, not an \
-         allocator); glibc uses its own memory.\n\n{}\nRelative to tagalloc inline (> 1: \
-         more calls than tagalloc):\n\n{}",
+         allocator); glibc uses its own memory.\n\n{}\nEach score ÷ tagalloc inline's (higher \
+         is better: above 1, more calls than tagalloc):\n\n{}",
         opts.trials,
         opts.duration.as_millis(),
         if opts.duration == TALC_DURATION {
@@ -236,24 +245,40 @@ pub fn run(
             .enumerate()
             .map(|(i, p)| plot::Series {
                 name: p.name(),
-                bold: false,
                 points: MAX_SIZES
                     .iter()
                     .zip(&cells[i])
                     .filter(|(_, c)| c.0.is_finite())
                     .map(|(&m, c)| (m as f64, c.0 / 1e6))
                     .collect(),
+                value: None,
             })
             .collect();
-        plot::lines(
-            &dir.join("random-actions.svg"),
-            "random actions (talc's method): successful calls per 200 ms",
-            "maximum allocation size (B)",
-            "million calls per 200 ms",
-            &series,
-            true,
-            None,
-        )?;
+        let sizes: Vec<f64> = MAX_SIZES.iter().map(|&m| m as f64).collect();
+        let notes = [format!(
+            "Mean of {} of {} ms{} each, ≥ {MIN_LIVE} live blocks, one {} arena for all. \
+             tagalloc out-of-band and offset-allocator move a block without copying it; the bump \
+             reference wraps around (a speed floor, not an allocator); glibc uses its own memory.",
+            report::plural(opts.trials, "trial"),
+            opts.duration.as_millis(),
+            if opts.duration == TALC_DURATION {
+                ""
+            } else {
+                " (scaled to 200 ms)"
+            },
+            report::bytes(HEAP as u64),
+        )];
+        let chart = plot::Lines {
+            title: "Random actions (talc's method): successful alloc/free/realloc calls per \
+                    200 ms, by maximum request size (higher is better)",
+            x_desc: "maximum request size (bytes, logarithmic)",
+            y_desc: "successful calls per 200 ms (millions)",
+            log_x_ticks: Some(&sizes),
+            y_max: None,
+            value_header: "",
+            notes: &notes,
+        };
+        plot::lines(&dir.join("random-actions.svg"), &chart, &series)?;
     }
     let json = json!({
         "trials": opts.trials,

@@ -25,7 +25,8 @@ use serde_json::{json, Value};
 use tagalloc_tests::trace::{Event, Trace, TraceStats};
 
 use crate::plot;
-use crate::report::{self, Table};
+use crate::report::{self, Better, Table};
+use crate::style;
 use crate::subjects::{self, with_subject, Arena, Bench, Peer, Setup, Space, Subject};
 
 /// What one replay run does.
@@ -464,7 +465,7 @@ pub fn run(p: &Prepared, opts: &Options, bar: &ProgressBar) -> Result<TraceResul
         live: p.live.clone(),
     };
     if let Some(dir) = &opts.plots {
-        result.plot(dir)?;
+        result.plot(dir, opts.runs)?;
     }
     Ok(result)
 }
@@ -493,9 +494,9 @@ impl TraceResult {
 
     fn baseline_name(&self) -> &'static str {
         if self.device {
-            "× tagalloc out-of-band (256 B)"
+            "tagalloc out-of-band (256 B)"
         } else {
-            "× tagalloc inline"
+            "tagalloc inline"
         }
     }
 
@@ -528,13 +529,19 @@ impl TraceResult {
             );
         }
         let base = self.baseline();
+        let ns = format!("ns/event, median of {runs} (lower is better)");
+        let ratio = report::ratio_header(self.baseline_name(), Better::Lower);
+        let over = format!(
+            "footprint {}",
+            report::ratio_header("peak live", Better::Lower)
+        );
         let mut t = Table::new(&[
             ("allocator", false),
             ("memory", false),
-            (&format!("ns/event (median of {runs})"), true),
-            (self.baseline_name(), true),
+            (&ns, true),
+            (&ratio, true),
             ("peak footprint", true),
-            ("÷ peak live", true),
+            (&over, true),
             ("failures", true),
         ]);
         let mut notes = Vec::new();
@@ -639,65 +646,163 @@ impl TraceResult {
         })
     }
 
-    fn plot(&self, dir: &Path) -> Result<(), String> {
+    /// The footprint over the trace and the time per event, as charts.
+    fn plot(&self, dir: &Path, runs: usize) -> Result<(), String> {
         const MIB: f64 = (1 << 20) as f64;
-        let mut series = vec![plot::Series {
-            name: "live bytes (trace)".into(),
-            bold: true,
-            points: self
-                .live
+        let name = &self.prepared_name;
+        let ok: Vec<&PeerResult> = self.results.iter().filter(|r| r.error.is_none()).collect();
+        let live = self.stats.peak_live_bytes as f64;
+        let cut_short = |r: &PeerResult| r.done < self.events;
+        let share = |r: &PeerResult| r.done as f64 * 100.0 / self.events.max(1) as f64;
+
+        // Footprint: events on x in thousands or millions, MiB on y.
+        let (scale, x_desc) = if self.events >= 2_000_000 {
+            (1e6, "trace event (millions of events from the start)")
+        } else if self.events >= 2_000 {
+            (1e3, "trace event (thousands of events from the start)")
+        } else {
+            (1.0, "trace event (events from the start)")
+        };
+        let points = |samples: &[(usize, u64)]| -> Vec<(f64, f64)> {
+            samples
                 .iter()
-                .map(|&(i, b)| (i as f64, b as f64 / MIB))
-                .collect(),
+                .map(|&(i, b)| (i as f64 / scale, b as f64 / MIB))
+                .collect()
+        };
+        let mut series = vec![plot::Series {
+            name: style::LIVE.into(),
+            points: points(&self.live),
+            value: Some("1.00".into()),
         }];
-        for r in self.results.iter().filter(|r| r.error.is_none()) {
+        for r in &ok {
+            let value = if cut_short(r) {
+                "†".to_string()
+            } else if live <= 0.0 {
+                "—".to_string()
+            } else if r.peer.has_arena() {
+                format!("{:.2}", r.peak as f64 / live)
+            } else {
+                format!("≥ {:.2}", r.peak as f64 / live)
+            };
             series.push(plot::Series {
                 name: r.peer.name(),
-                bold: false,
-                points: r
-                    .samples
-                    .iter()
-                    .map(|&(i, b)| (i as f64, b as f64 / MIB))
-                    .collect(),
+                points: points(&r.samples),
+                value: Some(value),
             });
         }
-        // Cut the y axis at 3 × the median peak, so that an allocator spread over the whole
-        // arena does not flatten every other line.
-        let peaks: Vec<f64> = self
-            .results
+        // Stop the y axis above the footprints within 2 × the peak live bytes, so that an
+        // allocator spread over its whole arena (or the bump reference) does not flatten the
+        // rest; those leave through the top and are named below the chart.
+        let limit = 2.0 * live;
+        let within = ok
             .iter()
-            .filter(|r| r.error.is_none())
-            .map(|r| r.peak as f64 / MIB)
+            .map(|r| r.peak as f64)
+            .filter(|&p| p <= limit)
+            .fold(live, f64::max);
+        let above: Vec<&&PeerResult> = ok.iter().filter(|r| r.peak as f64 > limit).collect();
+        let y_max = (!above.is_empty() && live > 0.0).then_some(within * 1.1 / MIB);
+        let mut notes = Vec::new();
+        if let Some(top) = y_max {
+            let off: Vec<String> = above
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{}, peak {}{}",
+                        r.peer.name(),
+                        report::bytes(r.peak),
+                        if cut_short(r) {
+                            String::new()
+                        } else {
+                            format!(" ({:.1} × peak live)", r.peak as f64 / live)
+                        }
+                    )
+                })
+                .collect();
+            notes.push(format!(
+                "↑ The y axis stops at {} MiB, above every footprint within 2 × peak live. \
+                 Beyond it: {}.",
+                plot::number(top),
+                off.join(", ")
+            ));
+        }
+        notes.push(if self.device {
+            "Footprint: the highest offset handed out + its size, in an address range; nothing \
+             is touched."
+                .to_string()
+        } else {
+            "Footprint: the highest address handed out + its size − the arena base; glibc malloc \
+             (no arena): the bytes of its live chunks, a lower bound (≥)."
+                .to_string()
+        });
+        let stopped: Vec<String> = ok
+            .iter()
+            .filter(|r| cut_short(r))
+            .map(|r| format!("{} after {:.1} %", r.peer.name(), share(r)))
             .collect();
-        let live = self.stats.peak_live_bytes as f64 / MIB;
-        let cap = 3.0 * report::median(&peaks).max(live);
-        let cap = (peaks.iter().any(|&p| p > cap) && cap.is_finite()).then_some(cap);
-        let name = &self.prepared_name;
-        let title = match cap {
-            Some(c) => format!("{name}: live bytes and allocator footprint (y cut at {c:.1} MiB)"),
-            None => format!("{name}: live bytes and allocator footprint"),
+        if !stopped.is_empty() {
+            notes.push(format!(
+                "† Stopped by the per-run time budget before the end of the trace (its line ends \
+                 there): {}.",
+                stopped.join(", ")
+            ));
+        }
+        let title = format!(
+            "{name} replay: memory footprint over the trace (lower is better; black: the \
+             trace's live bytes, the floor)"
+        );
+        let chart = plot::Lines {
+            title: &title,
+            x_desc,
+            y_desc: "footprint (MiB)",
+            log_x_ticks: None,
+            y_max,
+            value_header: "peak ÷ peak live",
+            notes: &notes,
         };
         plot::lines(
             &dir.join(format!("replay-{name}-footprint.svg")),
-            &title,
-            "event",
-            "MiB",
+            &chart,
             &series,
-            false,
-            cap,
         )?;
-        let bars: Vec<(String, f64)> = self
-            .results
+
+        // Time per event.
+        let bars: Vec<plot::Bar> = ok
             .iter()
-            .filter(|r| r.error.is_none())
-            .map(|r| (r.peer.name(), report::median(&r.ns)))
+            .map(|r| plot::Bar {
+                name: r.peer.name(),
+                label: if cut_short(r) {
+                    format!("{} †", r.peer.name())
+                } else {
+                    r.peer.name()
+                },
+                value: report::median(&r.ns),
+            })
             .collect();
-        plot::bars(
-            &dir.join(format!("replay-{name}-ns.svg")),
-            &format!("{name}: ns per event (median)"),
-            "ns per event",
-            &bars,
-        )
+        let mut notes = Vec::new();
+        if !stopped.is_empty() {
+            notes.push(format!(
+                "† Stopped by the per-run time budget, so timed over the start of the trace \
+                 only: {}.",
+                stopped.join(", ")
+            ));
+        }
+        notes.push(if self.device {
+            "Device-memory trace: only the address allocators, over an address range; no \
+             memory is touched."
+                .to_string()
+        } else {
+            "tagalloc out-of-band and offset-allocator hand out address ranges and touch no \
+             memory (a moving realloc copies nothing): compare them with each other."
+                .to_string()
+        });
+        let title = format!("{name} replay: time per event (lower is better)");
+        let chart = plot::Bars {
+            title: &title,
+            x_desc: &format!("ns per event (median of {})", report::plural(runs, "run")),
+            unit: " ns",
+            notes: &notes,
+        };
+        plot::bars(&dir.join(format!("replay-{name}-ns.svg")), &chart, &bars)
     }
 }
 

@@ -91,11 +91,38 @@ pub fn count(n: u64) -> String {
     out
 }
 
-/// `x / base` as a factor, or a dash when there is no base to compare with.
+/// `x / base`, or a dash when there is no base to compare with. Every ratio column divides the
+/// row's allocator by the reference (never the other way round), and its header says which
+/// way is better: see [`ratio_header`].
 pub fn ratio(x: f64, base: Option<f64>) -> String {
     match base {
-        Some(b) if b > 0.0 && x.is_finite() => format!("{:.2}×", x / b),
+        Some(b) if b > 0.0 && x.is_finite() => format!("{:.2}", x / b),
         _ => "—".into(),
+    }
+}
+
+/// Which way a measure is better, for the headers of ratio columns.
+#[derive(Clone, Copy)]
+pub enum Better {
+    Lower,
+    Higher,
+}
+
+/// The header of a column of `allocator ÷ reference` ratios: "÷ REFERENCE (lower is better)".
+pub fn ratio_header(reference: &str, better: Better) -> String {
+    let way = match better {
+        Better::Lower => "lower",
+        Better::Higher => "higher",
+    };
+    format!("÷ {reference} ({way} is better)")
+}
+
+/// `n` and a noun, in the plural unless `n` is 1: "1 run", "3 runs".
+pub fn plural(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
     }
 }
 
@@ -128,7 +155,13 @@ mod tests {
         assert_eq!(bytes(60 << 20), "60.0 MiB");
         assert_eq!(count(1234567), "1,234,567");
         assert_eq!(count(12), "12");
-        assert_eq!(ratio(3.0, Some(2.0)), "1.50×");
+        assert_eq!(plural(1, "run"), "1 run");
+        assert_eq!(plural(3, "run"), "3 runs");
+        assert_eq!(ratio(3.0, Some(2.0)), "1.50");
+        assert_eq!(
+            ratio_header("tagalloc inline", Better::Lower),
+            "÷ tagalloc inline (lower is better)"
+        );
         assert_eq!(ratio(3.0, None), "—");
         assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
         assert!(median(&[]).is_nan());

@@ -51,6 +51,15 @@ fn smoke(args: &[&str], heading: &str, charts: &[&str]) {
         let path = out_dir(args).join(chart);
         let svg = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
         assert!(svg.contains("<svg"), "{path:?} is not an SVG");
+        // The title may be wrapped anywhere in "(lower is better)".
+        assert!(
+            svg.contains("better"),
+            "{path:?}: the title does not say which way is better"
+        );
+        assert!(
+            svg.contains("tagalloc"),
+            "{path:?}: no tagalloc in the chart"
+        );
     }
 }
 
@@ -91,6 +100,21 @@ fn replay() {
             "replay-python-dicts-ns.svg",
         ],
     );
+}
+
+/// Which traces were replayed, and from where, is said on stderr and in the report.
+#[test]
+fn replay_says_which_traces() {
+    let out = bench(&["--quick", "--no-plots", "replay"]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    for said in [&stdout, &stderr] {
+        assert!(
+            said.contains("bundled traces from") && said.contains("tests/data"),
+            "{said}"
+        );
+    }
+    assert!(stdout.contains("**Traces replayed:**"), "{stdout}");
 }
 
 #[test]

@@ -397,13 +397,36 @@ impl std::error::Error for TraceError {
     }
 }
 
+/// Where the shared trace collection is looked for: `shared/traces` beside the repository
+/// (`../shared/traces` from its root), whether or not it is there.
+pub fn shared_traces_location() -> PathBuf {
+    let beside = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    fs::canonicalize(&beside)
+        .unwrap_or(beside)
+        .join("shared/traces")
+}
+
 /// The shared trace collection, `../shared/traces` beside the repository, if it exists.
 pub fn shared_traces_dir() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces");
-    if dir.is_dir() {
-        Some(fs::canonicalize(&dir).unwrap_or(dir))
+    let dir = shared_traces_location();
+    dir.is_dir().then_some(dir)
+}
+
+/// One file of the shared collection, for the tests that replay it: its path, or a message
+/// saying what is missing and where it was looked for. Those tests are built ignored where the
+/// collection is absent (the `tagalloc_shared_traces` cfg set by `build.rs`), so they only get
+/// here without it under `CI=true`, where the missing file must fail them.
+pub fn shared_trace(file: &str) -> Result<PathBuf, String> {
+    let dir = shared_traces_location();
+    let path = dir.join(file);
+    if path.is_file() {
+        Ok(path)
     } else {
-        None
+        Err(format!(
+            "{file} not found in {}: this test needs the shared trace collection beside the \
+             repository (../shared/traces)",
+            dir.display()
+        ))
     }
 }
 
@@ -430,7 +453,7 @@ pub fn trace_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
 }
 
 /// The name [`Trace::load`] gives the trace at `path`.
-fn trace_name(path: &Path) -> String {
+pub fn trace_name(path: &Path) -> String {
     let file = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -983,19 +1006,19 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        not(tagalloc_shared_traces),
+        ignore = "needs ../shared/traces beside the repository (absent when this was built)"
+    )]
     fn shared_traces_parse() {
-        let Some(dir) = shared_traces_dir() else {
-            println!(
-                "skipped: no shared trace collection at {}/../../shared/traces",
-                env!("CARGO_MANIFEST_DIR")
-            );
-            return;
-        };
-        let files = trace_files(&dir).unwrap();
-        if files.is_empty() {
-            println!("skipped: {} holds no traces", dir.display());
-            return;
-        }
+        let dir = shared_traces_location();
+        let files = trace_files(&dir).unwrap_or_else(|e| {
+            panic!(
+                "cannot list the shared trace collection {}: {e}",
+                dir.display()
+            )
+        });
+        assert!(!files.is_empty(), "{} holds no traces", dir.display());
         for path in files {
             let trace = Trace::load(&path).unwrap_or_else(|e| panic!("{e}"));
             assert!(!trace.events.is_empty(), "{}", path.display());

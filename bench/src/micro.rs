@@ -160,7 +160,7 @@ pub fn run(
             ),
             unit: " ns",
             notes: &[
-                "tagalloc out-of-band and offset-allocator hand out address ranges and touch no \
+                "tagalloc detached and offset-allocator hand out address ranges and touch no \
                  memory; the bump reference wraps around when it reaches the end (a speed \
                  floor, not an allocator)."
                     .into(),

@@ -257,7 +257,7 @@ pub fn run(
         let sizes: Vec<f64> = MAX_SIZES.iter().map(|&m| m as f64).collect();
         let notes = [format!(
             "Mean of {} of {} ms{} each, ≥ {MIN_LIVE} live blocks, one {} arena for all. \
-             tagalloc out-of-band and offset-allocator move a block without copying it; the bump \
+             tagalloc detached and offset-allocator move a block without copying it; the bump \
              reference wraps around (a speed floor, not an allocator); glibc uses its own memory.",
             report::plural(opts.trials, "trial"),
             opts.duration.as_millis(),

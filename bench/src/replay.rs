@@ -478,7 +478,7 @@ pub const FOOTPRINT_NOTE: &str = "Footprint: the highest address handed out + it
     every event), a lower bound of its footprint (free fragments and unused top not counted).";
 
 impl TraceResult {
-    /// The row every ratio is taken against: tagalloc inline for host traces, the out-of-band
+    /// The row every ratio is taken against: tagalloc inline for host traces, the detached
     /// heap at 256 B granules for device traces.
     fn baseline(&self) -> Option<f64> {
         let base = if self.device {
@@ -494,7 +494,7 @@ impl TraceResult {
 
     fn baseline_name(&self) -> &'static str {
         if self.device {
-            "tagalloc out-of-band (256 B)"
+            "tagalloc detached (256 B)"
         } else {
             "tagalloc inline"
         }
@@ -791,7 +791,7 @@ impl TraceResult {
              memory is touched."
                 .to_string()
         } else {
-            "tagalloc out-of-band and offset-allocator hand out address ranges and touch no \
+            "tagalloc detached and offset-allocator hand out address ranges and touch no \
              memory (a moving realloc copies nothing): compare them with each other."
                 .to_string()
         });

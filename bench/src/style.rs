@@ -106,15 +106,15 @@ const LOOKS: &[(&str, Look)] = &[
         look(GREY, Shape::Circle, true, true),
     ),
     (
-        "tagalloc out-of-band (16 B)",
+        "tagalloc detached (16 B)",
         look(REDDISH_PURPLE, Shape::Square, true, false),
     ),
     (
-        "tagalloc out-of-band (256 B)",
+        "tagalloc detached (256 B)",
         look(REDDISH_PURPLE, Shape::Square, true, false),
     ),
     (
-        "tagalloc out-of-band (512 B)",
+        "tagalloc detached (512 B)",
         look(REDDISH_PURPLE, Shape::TriangleUp, true, true),
     ),
     (

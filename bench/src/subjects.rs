@@ -6,7 +6,7 @@
 //! - **host** allocators own real memory: they get an [`Arena`] (the same one, in turn), and a
 //!   realloc that moves copies the contents. glibc alone brings its own memory.
 //! - **address** allocators only hand out ranges of an address space and never touch memory
-//!   (tagalloc's out-of-band heap, offset-allocator): what device memory needs. A realloc that
+//!   (tagalloc's detached heap, offset-allocator): what device memory needs. A realloc that
 //!   cannot stay in place moves the range without copying anything, so their timings are not
 //!   directly comparable with the host ones.
 
@@ -155,7 +155,7 @@ pub const VIRTUAL_BASE: usize = 1 << 44;
 pub enum Peer {
     /// tagalloc's heap with its tags inside the memory ([`InlineHeap`]).
     Inline,
-    /// tagalloc's heap with out-of-band tags ([`DetachedHeap`], growable table), granule in bytes.
+    /// tagalloc's heap with detached tags ([`DetachedHeap`], growable table), granule in bytes.
     Detached(usize),
     /// glibc's malloc through `std::alloc::System`.
     Glibc,
@@ -206,7 +206,7 @@ impl Peer {
     pub fn name(self) -> String {
         match self {
             Peer::Inline => "tagalloc inline".into(),
-            Peer::Detached(g) => format!("tagalloc out-of-band ({g} B)"),
+            Peer::Detached(g) => format!("tagalloc detached ({g} B)"),
             Peer::Glibc => "glibc malloc".into(),
             Peer::Talc => "talc".into(),
             Peer::Rlsf => "rlsf".into(),
@@ -351,7 +351,7 @@ fn refused(n: u64) -> Result<(), String> {
     }
 }
 
-/// tagalloc's out-of-band heap over an address range; its record table grows on the heap.
+/// tagalloc's detached heap over an address range; its record table grows on the heap.
 struct Detached {
     heap: DetachedHeap<Vec<Record>>,
     refused: u64,
@@ -359,7 +359,7 @@ struct Detached {
 
 impl Detached {
     fn new(granule: usize, base: usize, len: usize) -> Result<Self, String> {
-        let err = |e: Error| format!("tagalloc out-of-band: {e}");
+        let err = |e: Error| format!("tagalloc detached: {e}");
         let mut heap = DetachedHeap::growable(granule).map_err(err)?;
         heap.add_region(base, len).map_err(err)?;
         Ok(Detached { heap, refused: 0 })

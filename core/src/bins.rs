@@ -3,35 +3,34 @@
 //! Bins 0–63 each hold exactly one size (1…64 granules) as a FIFO list: the bin array keeps its
 //! head (the oldest chunk) and its tail (the newest), and the chunks are linked both ways, so
 //! filing touches only the old tail and taking the oldest touches only its successor. Bins
-//! 64–127 are logarithmic: four sub-bins per power of two, the last one open-ended. Inside a
-//! logarithmic bin, the distinct sizes form a bitwise trie on the size's low bits (dlmalloc's
+//! 64–127 are tree bins: logarithmic, four sub-bins per power of two, the last one open-ended.
+//! Inside a tree bin, the distinct sizes form a bitwise trie on the size's low bits (dlmalloc's
 //! tree bins): a node at depth `d` branches on bit `top_bit - d`, so any operation visits at most
 //! one node per bit of the size. Chunks whose size is already in the trie join that node's
 //! circular ring, behind the older ones, and the node itself is always the oldest of its size.
 //! That makes the search exact best fit, oldest first among equals, in `O(bits of a size)` worst
-//! case with no scan of a bin. A chunk alone in its logarithmic bin (typically a region's free
+//! case with no scan of a bin. A chunk alone in its tree bin (typically a region's free
 //! end) hands its place straight to what replaces it, the rest of an allocation carved from it
 //! or a merge that absorbs it, when that stays in the same bin.
 //!
-//! Two 64-bit maps (one for the exact bins, one for the logarithmic ones) record which bins are
+//! Two 64-bit maps (one for the exact bins, one for the tree bins) record which bins are
 //! non-empty; the next candidate bin is one `trailing_zeros` away.
 
-use crate::error::CheckError;
 use crate::tags::{Link, Tags};
 
 /// Number of bins.
-pub const BIN_COUNT: usize = 128;
+pub(crate) const BIN_COUNT: usize = 128;
 /// Bins below this index hold exactly one size each.
-pub const EXACT_BINS: usize = 64;
-/// Logarithmic sub-bins per power of two (a power of two itself).
+pub(crate) const EXACT_BINS: usize = 64;
+/// Tree sub-bins per power of two (a power of two itself).
 const SUB_BINS_LOG2: u32 = 2;
-/// The smallest power of two served by the logarithmic bins: `2^6 = 64` granules.
+/// The smallest power of two served by the tree bins: `2^6 = 64` granules.
 const FIRST_LOG_POW: u32 = 6;
 
 /// The bin that holds free chunks of `size` granules (`size >= 1`). `O(1)`: one
 /// `leading_zeros`, a shift and a mask.
 #[inline]
-pub const fn bin_of(size: usize) -> usize {
+pub(crate) const fn bin_of(size: usize) -> usize {
     if size <= EXACT_BINS {
         return size.saturating_sub(1);
     }
@@ -45,14 +44,14 @@ pub const fn bin_of(size: usize) -> usize {
     }
 }
 
-/// The smallest size in granules that logarithmic bin `bin` holds (the open-ended last bin
+/// The smallest size in granules that tree bin `bin` holds (the open-ended last bin
 /// holds every size from there on).
 #[inline]
 const fn log_bin_min(bin: usize) -> usize {
     LOG_BIN_MIN[bin - EXACT_BINS]
 }
 
-/// [`log_bin_min`] of every logarithmic bin, computed once.
+/// [`log_bin_min`] of every tree bin, computed once.
 const LOG_BIN_MIN: [usize; BIN_COUNT - EXACT_BINS] = {
     let mut t = [0; BIN_COUNT - EXACT_BINS];
     let mut idx = 0;
@@ -71,10 +70,10 @@ const LOG_BIN_MIN: [usize; BIN_COUNT - EXACT_BINS] = {
     t
 };
 
-/// The highest size bit on which chunks of logarithmic bin `bin` may differ: the trie's first
+/// The highest size bit on which chunks of tree bin `bin` may differ: the trie's first
 /// branching bit. All sizes in the bin agree on every bit above it.
 #[inline]
-const fn top_bit(bin: usize) -> u32 {
+pub(crate) const fn top_bit(bin: usize) -> u32 {
     if bin == BIN_COUNT - 1 {
         usize::BITS - 1
     } else {
@@ -85,16 +84,16 @@ const fn top_bit(bin: usize) -> u32 {
 
 /// The free bins of one heap.
 ///
-/// Invariants (verified by [`Bins::check`]): bit `b` of `exact` (bit `b − 64` of `log`) is set
+/// Invariants (verified by `crate::check`): bit `b` of `exact` (bit `b − 64` of `log`) is set
 /// iff `heads[b]` is `Some`; every chunk reachable from `heads[b]` is free and
 /// `bin_of(size) == b`; an exact bin's list runs from `heads[b]` to `tails[b]` with consistent
-/// links both ways and one size; a logarithmic bin's trie has consistent parent links, each
+/// links both ways and one size; a tree bin's trie has consistent parent links, each
 /// node's size agrees with its path's bits, its children differ from it, and ring members
 /// (marked by `Parent == Some(self)`) have the node's size.
 pub(crate) struct Bins<C> {
     exact: u64,
     log: u64,
-    /// Exact bins: the oldest chunk; logarithmic bins: the trie's root.
+    /// Exact bins: the oldest chunk; tree bins: the trie's root.
     heads: [Option<C>; BIN_COUNT],
     /// Exact bins only: the newest chunk.
     tails: [Option<C>; EXACT_BINS],
@@ -107,6 +106,25 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
             log: 0,
             heads: [None; BIN_COUNT],
             tails: [None; EXACT_BINS],
+        }
+    }
+
+    /// Bin `b`'s oldest chunk (exact bin) or trie root (tree bin).
+    pub(crate) fn head(&self, b: usize) -> Option<C> {
+        self.heads[b]
+    }
+
+    /// Exact bin `b`'s newest chunk.
+    pub(crate) fn tail(&self, b: usize) -> Option<C> {
+        self.tails[b]
+    }
+
+    /// Whether the map says bin `b` is non-empty.
+    pub(crate) fn is_marked(&self, b: usize) -> bool {
+        if b < EXACT_BINS {
+            self.exact >> b & 1 == 1
+        } else {
+            self.log >> (b - EXACT_BINS) & 1 == 1
         }
     }
 
@@ -132,7 +150,7 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         }
     }
 
-    /// Files the free chunk `c` of `size` (> 64) granules into its logarithmic bin's trie.
+    /// Files the free chunk `c` of `size` (> 64) granules into its tree bin's trie.
     fn trie_insert<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) {
         let b = bin_of(size);
         let Some(head) = self.heads[b] else {
@@ -220,7 +238,7 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         Some(c)
     }
 
-    /// Takes the free chunk `c` out of logarithmic bin `b`, which must be its bin. A trie node
+    /// Takes the free chunk `c` out of tree bin `b`, which must be its bin. A trie node
     /// is replaced by the next-oldest chunk of its size, or else by a leaf of its subtree: any
     /// chunk of the subtree agrees with the node's path, so it may stand where the node stood.
     fn trie_unlink<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, b: usize) {
@@ -287,7 +305,7 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
     /// if any. Returns the chunk taken with its size; `None` if no chunk is large enough.
     ///
     /// The same as taking the chunk out and filing the rest, but a chunk alone in its
-    /// logarithmic bin (typically a region's free end) whose rest stays in that bin is replaced
+    /// tree bin (typically a region's free end) whose rest stays in that bin is replaced
     /// by the rest in place: neither the map nor a second search is touched.
     #[inline]
     pub fn take_best<T, F>(&mut self, t: &mut T, need: usize, carve: F) -> Option<(C, usize)>
@@ -318,7 +336,7 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         self.take_smallest_log(t, b + 1 - EXACT_BINS, carve)
     }
 
-    /// [`Bins::take_best`] from the lowest non-empty logarithmic bin from `64 + from` on: its
+    /// [`Bins::take_best`] from the lowest non-empty tree bin from `64 + from` on: its
     /// smallest chunk, oldest among equals.
     #[inline]
     fn take_smallest_log<T, F>(&mut self, t: &mut T, from: usize, carve: F) -> Option<(C, usize)>
@@ -336,7 +354,7 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         Some((c, size))
     }
 
-    /// Takes `c` of `size` granules out of logarithmic bin `b`, carves it, and files the rest:
+    /// Takes `c` of `size` granules out of tree bin `b`, carves it, and files the rest:
     /// in `c`'s place when `c` was alone in the bin and the rest stays in it.
     #[inline(always)]
     fn take_log<T, F>(&mut self, t: &mut T, b: usize, c: C, size: usize, carve: F)
@@ -367,7 +385,7 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
     /// Takes the free chunk `old` of `old_size` granules out of its bin, calls `merge` (which
     /// writes the tags of a free chunk of `new_size >= old_size` granules that absorbs `old`,
     /// and returns it), and files the merged chunk. The same as [`Bins::remove`], `merge` and
-    /// [`Bins::insert`], but when `old` was alone in its logarithmic bin and the merged chunk
+    /// [`Bins::insert`], but when `old` was alone in its tree bin and the merged chunk
     /// stays in it, the merged chunk takes its place directly.
     #[inline]
     pub fn merge_into<T, F>(
@@ -401,7 +419,7 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         m
     }
 
-    /// Makes `c` the only chunk of logarithmic bin `b`, whose map bit is already set.
+    /// Makes `c` the only chunk of tree bin `b`, whose map bit is already set.
     #[inline]
     fn set_lone_root<T: Tags<Chunk = C>>(&mut self, t: &mut T, b: usize, c: C) {
         self.heads[b] = Some(c);
@@ -471,67 +489,6 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
             None
         }
     }
-
-    /// Verifies every bin invariant; returns the number of free chunks filed and their total
-    /// size in granules.
-    pub fn check<T: Tags<Chunk = C>>(
-        &self,
-        t: &T,
-        addr: impl Fn(C) -> usize,
-        limit: usize,
-    ) -> Result<(usize, usize), CheckError> {
-        let mut count = 0usize;
-        let mut granules = 0usize;
-        for b in 0..BIN_COUNT {
-            let head = self.heads[b];
-            let bit = if b < EXACT_BINS {
-                self.exact >> b & 1 == 1
-            } else {
-                self.log >> (b - EXACT_BINS) & 1 == 1
-            };
-            if head.is_some() != bit {
-                let at = head.map_or(0, &addr);
-                return Err(CheckError::new("bin bitmap disagrees with bin", at));
-            }
-            if b < EXACT_BINS && head.is_some() != self.tails[b].is_some() {
-                let at = head.or(self.tails[b]).map_or(0, &addr);
-                return Err(CheckError::new("bin head and tail disagree", at));
-            }
-            let Some(head) = head else { continue };
-            let mut check_one = |c: C| -> Result<(), CheckError> {
-                if !t.is_free(c) {
-                    return Err(CheckError::new("chunk in a bin is not free", addr(c)));
-                }
-                if bin_of(t.size(c)) != b {
-                    return Err(CheckError::new("free chunk in the wrong bin", addr(c)));
-                }
-                count += 1;
-                granules += t.size(c);
-                if count > limit {
-                    return Err(CheckError::new(
-                        "more chunks in bins than free chunks",
-                        addr(c),
-                    ));
-                }
-                Ok(())
-            };
-            if b < EXACT_BINS {
-                check_list(t, head, self.tails[b], &addr, limit, &mut check_one)?;
-            } else {
-                if t.link(head, Link::Parent).is_some() {
-                    return Err(CheckError::new("trie root has a parent", addr(head)));
-                }
-                check_trie(t, head, top_bit(b), &addr, limit, &mut check_one)?;
-            }
-        }
-        Ok((count, granules))
-    }
-}
-
-/// Bit `bit` of `size`; bits past the word (a walk that ran out of bits) read as zero.
-#[inline]
-fn bit_set(size: usize, bit: u32) -> bool {
-    size.checked_shr(bit).unwrap_or(0) & 1 == 1
 }
 
 /// Whether the trie root `c` is its bin's only chunk: no children, no ring.
@@ -593,132 +550,6 @@ fn ring_unlink<T: Tags>(t: &mut T, c: T::Chunk) -> Option<T::Chunk> {
     t.set_link(prev, Link::Next, Some(next));
     t.set_link(next, Link::Prev, Some(prev));
     Some(next)
-}
-
-/// Checks an exact bin's list from `head` to `tail`: links agree both ways, one size, and
-/// calls `each` on every member.
-fn check_list<T: Tags>(
-    t: &T,
-    head: T::Chunk,
-    tail: Option<T::Chunk>,
-    addr: &impl Fn(T::Chunk) -> usize,
-    limit: usize,
-    each: &mut impl FnMut(T::Chunk) -> Result<(), CheckError>,
-) -> Result<(), CheckError> {
-    if t.link(head, Link::Prev).is_some() {
-        return Err(CheckError::new("bin head has a predecessor", addr(head)));
-    }
-    let size = t.size(head);
-    let mut c = head;
-    for _ in 0..=limit {
-        each(c)?;
-        if t.size(c) != size {
-            return Err(CheckError::new(
-                "bin holds chunks of different sizes",
-                addr(c),
-            ));
-        }
-        let Some(next) = t.link(c, Link::Next) else {
-            if tail != Some(c) {
-                return Err(CheckError::new("bin tail is not its last chunk", addr(c)));
-            }
-            return Ok(());
-        };
-        if t.link(next, Link::Prev) != Some(c) {
-            return Err(CheckError::new("bin links disagree", addr(c)));
-        }
-        c = next;
-    }
-    Err(CheckError::new("bin list does not end", addr(head)))
-}
-
-/// Checks a ring's links both ways and calls `each` on every member.
-fn check_ring<T: Tags>(
-    t: &T,
-    head: T::Chunk,
-    addr: &impl Fn(T::Chunk) -> usize,
-    limit: usize,
-    each: &mut impl FnMut(T::Chunk) -> Result<(), CheckError>,
-) -> Result<(), CheckError> {
-    let size = t.size(head);
-    let mut c = head;
-    for _ in 0..=limit {
-        each(c)?;
-        if t.size(c) != size {
-            return Err(CheckError::new(
-                "ring holds chunks of different sizes",
-                addr(c),
-            ));
-        }
-        let next = t
-            .link(c, Link::Next)
-            .ok_or(CheckError::new("ring link missing", addr(c)))?;
-        if t.link(next, Link::Prev) != Some(c) {
-            return Err(CheckError::new("ring links disagree", addr(c)));
-        }
-        if next == head {
-            return Ok(());
-        }
-        c = next;
-    }
-    Err(CheckError::new("ring does not close", addr(head)))
-}
-
-/// Checks the trie under `node` (which branches on `bit`): sizes agree with the path, parent
-/// links agree with child links, rings hang only off nodes.
-fn check_trie<T: Tags>(
-    t: &T,
-    node: T::Chunk,
-    bit: u32,
-    addr: &impl Fn(T::Chunk) -> usize,
-    limit: usize,
-    each: &mut impl FnMut(T::Chunk) -> Result<(), CheckError>,
-) -> Result<(), CheckError> {
-    // Iterative depth-first walk; depth is bounded by the bits of a size (plus one level for
-    // a child of a bit-0 node, marked by `bit` wrapping to `u32::MAX`, which may have none).
-    const DEPTH: usize = 2 * usize::BITS as usize + 2;
-    let mut stack: [(Option<T::Chunk>, u32, usize); DEPTH] = [(None, 0, 0); DEPTH];
-    let mut top = 1;
-    stack[0] = (Some(node), bit, t.size(node));
-    while top > 0 {
-        top -= 1;
-        let (Some(n), bit, prefix) = stack[top] else {
-            continue;
-        };
-        // `prefix` is the parent's size: all bits above the parent's branching bit agree.
-        let size = t.size(n);
-        let shift = bit.wrapping_add(2);
-        if size.checked_shr(shift) != prefix.checked_shr(shift) {
-            return Err(CheckError::new("trie node off its path's bits", addr(n)));
-        }
-        check_ring(t, n, addr, limit, &mut |c| {
-            if c != n && t.link(c, Link::Parent) != Some(c) {
-                return Err(CheckError::new("ring member not marked as such", addr(c)));
-            }
-            each(c)
-        })?;
-        for (side, want) in [(Link::Left, false), (Link::Right, true)] {
-            let Some(child) = t.link(n, side) else {
-                continue;
-            };
-            if bit == u32::MAX || top + 1 >= DEPTH {
-                return Err(CheckError::new(
-                    "trie deeper than a size's bits",
-                    addr(child),
-                ));
-            }
-            if t.link(child, Link::Parent) != Some(n) {
-                return Err(CheckError::new("trie parent link disagrees", addr(child)));
-            }
-            let csize = t.size(child);
-            if bit_set(csize, bit) != want || csize == size {
-                return Err(CheckError::new("trie child on the wrong side", addr(child)));
-            }
-            stack[top] = (Some(child), bit.wrapping_sub(1), size);
-            top += 1;
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! Out-of-band tags: every chunk is a record in a host-side table, and the managed memory is
+//! Detached tags: every chunk is a record in a host-side table, and the managed memory is
 //! never read or written. This is what device memory needs (the CPU cannot touch it), and it
 //! works for any address space: device pointers, offsets into a buffer, file offsets.
 //!
@@ -10,11 +10,11 @@ use core::num::NonZeroU32;
 
 use crate::error::{CheckError, Error};
 use crate::heap::Heap;
-use crate::records::{Kind, Record, RecordStore, NIL};
+use crate::layout::Layout;
+use crate::records::{Idx, Kind, Record, RecordStore, MAX_RECORDS};
 use crate::stats::Stats;
 use crate::sync::next_id;
 use crate::tags::{Link, Tags};
-use crate::MAX_GRANULE;
 
 /// Names one allocation's record: the heap that made it, the record's index, and the
 /// record's generation when it was handed out, which tells a live allocation from an earlier
@@ -43,15 +43,15 @@ use crate::MAX_GRANULE;
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Handle {
-    index: u32,
+    record: Idx,
     heap: NonZeroU32,
     gen: u64,
 }
 
 impl Handle {
     /// The index of the chunk's record in the heap's table.
-    pub fn index(&self) -> u32 {
-        self.index
+    pub fn index(&self) -> usize {
+        self.record.get()
     }
 }
 
@@ -87,21 +87,21 @@ pub struct Block {
     pub handle: Handle,
 }
 
-/// Out-of-band tag storage over a [`RecordStore`].
+/// Detached tag storage over a [`RecordStore`].
 ///
 /// Invariants: records `0..fresh` are chunks, regions, or vacant and on the `vacant` list
 /// (`vacant_count` long); records `fresh..` were never used. A region's chunks form a
 /// `prev`/`next` list of contiguous addresses from its `links[FIRST]` to its `prev`, each naming
-/// the region in its `region` field.
+/// the region in its `region` field. Regions form a list through `next` from `regions`.
 pub(crate) struct DetachedTags<S> {
     store: S,
     /// The heap's identity, carried by every handle it makes.
     id: NonZeroU32,
-    shift: u32,
+    layout: Layout,
     fresh: usize,
-    vacant: u32,
+    vacant: Option<Idx>,
     vacant_count: usize,
-    regions: u32,
+    regions: Option<Idx>,
 }
 
 /// Index of a region's first chunk in its record's `links`.
@@ -109,252 +109,200 @@ const FIRST: usize = 0;
 
 impl<S: RecordStore> DetachedTags<S> {
     #[inline]
-    fn rec(&self, i: u32) -> &Record {
-        &self.store.records()[i as usize]
+    fn rec(&self, i: Idx) -> &Record {
+        &self.store.records()[i.get()]
     }
 
     #[inline]
-    fn rec_mut(&mut self, i: u32) -> &mut Record {
-        &mut self.store.records_mut()[i as usize]
+    fn rec_mut(&mut self, i: Idx) -> &mut Record {
+        &mut self.store.records_mut()[i.get()]
     }
 
-    /// How many records the table can use: all of the store, up to the largest index that is
-    /// not `NIL`.
+    /// How many records the table can use: all of the store, up to [`MAX_RECORDS`].
     #[inline]
     fn capacity(&self) -> usize {
-        self.store.records().len().min(NIL as usize)
+        self.store.records().len().min(MAX_RECORDS)
     }
 
     /// Takes a vacant record; [`Tags::reserve`] must have made sure there is one.
-    fn take_record(&mut self) -> u32 {
-        if self.vacant != NIL {
-            let i = self.vacant;
-            self.vacant = self.rec(i).next;
-            self.vacant_count -= 1;
-            i
-        } else {
-            let i = self.fresh as u32;
-            self.fresh += 1;
-            i
+    fn take_record(&mut self) -> Idx {
+        match self.vacant {
+            Some(i) => {
+                self.vacant = self.rec(i).next;
+                self.vacant_count -= 1;
+                i
+            }
+            None => {
+                self.fresh += 1;
+                Idx::new(self.fresh - 1)
+            }
         }
     }
 
-    fn release_record(&mut self, i: u32) {
+    fn release_record(&mut self, i: Idx) {
         let vacant = self.vacant;
         let r = self.rec_mut(i);
         r.kind = Kind::empty();
         r.gen = r.gen.wrapping_add(1);
         r.next = vacant;
-        self.vacant = i;
+        self.vacant = Some(i);
         self.vacant_count += 1;
     }
 
-    /// The region record whose range contains `addr`, or `NIL`.
-    fn region_at(&self, addr: usize) -> u32 {
-        let mut r = self.regions;
-        while r != NIL {
-            let rec = self.rec(r);
-            if addr >= rec.addr && addr - rec.addr < rec.size << self.shift {
-                return r;
-            }
-            r = rec.next;
+    /// Points whatever follows chunk `c` (its successor, or its region's last-chunk link) back
+    /// at `c`, given `c`'s `next` and `region`.
+    #[inline]
+    fn link_back(&mut self, c: Idx, next: Option<Idx>, region: Option<Idx>) {
+        if let Some(owner) = next.or(region) {
+            self.rec_mut(owner).prev = Some(c);
         }
-        NIL
-    }
-}
-
-#[inline]
-fn opt(i: u32) -> Option<u32> {
-    (i != NIL).then_some(i)
-}
-
-/// A chunk's record index as the shared algorithm sees it: stored plus one in a `NonZeroU32`,
-/// so that `NIL` (`u32::MAX`) reads as `None` and an `Option<Idx>` (a bin head, a link) is one
-/// `u32` with no separate tag.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Idx(NonZeroU32);
-
-impl Idx {
-    /// The chunk at record `i`, `None` for `NIL`.
-    #[inline]
-    fn new(i: u32) -> Option<Idx> {
-        NonZeroU32::new(i.wrapping_add(1)).map(Idx)
     }
 
-    /// The record index (never `NIL`).
-    #[inline]
-    fn get(self) -> u32 {
-        self.0.get() - 1
+    /// A new in-use chunk record: `size` granules at `addr` in `region`, after `prev`, last in
+    /// its region. A reused record keeps its generation, so that a handle from when it was a
+    /// chunk can never match the chunk it becomes.
+    fn new_chunk(&mut self, addr: usize, size: usize, prev: Option<Idx>, region: Idx) -> Idx {
+        let c = self.take_record();
+        let gen = self.rec(c).gen;
+        *self.rec_mut(c) = Record {
+            addr,
+            size,
+            prev,
+            next: None,
+            links: [None; 5],
+            region: Some(region),
+            gen,
+            kind: Kind::CHUNK,
+        };
+        self.rec_mut(region).prev = Some(c);
+        c
     }
-
-    /// `i`, which must not be `NIL`, as a chunk.
-    #[inline]
-    fn of(i: u32) -> Idx {
-        Idx::new(i).unwrap_or(Idx(NonZeroU32::MAX))
-    }
-}
-
-/// The record index of an optional chunk, `NIL` for `None`.
-#[inline]
-fn raw(c: Option<Idx>) -> u32 {
-    c.map_or(NIL, Idx::get)
 }
 
 impl<S: RecordStore> Tags for DetachedTags<S> {
     type Chunk = Idx;
-    type Region = u32;
-
-    fn granule_shift(&self) -> u32 {
-        self.shift
-    }
-
-    fn head_bytes(&self) -> usize {
-        0
-    }
+    type Region = Idx;
+    type Base = usize;
 
     #[inline]
-    fn request_pad(&self) -> usize {
-        (1 << self.shift) - 1
-    }
-
-    fn min_chunk(&self) -> usize {
-        1
+    fn layout(&self) -> &Layout {
+        &self.layout
     }
 
     #[inline]
     fn size(&self, c: Idx) -> usize {
-        self.rec(c.get()).size
+        self.rec(c).size
     }
 
     #[inline]
     fn is_free(&self, c: Idx) -> bool {
-        self.rec(c.get()).kind.contains(Kind::FREE)
+        self.rec(c).kind.contains(Kind::FREE)
     }
 
     #[inline]
     fn payload(&self, c: Idx) -> usize {
-        self.rec(c.get()).addr
+        self.rec(c).addr
+    }
+
+    #[inline]
+    fn addr(&self, c: Idx) -> usize {
+        self.rec(c).addr
     }
 
     #[inline]
     fn next(&self, c: Idx) -> Option<Idx> {
-        Idx::new(self.rec(c.get()).next)
+        self.rec(c).next
     }
 
     #[inline]
     fn next_if_free(&self, c: Idx) -> Option<(Idx, usize)> {
-        let n = Idx::new(self.rec(c.get()).next)?;
-        let r = self.rec(n.get());
+        let n = self.rec(c).next?;
+        let r = self.rec(n);
         r.kind.contains(Kind::FREE).then_some((n, r.size))
     }
 
     #[inline]
     fn prev_if_free(&self, c: Idx) -> Option<(Idx, usize)> {
-        let p = Idx::new(self.rec(c.get()).prev)?;
-        let r = self.rec(p.get());
+        let p = self.rec(c).prev?;
+        let r = self.rec(p);
         r.kind.contains(Kind::FREE).then_some((p, r.size))
     }
 
-    fn set_free(&mut self, c: Idx, free: bool) {
-        let r = self.rec_mut(c.get());
-        r.kind.set(Kind::FREE, free);
-        if !free {
-            r.gen = r.gen.wrapping_add(1);
-        }
-    }
-
     fn split(&mut self, c: Idx, head: usize) -> Idx {
-        let c = c.get();
         let t = self.take_record();
-        let shift = self.shift;
+        let shift = self.layout.shift();
         let cr = *self.rec(c);
-        let tr = self.rec_mut(t);
-        tr.addr = cr.addr + (head << shift);
-        tr.size = cr.size - head;
-        tr.prev = c;
-        tr.next = cr.next;
-        tr.kind = cr.kind;
-        tr.region = cr.region;
-        tr.links = [NIL; 5];
-        if cr.next == NIL {
-            self.rec_mut(cr.region).prev = t;
-        } else {
-            self.rec_mut(cr.next).prev = t;
-        }
+        *self.rec_mut(t) = Record {
+            addr: cr.addr + (head << shift),
+            size: cr.size - head,
+            prev: Some(c),
+            next: cr.next,
+            links: [None; 5],
+            region: cr.region,
+            gen: self.rec(t).gen,
+            kind: cr.kind,
+        };
+        self.link_back(t, cr.next, cr.region);
         let r = self.rec_mut(c);
-        r.next = t;
+        r.next = Some(t);
         r.size = head;
-        Idx::of(t)
+        t
     }
 
     fn absorb_next(&mut self, c: Idx) {
-        let c = c.get();
-        let n = self.rec(c).next;
+        let Some(n) = self.rec(c).next else { return };
         let nr = *self.rec(n);
         let r = self.rec_mut(c);
         r.size += nr.size;
         r.next = nr.next;
-        if nr.next == NIL {
-            self.rec_mut(nr.region).prev = c;
-        } else {
-            self.rec_mut(nr.next).prev = c;
-        }
+        self.link_back(c, nr.next, nr.region);
         self.release_record(n);
     }
 
     #[inline]
     fn carve(&mut self, c: Idx, size: usize, need: usize) -> Option<Idx> {
-        let c = c.get();
         // The minimum chunk is one granule: any rest stands alone.
         let tail = (size > need).then(|| self.take_record());
+        let shift = self.layout.shift();
         let r = self.rec_mut(c);
         r.kind = Kind::CHUNK;
         r.gen = r.gen.wrapping_add(1);
         let t = tail?;
         let (addr, next, region) = (r.addr, r.next, r.region);
         r.size = need;
-        r.next = t;
-        let shift = self.shift;
+        r.next = Some(t);
         let tr = self.rec_mut(t);
         tr.addr = addr + (need << shift);
         tr.size = size - need;
-        tr.prev = c;
+        tr.prev = Some(c);
         tr.next = next;
         tr.kind = Kind::CHUNK | Kind::FREE;
         tr.region = region;
         // The tail's links are written when it is filed.
-        if next == NIL {
-            self.rec_mut(region).prev = t;
-        } else {
-            self.rec_mut(next).prev = t;
-        }
-        Idx::new(t)
+        self.link_back(t, next, region);
+        Some(t)
     }
 
     #[inline(always)]
     fn free_merged(&mut self, c: Idx, prev: Option<Idx>, next: Option<Idx>, size: usize) -> Idx {
-        let m = prev.unwrap_or(c).get();
+        let m = prev.unwrap_or(c);
         if prev.is_some() || next.is_some() {
             // Link the merged chunk to what follows its last part.
-            let last = self.rec(next.unwrap_or(c).get());
+            let last = self.rec(next.unwrap_or(c));
             let (after, region) = (last.next, last.region);
-            if after == NIL {
-                self.rec_mut(region).prev = m;
-            } else {
-                self.rec_mut(after).prev = m;
-            }
+            self.link_back(m, after, region);
             self.rec_mut(m).next = after;
         }
         let r = self.rec_mut(m);
         r.size = size;
         r.kind = Kind::CHUNK | Kind::FREE;
         if prev.is_some() {
-            self.release_record(c.get());
+            self.release_record(c);
         }
         if let Some(n) = next {
-            self.release_record(n.get());
+            self.release_record(n);
         }
-        prev.unwrap_or(c)
+        m
     }
 
     fn reserve(&mut self, n: usize) -> Result<(), Error> {
@@ -368,63 +316,124 @@ impl<S: RecordStore> Tags for DetachedTags<S> {
 
     #[inline]
     fn link(&self, c: Idx, l: Link) -> Option<Idx> {
-        Idx::new(self.rec(c.get()).links[l as usize])
+        self.rec(c).links[l as usize]
     }
 
     #[inline]
     fn set_link(&mut self, c: Idx, l: Link, v: Option<Idx>) {
-        self.rec_mut(c.get()).links[l as usize] = raw(v);
+        self.rec_mut(c).links[l as usize] = v;
     }
 
-    fn first_region(&self) -> Option<u32> {
-        opt(self.regions)
+    #[inline]
+    fn base_addr(b: usize) -> usize {
+        b
     }
 
-    fn next_region(&self, r: u32) -> Option<u32> {
-        opt(self.rec(r).next)
+    fn first_region(&self) -> Option<Idx> {
+        self.regions
     }
 
-    fn region_first_chunk(&self, r: u32) -> Idx {
-        Idx::of(self.rec(r).links[FIRST])
+    fn next_region(&self, r: Idx) -> Option<Idx> {
+        self.rec(r).next
     }
 
-    fn region_granules(&self, r: u32) -> usize {
+    fn region_base(&self, r: Idx) -> usize {
+        self.rec(r).addr
+    }
+
+    fn region_len(&self, r: Idx) -> usize {
+        self.rec(r).size << self.layout.shift()
+    }
+
+    fn region_first_chunk(&self, r: Idx) -> Idx {
+        // A region record always names its first chunk; a broken one reads as the region
+        // itself, which `check_tags` reports as "record is not a chunk".
+        self.rec(r).links[FIRST].unwrap_or(r)
+    }
+
+    fn region_granules(&self, r: Idx) -> usize {
         self.rec(r).size
     }
 
+    unsafe fn open_region(&mut self, base: usize, len: usize) -> Idx {
+        let r = self.take_record();
+        let gen = self.rec(r).gen;
+        *self.rec_mut(r) = Record {
+            addr: base,
+            size: len >> self.layout.shift(),
+            prev: None,
+            next: self.regions,
+            links: [None; 5],
+            region: None,
+            gen,
+            kind: Kind::REGION,
+        };
+        self.regions = Some(r);
+        let c = self.new_chunk(base, len >> self.layout.shift(), None, r);
+        self.rec_mut(r).links[FIRST] = Some(c);
+        c
+    }
+
+    unsafe fn grow_region(&mut self, r: Idx, len: usize) -> Idx {
+        let granules = len >> self.layout.shift();
+        let (end, last) = {
+            let rec = self.rec(r);
+            (rec.addr + (rec.size << self.layout.shift()), rec.prev)
+        };
+        let c = self.new_chunk(end, granules, last, r);
+        if let Some(last) = last {
+            self.rec_mut(last).next = Some(c);
+        }
+        self.rec_mut(r).size += granules;
+        c
+    }
+
+    fn close_region(&mut self, r: Idx, before: Option<Idx>, c: Idx) {
+        let next = self.rec(r).next;
+        match before {
+            Some(b) => self.rec_mut(b).next = next,
+            None => self.regions = next,
+        }
+        self.release_record(c);
+        self.release_record(r);
+    }
+
     fn check_tags(&self, c: Idx, first: bool) -> Result<(), CheckError> {
-        let c = c.get();
-        let len = self.capacity() as u32;
+        let len = self.capacity();
         let r = self.rec(c);
         if !r.kind.contains(Kind::CHUNK) || r.kind.contains(Kind::REGION) {
             return Err(CheckError::new("record is not a chunk", r.addr));
         }
-        if first != (r.prev == NIL) {
+        if first != r.prev.is_none() {
             return Err(CheckError::new("chunk's predecessor link is wrong", r.addr));
         }
-        if r.region >= len || !self.rec(r.region).kind.contains(Kind::REGION) {
-            return Err(CheckError::new("chunk's region link is wrong", r.addr));
-        }
-        let region = self.rec(r.region);
+        let region = r
+            .region
+            .filter(|g| g.get() < len && self.rec(*g).kind.contains(Kind::REGION))
+            .map(|g| self.rec(g))
+            .ok_or(CheckError::new("chunk's region link is wrong", r.addr))?;
         if first && r.addr != region.addr {
             return Err(CheckError::new(
                 "first chunk does not start its region",
                 r.addr,
             ));
         }
-        if r.next == NIL && region.prev != c {
-            return Err(CheckError::new("region's last-chunk link is wrong", r.addr));
-        }
-        if r.next != NIL {
-            if r.next >= len {
-                return Err(CheckError::new("successor index out of the table", r.addr));
+        match r.next {
+            None if region.prev != Some(c) => {
+                Err(CheckError::new("region's last-chunk link is wrong", r.addr))
             }
-            let n = self.rec(r.next);
-            if n.prev != c || n.addr != r.addr + (r.size << self.shift) {
-                return Err(CheckError::new("successor is not contiguous", r.addr));
+            None => Ok(()),
+            Some(n) if n.get() >= len => {
+                Err(CheckError::new("successor index out of the table", r.addr))
+            }
+            Some(n) => {
+                let nr = self.rec(n);
+                if nr.prev != Some(c) || nr.addr != r.addr + (r.size << self.layout.shift()) {
+                    return Err(CheckError::new("successor is not contiguous", r.addr));
+                }
+                Ok(())
             }
         }
-        Ok(())
     }
 }
 
@@ -464,7 +473,7 @@ pub const DEVICE_GRANULE: usize = 256;
 impl<S: RecordStore> DetachedHeap<S> {
     /// An empty heap over `store` whose sizes are counted in granules of `granule` bytes.
     ///
-    /// `granule` is a power of two from 1 to [`MAX_GRANULE`] (1 GiB): every request is rounded
+    /// `granule` is a power of two from 1 to [`MAX_GRANULE`](crate::MAX_GRANULE) (1 GiB): every request is rounded
     /// up to a whole number of granules and every block starts on a granule boundary, so
     /// alignments up to the granule cost nothing. [`DEVICE_GRANULE`] (256 bytes) suits device
     /// memory; 1 turns the heap into an allocator of exact byte ranges. Larger granules mean
@@ -474,29 +483,30 @@ impl<S: RecordStore> DetachedHeap<S> {
     /// supplies, and the heap holds at most that many chunks and regions at once (records past
     /// `u32::MAX − 1` are never used); with it, a `Vec<Record>` grows as needed.
     ///
-    /// Errors: `BadGranule`; `TooManyHeaps` once 2^32 − 2 out-of-band heaps have been made in
-    /// this process (each has an identity its blocks carry).
+    /// Errors: `BadGranule`; `TooManyHeaps` once 2^32 − 2 detached heaps have been made in this
+    /// process (each has an identity its blocks carry).
+    ///
+    /// # Time Complexity
+    /// `O(1)`.
     pub fn new(store: S, granule: usize) -> Result<Self, Error> {
-        if !granule.is_power_of_two() || granule > MAX_GRANULE {
-            return Err(Error::BadGranule);
-        }
+        let layout = Layout::detached(granule)?;
         let id = next_id().ok_or(Error::TooManyHeaps)?;
         Ok(DetachedHeap {
             heap: Heap::new(DetachedTags {
                 store,
                 id,
-                shift: granule.trailing_zeros(),
+                layout,
                 fresh: 0,
-                vacant: NIL,
+                vacant: None,
                 vacant_count: 0,
-                regions: NIL,
+                regions: None,
             }),
         })
     }
 
     /// The granule in bytes.
     pub fn granule(&self) -> usize {
-        1 << self.heap.tags.shift
+        self.heap.tags().layout.granule()
     }
 
     /// Adds the address range `base..base + len` as a new region (`base` granule-aligned, `len`
@@ -504,151 +514,74 @@ impl<S: RecordStore> DetachedHeap<S> {
     /// [`DetachedHeap::extend_region`] for space that continues a region.
     ///
     /// Errors: `RegionMisaligned`, `RegionOverlap` (overlaps or wraps), `RegionTooSmall` (less
-    /// than one granule), `OutOfRecords`.
+    /// than one granule), `OutOfRecords`. Nothing is changed on error.
+    ///
+    /// # Time Complexity
+    /// `O(regions)`.
     pub fn add_region(&mut self, base: usize, len: usize) -> Result<(), Error> {
-        if base & (self.granule() - 1) != 0 {
-            return Err(Error::RegionMisaligned);
-        }
-        let granules = self.new_space(base, len, 2)?;
-        let t = &mut self.heap.tags;
-        let c = t.take_record();
-        let r = t.take_record();
-        // A reused record keeps its generation, so that a handle from when it was a chunk can
-        // never match a chunk it becomes later.
-        let gen = t.rec(r).gen;
-        *t.rec_mut(r) = Record {
-            addr: base,
-            size: granules,
-            prev: c,
-            next: t.regions,
-            links: [c, NIL, NIL, NIL, NIL],
-            region: NIL,
-            gen,
-            kind: Kind::REGION,
-        };
-        t.regions = r;
-        self.add_chunk(c, r, base, granules, NIL, true);
-        Ok(())
+        // SAFETY: detached tags never read or write the range, so any range may be given.
+        unsafe { self.heap.add_region(base, len) }
     }
 
     /// Grows the region that starts at `region` by `additional` bytes (rounded down to
     /// granules) right after its end, as virtual-memory growth does; the new space merges with
-    /// the region's free tail, so the region stays one.
+    /// the region's free end, so the region stays one.
     ///
-    /// Errors: `UnknownRegion`, `RegionOverlap`, `RegionTooSmall`, `OutOfRecords`.
+    /// Errors: `UnknownRegion`, `RegionOverlap`, `RegionTooSmall`, `OutOfRecords`. Nothing is
+    /// changed on error.
+    ///
+    /// # Time Complexity
+    /// `O(regions)`.
     pub fn extend_region(&mut self, region: usize, additional: usize) -> Result<(), Error> {
-        let t = &self.heap.tags;
-        let mut r = t.regions;
-        while r != NIL && t.rec(r).addr != region {
-            r = t.rec(r).next;
-        }
-        if r == NIL {
-            return Err(Error::UnknownRegion);
-        }
-        let end = region + (t.rec(r).size << t.shift);
-        let granules = self.new_space(end, additional, 1)?;
-        let t = &mut self.heap.tags;
-        let c = t.take_record();
-        let last = t.rec(r).prev;
-        t.rec_mut(last).next = c;
-        t.rec_mut(r).size += granules;
-        self.add_chunk(c, r, end, granules, last, false);
-        Ok(())
+        // SAFETY: as in `add_region`.
+        unsafe { self.heap.extend_region(region, additional) }
     }
 
-    /// Validates new space `start..start + len` (free of overlap, at least a granule) and
-    /// reserves `records` records for it; returns its length in granules.
-    fn new_space(&mut self, start: usize, len: usize, records: usize) -> Result<usize, Error> {
-        let t = &self.heap.tags;
-        let len = len & !((1 << t.shift) - 1);
-        let end = start.checked_add(len).ok_or(Error::RegionOverlap)?;
-        let mut r = t.regions;
-        while r != NIL {
-            let rec = t.rec(r);
-            if start < rec.addr + (rec.size << t.shift) && rec.addr < end {
-                return Err(Error::RegionOverlap);
-            }
-            r = rec.next;
-        }
-        if len == 0 {
-            return Err(Error::RegionTooSmall);
-        }
-        self.heap.tags.reserve(records)?;
-        Ok(len >> self.heap.tags.shift)
-    }
-
-    /// Makes record `c` a chunk of new space at the end of region `r` and files it.
-    fn add_chunk(&mut self, c: u32, r: u32, addr: usize, size: usize, prev: u32, new: bool) {
-        let t = &mut self.heap.tags;
-        t.rec_mut(r).prev = c;
-        let gen = t.rec(c).gen;
-        *t.rec_mut(c) = Record {
-            addr,
-            size,
-            prev,
-            next: NIL,
-            links: [NIL; 5],
-            region: r,
-            gen,
-            kind: Kind::CHUNK,
-        };
-        self.heap.add_space(Idx::of(c), new);
-    }
-
-    /// Removes the region that starts at `base` if none of it is allocated; returns its range.
+    /// Removes the region that starts at `base` if none of it is allocated; returns its range
+    /// as `(base, len)`. Errors: `UnknownRegion`, `RegionInUse`.
+    ///
+    /// # Time Complexity
+    /// `O(regions)`.
     pub fn remove_region(&mut self, base: usize) -> Result<(usize, usize), Error> {
-        let mut before = NIL;
-        let mut r = self.heap.tags.regions;
-        while r != NIL {
-            let rec = *self.heap.tags.rec(r);
-            if rec.addr == base {
-                let c = self.heap.sole_free_chunk(r)?;
-                self.heap.remove_space(c);
-                let t = &mut self.heap.tags;
-                if before == NIL {
-                    t.regions = rec.next;
-                } else {
-                    t.rec_mut(before).next = rec.next;
-                }
-                t.release_record(c.get());
-                t.release_record(r);
-                return Ok((base, rec.size << t.shift));
-            }
-            before = r;
-            r = rec.next;
-        }
-        Err(Error::UnknownRegion)
+        self.heap.remove_region(base)
     }
 
     /// Removes every wholly free region, calling `release(base, len)` for each; returns how
     /// many were removed.
-    pub fn trim(&mut self, mut release: impl FnMut(usize, usize)) -> usize {
-        let mut removed = 0;
-        let mut r = self.heap.tags.regions;
-        while r != NIL {
-            let rec = *self.heap.tags.rec(r);
-            r = rec.next;
-            if let Ok((base, len)) = self.remove_region(rec.addr) {
-                release(base, len);
-                removed += 1;
-            }
-        }
-        removed
+    ///
+    /// # Time Complexity
+    /// `O(regions)`.
+    pub fn trim(&mut self, release: impl FnMut(usize, usize)) -> usize {
+        self.heap.trim(release)
+    }
+
+    /// The region containing `addr`, as `(base, len)`, if any.
+    ///
+    /// # Time Complexity
+    /// `O(regions)`.
+    pub fn region_of(&self, addr: usize) -> Option<(usize, usize)> {
+        self.heap.region_of(addr)
     }
 
     /// Allocates `size` bytes aligned to `align` (a power of two), by exact best fit: the
     /// smallest free chunk that fits, oldest among equals (for alignments above the granule,
-    /// the best fit for the size plus the worst-case padding).
+    /// the best fit for the size plus the worst-case padding). Errors: `ZeroSize`,
+    /// `SizeOverflow`, `BadAlign`, `OutOfMemory`, `OutOfRecords`.
+    ///
+    /// # Time Complexity
+    /// `O(1)` for sizes of the exact bins (up to 64 granules); `O(bits of a size)` otherwise
+    /// (one walk down a bin's trie).
     #[inline]
     pub fn alloc(&mut self, size: usize, align: usize) -> Result<Block, Error> {
-        let c = self.heap.alloc(size, align)?.get();
-        let r = self.heap.tags.rec(c);
+        let c = self.heap.alloc(size, align)?;
+        let t = self.heap.tags();
+        let r = t.rec(c);
         Ok(Block {
             addr: r.addr,
             size,
             handle: Handle {
-                index: c,
-                heap: self.heap.tags.id,
+                record: c,
+                heap: t.id,
                 gen: r.gen,
             },
         })
@@ -658,35 +591,33 @@ impl<S: RecordStore> DetachedHeap<S> {
     /// this heap as handed out.
     #[inline]
     fn validate(&self, block: &Block) -> Result<(Idx, usize), Error> {
-        let t = &self.heap.tags;
-        if block.handle.heap != t.id {
+        let t = self.heap.tags();
+        let i = block.handle.record;
+        if block.handle.heap != t.id || i.get() >= t.fresh {
             return Err(Error::ForeignPointer);
         }
-        let i = block.handle.index;
-        let rec = t
-            .store
-            .records()
-            .get(i as usize)
-            .filter(|r| (i as usize) < t.fresh && !r.kind.contains(Kind::REGION))
-            .ok_or(Error::ForeignPointer)?;
-        // A live chunk is exactly `CHUNK`: not free, not vacant.
+        let rec = t.rec(i);
+        // A live chunk is exactly `CHUNK`: not free, not vacant, not a region.
         if rec.gen != block.handle.gen || rec.kind != Kind::CHUNK {
             return Err(Error::DoubleFree);
         }
         if rec.addr != block.addr {
             return Err(Error::ForeignPointer);
         }
-        if !self.heap.size_fits(rec.size, block.size) {
+        if !t.layout.size_fits(rec.size, block.size) {
             return Err(Error::WrongSize);
         }
-        Ok((Idx::of(i), rec.size))
+        Ok((i, rec.size))
     }
 
-    /// Frees `block`, in `O(1)`. Always checked, in every build: a block freed before
-    /// (`DoubleFree`: its record's generation has moved on), a block of another heap or one
-    /// whose address is not its chunk's (`ForeignPointer`), or one whose size was changed
-    /// (`WrongSize`) is refused, and the heap is left as it was. Nothing is the caller's
-    /// promise: a `Block` cannot name a live allocation it was not made for.
+    /// Frees `block`. Always checked, in every build: a block freed before (`DoubleFree`: its
+    /// record's generation has moved on), a block of another heap or one whose address is not
+    /// its chunk's (`ForeignPointer`), or one whose size was changed (`WrongSize`) is refused,
+    /// and the heap is left as it was. Nothing is the caller's promise: a `Block` cannot name a
+    /// live allocation it was not made for.
+    ///
+    /// # Time Complexity
+    /// `O(1)` for a merged chunk of up to 64 granules; `O(bits of a size)` otherwise.
     #[inline]
     pub fn free(&mut self, block: Block) -> Result<(), Error> {
         match self.validate(&block) {
@@ -694,16 +625,16 @@ impl<S: RecordStore> DetachedHeap<S> {
                 self.heap.free_sized(c, size);
                 Ok(())
             }
-            Err(e) => {
-                self.heap.counters.rejected_frees += 1;
-                Err(e)
-            }
+            Err(e) => Err(self.heap.refused(e)),
         }
     }
 
     /// Resizes `block` in place to `new_size` bytes: shrinks it (freeing the tail) or grows it
     /// into a free successor. `OutOfMemory` if it cannot grow in place (the block is unchanged
     /// then; moving device memory is the caller's business). Returns the updated block.
+    ///
+    /// # Time Complexity
+    /// As for [`DetachedHeap::free`].
     pub fn resize_in_place(&mut self, block: Block, new_size: usize) -> Result<Block, Error> {
         let (c, _) = self.validate(&block)?;
         self.heap.resize_in_place(c, new_size)?;
@@ -713,26 +644,40 @@ impl<S: RecordStore> DetachedHeap<S> {
         })
     }
 
-    /// Bytes usable in `block` (at least its size), or the reason it is not a live block.
+    /// Bytes usable in `block` (at least its size), or the reason it is not a live block of
+    /// this heap.
+    ///
+    /// # Time Complexity
+    /// `O(1)`.
     pub fn usable_size(&self, block: &Block) -> Result<usize, Error> {
         let (_, size) = self.validate(block)?;
-        Ok(size << self.heap.tags.shift)
+        Ok(size << self.heap.tags().layout.shift())
     }
 
-    /// The region containing `addr`, as `(base, len)`, if any.
-    pub fn region_of(&self, addr: usize) -> Option<(usize, usize)> {
-        let t = &self.heap.tags;
-        let r = t.region_at(addr);
-        (r != NIL).then(|| (t.rec(r).addr, t.rec(r).size << t.shift))
+    /// Calls `each(start, len)` for every free chunk of at least `min` bytes, naming the
+    /// whole pages (of `page` bytes, a power of two) inside it that hold none of the heap's
+    /// tags: what a region source may release (`madvise(MADV_DONTNEED)`, unmapping device
+    /// pages) while the region stays. Returns how many spans it named.
+    ///
+    /// # Time Complexity
+    /// `O(chunks + regions)`.
+    pub fn free_spans(&self, min: usize, page: usize, each: impl FnMut(usize, usize)) -> usize {
+        self.heap.free_spans(min, page, each)
     }
 
-    /// Verifies every invariant of the heap (see `Heap::check`).
+    /// Verifies every invariant of the heap (see `crate::check`).
+    ///
+    /// # Time Complexity
+    /// `O(chunks + regions)`.
     pub fn check(&self) -> Result<(), CheckError> {
-        let t = &self.heap.tags;
-        self.heap.check(|c| t.rec(c.get()).addr)
+        self.heap.check()
     }
 
     /// The heap's statistics.
+    ///
+    /// # Time Complexity
+    /// `O(bits of a size)` (the largest free chunk is found down a trie); the rest is kept as
+    /// running counters.
     pub fn stats(&self) -> Stats {
         self.heap.stats()
     }
@@ -740,13 +685,16 @@ impl<S: RecordStore> DetachedHeap<S> {
     /// The record table, for tests that age or corrupt records.
     #[cfg(all(test, not(loom)))]
     pub(crate) fn records_mut(&mut self) -> &mut [Record] {
-        self.heap.tags.store.records_mut()
+        self.heap.tags_mut().store.records_mut()
     }
 }
 
 #[cfg(feature = "alloc")]
 impl DetachedHeap<alloc::vec::Vec<Record>> {
     /// An empty heap whose record table grows on the global heap.
+    ///
+    /// # Time Complexity
+    /// `O(1)`.
     pub fn growable(granule: usize) -> Result<Self, Error> {
         Self::new(alloc::vec::Vec::new(), granule)
     }

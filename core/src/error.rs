@@ -33,7 +33,7 @@ pub enum Error {
     BadAlign,
     /// No free chunk is large enough (the heap may be fragmented; see `Stats`).
     OutOfMemory,
-    /// The out-of-band chunk table is full and cannot grow.
+    /// The detached chunk table is full and cannot grow.
     OutOfRecords,
     /// The region, after its bookkeeping, has no room for a single chunk.
     RegionTooSmall,
@@ -58,7 +58,7 @@ pub enum Error {
     /// The calling thread already holds this heap's lock (a call from inside `with_heap`, or
     /// from a hook the heap is running): waiting would never end.
     Reentrant,
-    /// Every out-of-band heap gets an identity that its blocks carry; all 2^32 − 1 of them
+    /// Every detached heap gets an identity that its blocks carry; all 2^32 − 2 of them
     /// have been used in this process.
     TooManyHeaps,
 }
@@ -70,7 +70,7 @@ impl fmt::Display for Error {
             Error::SizeOverflow => "size overflows the address space",
             Error::BadAlign => "alignment is not a power of two",
             Error::OutOfMemory => "out of memory: no free chunk is large enough",
-            Error::OutOfRecords => "out of chunk records: the out-of-band table is full",
+            Error::OutOfRecords => "out of chunk records: the detached table is full",
             Error::RegionTooSmall => "region too small to hold a chunk",
             Error::RegionMisaligned => "region base is null or not granule-aligned",
             Error::RegionOverlap => "region overlaps a managed region or wraps around",
@@ -81,7 +81,7 @@ impl fmt::Display for Error {
             Error::ForeignPointer => "pointer was not handed out by this heap",
             Error::WrongSize => "size does not match the allocation",
             Error::Reentrant => "re-entrant call: this thread already holds the heap's lock",
-            Error::TooManyHeaps => "no out-of-band heap identities left in this process",
+            Error::TooManyHeaps => "no detached heap identities left in this process",
         })
     }
 }
@@ -89,7 +89,7 @@ impl fmt::Display for Error {
 impl core::error::Error for Error {}
 
 /// A broken heap invariant found by `check()`: what is wrong and where (an address for inline
-/// tags, an address of managed memory for out-of-band tags).
+/// tags, an address of managed memory for detached tags).
 ///
 /// # Examples
 ///

@@ -200,8 +200,8 @@ impl<L: RawLock, const N: usize> GlobalHeap<L, N> {
 
     /// How many frees so far found the lock taken and were queued (each is done by the next
     /// lock holder).
-    pub fn deferred_frees(&self) -> usize {
-        self.shared.deferred()
+    pub fn queued_frees(&self) -> usize {
+        self.shared.queued()
     }
 
     /// Allocates `size` bytes aligned to `align` (see [`InlineHeap::alloc`]).
@@ -216,7 +216,7 @@ impl<L: RawLock, const N: usize> GlobalHeap<L, N> {
     ///
     /// If the lock is free, this is [`InlineHeap::free`] and returns its verdict. If the lock
     /// is taken, the free is queued and `Ok` is returned at once; the next lock holder does it
-    /// and, if the heap refuses it, counts it in [`Stats::rejected_frees`]. Either way nothing
+    /// and, if the heap refuses it, counts it in [`Stats::refused_frees`]. Either way nothing
     /// is written anywhere for a free that is refused. What is detected: a free of a chunk
     /// that is free (always), and with the `checked` feature a pointer that is not the start of
     /// a live allocation of this heap, or a size that does not match (see

@@ -14,15 +14,14 @@
 //! whether that footer is valid. Each region starts with a [`RegionHeader`] and ends with a
 //! *fence*: a head word of size 0 marked in use, which stops every walk and merge.
 
-use core::mem::size_of;
 use core::ptr::NonNull;
 
 use crate::error::{CheckError, Error};
-use crate::heap::{Heap, MAX_GRANULE};
+use crate::heap::Heap;
+use crate::layout::{Layout, W};
 use crate::stats::Stats;
 use crate::tags::{Link, Tags};
 
-const W: usize = size_of::<usize>();
 const IN_USE: usize = 1;
 const PREV_IN_USE: usize = 2;
 const FLAGS: usize = IN_USE | PREV_IN_USE;
@@ -30,6 +29,7 @@ const FLAGS: usize = IN_USE | PREV_IN_USE;
 pub const HOST_GRANULE: usize = 16;
 
 /// The first bytes of every inline region; regions form a singly linked list.
+#[derive(Clone, Copy)]
 #[repr(C)]
 pub(crate) struct RegionHeader {
     next: *mut RegionHeader,
@@ -37,175 +37,173 @@ pub(crate) struct RegionHeader {
     end: usize,
 }
 
-/// Inline tag storage: only the granule and the list of regions live outside the memory.
+/// An inline chunk: the address of its head word.
 ///
-/// Invariant: every `NonNull<u8>` chunk handle passed to these methods is the head address of
-/// a chunk inside a region on `regions`, and every region is memory the heap owns exclusively
-/// for as long as it is on the list (the contract of [`InlineHeap::add_region`]). All reads and
-/// writes stay between the region's header and its fence.
+/// Invariant: it is the head of a chunk (or the fence) inside a region of the heap that made
+/// it, so every word the placement reads or writes through it lies between that region's
+/// header and its fence, in memory the heap owns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Chunk(NonNull<u8>);
+
+impl Chunk {
+    /// The chunk whose payload is `ptr` (not checked: see [`InlineHeap::free`]).
+    fn of_payload(ptr: NonNull<u8>) -> Chunk {
+        // `wrapping_sub` keeps this free of preconditions; the result is only dereferenced once
+        // the caller's contract (or `find_chunk`) says it is a chunk head.
+        Chunk(NonNull::new(ptr.as_ptr().wrapping_sub(W)).unwrap_or(ptr))
+    }
+
+    /// The payload: one word into the chunk.
+    fn payload(self) -> NonNull<u8> {
+        // SAFETY: the payload is one word into the chunk, inside it (type invariant).
+        unsafe { self.0.add(W) }
+    }
+
+    fn addr(self) -> usize {
+        self.0.addr().get()
+    }
+
+    /// The word `off` bytes into (or, negative, before) the chunk.
+    ///
+    /// # Safety
+    /// The word must lie inside the chunk's region, between its header and its fence.
+    #[inline]
+    unsafe fn word_at(self, off: isize) -> NonNull<usize> {
+        // SAFETY: the caller keeps the result inside the region, one allocation.
+        unsafe { self.0.offset(off).cast() }
+    }
+
+    /// The chunk `bytes` further on in the same region.
+    ///
+    /// # Safety
+    /// The result must be a chunk or the fence of the same region.
+    #[inline]
+    unsafe fn plus(self, bytes: usize) -> Chunk {
+        // SAFETY: the caller's promise keeps the sum inside the region.
+        Chunk(unsafe { self.0.add(bytes) })
+    }
+}
+
+/// Inline tag storage: only the layout and the list of regions live outside the memory.
+///
+/// Invariant: every [`Chunk`] passed to these methods satisfies its type invariant, and every
+/// region on `regions` is memory the heap owns exclusively for as long as it is on the list
+/// (the contract of [`InlineHeap::add_region`]).
 pub(crate) struct InlineTags {
-    shift: u32,
-    /// `min_chunk_for(shift)`, kept so the hot path never divides.
-    min_chunk: usize,
-    /// The head word plus the granule less one: what a request is rounded up by.
-    pad: usize,
+    layout: Layout,
     regions: Option<NonNull<RegionHeader>>,
 }
 
-/// The smallest free chunk, in granules of `1 << shift` bytes: a head, the two links of an
-/// exact bin's list and a footer.
-const fn min_chunk_for(shift: u32) -> usize {
-    (4 * W).div_ceil(1 << shift)
-}
-
 impl InlineTags {
-    /// Offset from a region's base to its first chunk's head.
-    fn first_offset(&self) -> usize {
-        let g = 1 << self.shift;
-        (size_of::<RegionHeader>() + W).next_multiple_of(g) - W
-    }
-
-    /// # Safety
-    /// `p` must point to a word inside a region this heap owns.
     #[inline]
-    unsafe fn word(p: NonNull<u8>) -> usize {
-        // SAFETY: `p` is word-aligned (chunk heads, links and footers all sit at
-        // `≡ −W (mod granule)` plus whole words) and inside owned memory, per the caller.
-        unsafe { p.cast::<usize>().read() }
-    }
-
-    /// # Safety
-    /// As for [`InlineTags::word`].
-    #[inline]
-    unsafe fn set_word(p: NonNull<u8>, v: usize) {
-        // SAFETY: as in `word`; the heap owns the memory exclusively, so nothing else reads it.
-        unsafe { p.cast::<usize>().write(v) }
+    fn head(&self, c: Chunk) -> usize {
+        // SAFETY: `c` is a chunk head or a fence in an owned region (type invariant); heads are
+        // word-aligned (at `≡ −W (mod granule)`).
+        unsafe { c.word_at(0).read() }
     }
 
     #[inline]
-    fn head(&self, c: NonNull<u8>) -> usize {
-        // SAFETY: `c` is a chunk head or a fence in an owned region (type invariant).
-        unsafe { Self::word(c) }
+    fn set_head(&mut self, c: Chunk, v: usize) {
+        // SAFETY: as in `head`; the heap owns the memory exclusively, so nothing else reads it.
+        unsafe { c.word_at(0).write(v) }
     }
 
     #[inline]
-    fn set_head(&mut self, c: NonNull<u8>, v: usize) {
-        // SAFETY: as in `head`.
-        unsafe { Self::set_word(c, v) }
-    }
-
-    #[inline]
-    fn bytes(&self, c: NonNull<u8>) -> usize {
+    fn bytes(&self, c: Chunk) -> usize {
         self.head(c) & !FLAGS
     }
 
     /// The chunk (or fence) right after `c`.
     #[inline]
-    fn after(&self, c: NonNull<u8>) -> NonNull<u8> {
-        // SAFETY: a chunk is followed by another chunk or its region's fence, both inside the
-        // region, so the sum stays in bounds of the same allocation.
-        unsafe { c.add(self.bytes(c)) }
+    fn after(&self, c: Chunk) -> Chunk {
+        // SAFETY: a chunk is followed by another chunk or its region's fence.
+        unsafe { c.plus(self.bytes(c)) }
     }
 
-    /// Writes `c`'s footer (its size in its last word), for a free chunk.
-    fn set_footer(&mut self, c: NonNull<u8>) {
-        let bytes = self.bytes(c);
-        // SAFETY: a chunk is at least `min_chunk` granules (≥ 2 words), so its last word is
+    /// Writes the footer of a free chunk of `bytes` bytes at `c` (its size in its last word).
+    #[inline]
+    fn set_footer(&mut self, c: Chunk, bytes: usize) {
+        // SAFETY: a chunk is at least `min_chunk` granules (four words), so its last word is
         // inside it, after the head.
-        unsafe { Self::set_word(c.add(bytes - W), bytes) }
+        unsafe { c.word_at(bytes as isize - W as isize).write(bytes) }
     }
 
     #[inline]
-    fn set_flag(&mut self, c: NonNull<u8>, flag: usize, on: bool) {
+    fn set_flag(&mut self, c: Chunk, flag: usize, on: bool) {
         let h = self.head(c);
         self.set_head(c, if on { h | flag } else { h & !flag });
     }
 
-    fn region_end(r: NonNull<RegionHeader>) -> usize {
-        // SAFETY: `r` is on the region list, so its header is initialised and owned.
-        unsafe { r.as_ref().end }
+    /// A copy of region `r`'s header.
+    fn header(r: NonNull<RegionHeader>) -> RegionHeader {
+        // SAFETY: `r` is on the region list, so its header is initialised, aligned and owned.
+        unsafe { r.read() }
     }
 }
 
 impl Tags for InlineTags {
-    type Chunk = NonNull<u8>;
+    type Chunk = Chunk;
     type Region = NonNull<RegionHeader>;
+    type Base = NonNull<u8>;
 
-    fn granule_shift(&self) -> u32 {
-        self.shift
-    }
-
-    fn head_bytes(&self) -> usize {
-        W
+    #[inline]
+    fn layout(&self) -> &Layout {
+        &self.layout
     }
 
     #[inline]
-    fn request_pad(&self) -> usize {
-        self.pad
+    fn size(&self, c: Chunk) -> usize {
+        self.bytes(c) >> self.layout.shift()
     }
 
     #[inline]
-    fn min_chunk(&self) -> usize {
-        self.min_chunk
-    }
-
-    #[inline]
-    fn size(&self, c: NonNull<u8>) -> usize {
-        self.bytes(c) >> self.shift
-    }
-
-    #[inline]
-    fn is_free(&self, c: NonNull<u8>) -> bool {
+    fn is_free(&self, c: Chunk) -> bool {
         self.head(c) & IN_USE == 0
     }
 
     #[inline]
-    fn payload(&self, c: NonNull<u8>) -> usize {
-        c.addr().get() + W
+    fn payload(&self, c: Chunk) -> usize {
+        c.addr() + W
     }
 
     #[inline]
-    fn next(&self, c: NonNull<u8>) -> Option<NonNull<u8>> {
+    fn addr(&self, c: Chunk) -> usize {
+        c.addr()
+    }
+
+    #[inline]
+    fn next(&self, c: Chunk) -> Option<Chunk> {
         let n = self.after(c);
         (self.bytes(n) != 0).then_some(n)
     }
 
     #[inline]
-    fn next_if_free(&self, c: NonNull<u8>) -> Option<(NonNull<u8>, usize)> {
+    fn next_if_free(&self, c: Chunk) -> Option<(Chunk, usize)> {
         // The fence is marked in use, so one read of the successor's head answers both.
         let n = self.after(c);
         let h = self.head(n);
-        (h & IN_USE == 0).then_some((n, h >> self.shift))
+        (h & IN_USE == 0).then_some((n, h >> self.layout.shift()))
     }
 
     #[inline]
-    fn prev_if_free(&self, c: NonNull<u8>) -> Option<(NonNull<u8>, usize)> {
+    fn prev_if_free(&self, c: Chunk) -> Option<(Chunk, usize)> {
         if self.head(c) & PREV_IN_USE != 0 {
             return None;
         }
         // SAFETY: the predecessor is free, so the word before `c` is its footer, inside the
-        // same region; the footer is the predecessor's size, so `c - size` is its head.
+        // same region; the footer is the predecessor's size, so `c − size` is its head.
         unsafe {
-            let bytes = Self::word(c.sub(W));
-            Some((c.sub(bytes), bytes >> self.shift))
+            let bytes = c.word_at(-(W as isize)).read();
+            Some((Chunk(c.0.sub(bytes)), bytes >> self.layout.shift()))
         }
     }
 
-    fn set_free(&mut self, c: NonNull<u8>, free: bool) {
-        self.set_flag(c, IN_USE, !free);
-        if free {
-            self.set_footer(c);
-        }
-        let n = self.after(c);
-        self.set_flag(n, PREV_IN_USE, !free);
-    }
-
-    fn split(&mut self, c: NonNull<u8>, head: usize) -> NonNull<u8> {
+    fn split(&mut self, c: Chunk, head: usize) -> Chunk {
         let h = self.head(c);
         let bytes = h & !FLAGS;
-        let keep = head << self.shift;
+        let keep = head << self.layout.shift();
         // SAFETY: `0 < keep < bytes`, so the tail starts inside the chunk.
-        let tail = unsafe { c.add(keep) };
+        let tail = unsafe { c.plus(keep) };
         let used = h & IN_USE;
         self.set_head(c, keep | (h & FLAGS));
         self.set_head(
@@ -213,19 +211,19 @@ impl Tags for InlineTags {
             (bytes - keep) | used | if used != 0 { PREV_IN_USE } else { 0 },
         );
         if used == 0 {
-            self.set_footer(c);
-            self.set_footer(tail);
+            self.set_footer(c, keep);
+            self.set_footer(tail, bytes - keep);
         }
         tail
     }
 
-    fn absorb_next(&mut self, c: NonNull<u8>) {
+    fn absorb_next(&mut self, c: Chunk) {
         let h = self.head(c);
         let n = self.after(c);
         let merged = (h & !FLAGS) + self.bytes(n);
         self.set_head(c, merged | (h & FLAGS));
         if h & IN_USE == 0 {
-            self.set_footer(c);
+            self.set_footer(c, merged);
         }
         let after = self.after(c);
         self.set_flag(after, PREV_IN_USE, h & IN_USE != 0);
@@ -237,27 +235,25 @@ impl Tags for InlineTags {
     }
 
     #[inline]
-    fn carve(&mut self, c: NonNull<u8>, size: usize, need: usize) -> Option<NonNull<u8>> {
+    fn carve(&mut self, c: Chunk, size: usize, need: usize) -> Option<Chunk> {
         // `c` is free, so its successor's `PREV_IN_USE` is clear and its footer holds its size;
         // only its own `PREV_IN_USE` bit is not known here.
         let prev = self.head(c) & PREV_IN_USE;
-        if size >= need + self.min_chunk {
-            let keep = need << self.shift;
-            let rest = (size - need) << self.shift;
-            // SAFETY: `0 < keep < size` in bytes, so the tail head and its footer (the old
-            // footer's word) lie inside `c`.
-            let tail = unsafe { c.add(keep) };
+        let shift = self.layout.shift();
+        if size >= need + self.layout.min_chunk() {
+            let keep = need << shift;
+            let rest = (size - need) << shift;
+            // SAFETY: `0 < keep < size` in bytes, so the tail head lies inside `c`.
+            let tail = unsafe { c.plus(keep) };
             self.set_head(c, keep | IN_USE | prev);
             self.set_head(tail, rest | PREV_IN_USE);
-            // SAFETY: as above.
-            unsafe { Self::set_word(tail.add(rest - W), rest) };
+            self.set_footer(tail, rest);
             // The successor stays as it was: its predecessor (the tail) is free.
             Some(tail)
         } else {
-            let bytes = size << self.shift;
+            let bytes = size << shift;
             self.set_head(c, bytes | IN_USE | prev);
-            // SAFETY: a chunk is followed by another chunk or its region's fence.
-            let n = unsafe { c.add(bytes) };
+            let n = self.after(c);
             self.set_flag(n, PREV_IN_USE, true);
             None
         }
@@ -266,42 +262,52 @@ impl Tags for InlineTags {
     #[inline]
     fn free_merged(
         &mut self,
-        c: NonNull<u8>,
-        prev: Option<NonNull<u8>>,
-        next: Option<NonNull<u8>>,
+        c: Chunk,
+        prev: Option<Chunk>,
+        next: Option<Chunk>,
         size: usize,
-    ) -> NonNull<u8> {
+    ) -> Chunk {
         let start = prev.unwrap_or(c);
-        let bytes = size << self.shift;
+        let bytes = size << self.layout.shift();
         // The merged chunk's predecessor is in use: `prev`'s is (no two free chunks are
         // adjacent), and without `prev`, `c`'s is.
         self.set_head(start, bytes | PREV_IN_USE);
-        // SAFETY: the merged chunk spans `prev`, `c` and `next`, all inside one region; its
-        // last word and its successor's head are inside the region too.
-        let after = unsafe {
-            Self::set_word(start.add(bytes - W), bytes);
-            start.add(bytes)
-        };
+        self.set_footer(start, bytes);
         if next.is_none() {
             // `next`'s successor already had the bit clear; `c`'s had it set.
+            let after = self.after(start);
             self.set_flag(after, PREV_IN_USE, false);
         }
         start
     }
 
     #[inline]
-    fn link(&self, c: NonNull<u8>, l: Link) -> Option<NonNull<u8>> {
+    fn link(&self, c: Chunk, l: Link) -> Option<Chunk> {
         // SAFETY: link words follow the head inside a free chunk; a chunk in an exact bin has
-        // room for `Next` and `Prev` (min_chunk), one in a logarithmic bin (≥ 65 granules) for
-        // all five. Links are stored as pointers, keeping their provenance.
-        unsafe { NonNull::new(c.add(W * (1 + l as usize)).cast::<*mut u8>().read()) }
+        // room for `Next` and `Prev` (min_chunk), one in a tree bin (≥ 65 granules) for all
+        // five. Links are stored as pointers, keeping their provenance.
+        let p = unsafe {
+            c.word_at((W * (1 + l as usize)) as isize)
+                .cast::<*mut u8>()
+                .read()
+        };
+        NonNull::new(p).map(Chunk)
     }
 
     #[inline]
-    fn set_link(&mut self, c: NonNull<u8>, l: Link, v: Option<NonNull<u8>>) {
-        let p = v.map_or(core::ptr::null_mut(), NonNull::as_ptr);
+    fn set_link(&mut self, c: Chunk, l: Link, v: Option<Chunk>) {
+        let p = v.map_or(core::ptr::null_mut(), |c| c.0.as_ptr());
         // SAFETY: as in `link`.
-        unsafe { c.add(W * (1 + l as usize)).cast::<*mut u8>().write(p) }
+        unsafe {
+            c.word_at((W * (1 + l as usize)) as isize)
+                .cast::<*mut u8>()
+                .write(p)
+        }
+    }
+
+    #[inline]
+    fn base_addr(b: NonNull<u8>) -> usize {
+        b.addr().get()
     }
 
     fn first_region(&self) -> Option<NonNull<RegionHeader>> {
@@ -309,25 +315,83 @@ impl Tags for InlineTags {
     }
 
     fn next_region(&self, r: NonNull<RegionHeader>) -> Option<NonNull<RegionHeader>> {
-        // SAFETY: `r` is on the region list.
-        NonNull::new(unsafe { r.as_ref().next })
+        NonNull::new(Self::header(r).next)
     }
 
-    fn region_first_chunk(&self, r: NonNull<RegionHeader>) -> NonNull<u8> {
+    fn region_base(&self, r: NonNull<RegionHeader>) -> NonNull<u8> {
+        r.cast()
+    }
+
+    fn region_len(&self, r: NonNull<RegionHeader>) -> usize {
+        Self::header(r).end - r.addr().get()
+    }
+
+    fn region_first_chunk(&self, r: NonNull<RegionHeader>) -> Chunk {
         // SAFETY: the first chunk lies inside the region (checked when it was added).
-        unsafe { r.cast::<u8>().add(self.first_offset()) }
+        Chunk(unsafe { r.cast::<u8>().add(self.layout.region_lead()) })
     }
 
     fn region_granules(&self, r: NonNull<RegionHeader>) -> usize {
-        let first = r.addr().get() + self.first_offset();
-        (Self::region_end(r) - W - first) >> self.shift
+        (self.region_len(r) - self.layout.region_overhead()) >> self.layout.shift()
     }
 
-    fn check_tags(&self, c: NonNull<u8>, first: bool) -> Result<(), CheckError> {
-        let at = c.addr().get();
+    unsafe fn open_region(&mut self, base: NonNull<u8>, len: usize) -> Chunk {
+        let span = len - self.layout.region_overhead();
+        let header = base.cast::<RegionHeader>();
+        // SAFETY: the range is valid, ours, granule-aligned and large enough (the caller's
+        // contract); the header, the first head and the fence all lie inside it, at
+        // word-aligned offsets.
+        unsafe {
+            header.write(RegionHeader {
+                next: self.regions.map_or(core::ptr::null_mut(), NonNull::as_ptr),
+                end: base.addr().get() + len,
+            });
+            let c = Chunk(base.add(self.layout.region_lead()));
+            c.word_at(0).write(span | IN_USE | PREV_IN_USE);
+            c.plus(span).word_at(0).write(IN_USE | PREV_IN_USE);
+            self.regions = Some(header);
+            c
+        }
+    }
+
+    unsafe fn grow_region(&mut self, mut r: NonNull<RegionHeader>, len: usize) -> Chunk {
+        let old_end = Self::header(r).end;
+        // SAFETY: `r` is on the list; the old fence is inside the region and the new fence
+        // inside the added range, both reachable through the region's pointer (the caller's
+        // contract). The old fence becomes the new chunk's head, a new fence closes the region.
+        unsafe {
+            let fence = Chunk(r.cast::<u8>().add(old_end - W - r.addr().get()));
+            let prev_in_use = self.head(fence) & PREV_IN_USE;
+            self.set_head(fence, len | IN_USE | prev_in_use);
+            self.set_head(fence.plus(len), IN_USE | PREV_IN_USE);
+            r.as_mut().end = old_end + len;
+            fence
+        }
+    }
+
+    fn close_region(
+        &mut self,
+        r: NonNull<RegionHeader>,
+        before: Option<NonNull<RegionHeader>>,
+        _c: Chunk,
+    ) {
+        let next = self.next_region(r);
+        match before {
+            // SAFETY: `b` is on the list, so its header is ours to update.
+            Some(mut b) => unsafe {
+                b.as_mut().next = next.map_or(core::ptr::null_mut(), NonNull::as_ptr)
+            },
+            None => self.regions = next,
+        }
+    }
+
+    fn check_tags(&self, c: Chunk, first: bool) -> Result<(), CheckError> {
+        let at = c.addr();
         let h = self.head(c);
         let bytes = h & !FLAGS;
-        if bytes & ((1 << self.shift) - 1) != 0 || bytes < self.min_chunk() << self.shift {
+        if bytes & (self.layout.granule() - 1) != 0
+            || bytes < self.layout.min_chunk() << self.layout.shift()
+        {
             return Err(CheckError::new(
                 "chunk size not a whole number of granules",
                 at,
@@ -338,7 +402,7 @@ impl Tags for InlineTags {
         }
         if h & IN_USE == 0 {
             // SAFETY: the caller checked that `c`'s size stays inside the region.
-            let footer = unsafe { Self::word(c.add(bytes - W)) };
+            let footer = unsafe { c.word_at(bytes as isize - W as isize).read() };
             if footer != bytes {
                 return Err(CheckError::new(
                     "free chunk's footer disagrees with its head",
@@ -352,10 +416,7 @@ impl Tags for InlineTags {
             return Err(CheckError::new("successor's PREV_IN_USE bit is wrong", at));
         }
         if nh & !FLAGS == 0 && nh & IN_USE == 0 {
-            return Err(CheckError::new(
-                "region fence not marked in use",
-                n.addr().get(),
-            ));
+            return Err(CheckError::new("region fence not marked in use", n.addr()));
         }
         Ok(())
     }
@@ -407,38 +468,38 @@ impl Default for InlineHeap {
 impl InlineHeap {
     /// An empty heap with the host granule of 16 bytes. Add memory with
     /// [`InlineHeap::add_region`].
+    ///
+    /// # Time Complexity
+    /// `O(1)`.
     pub const fn new() -> Self {
-        InlineHeap {
-            heap: Heap::new(InlineTags {
-                shift: HOST_GRANULE.trailing_zeros(),
-                min_chunk: min_chunk_for(HOST_GRANULE.trailing_zeros()),
-                pad: W + HOST_GRANULE - 1,
-                regions: None,
-            }),
+        match Self::with_granule(HOST_GRANULE) {
+            Ok(heap) => heap,
+            Err(_) => panic!("the host granule is a valid granule"),
         }
     }
 
     /// An empty heap with another granule: a power of two from 16 bytes ([`HOST_GRANULE`]) to
-    /// [`MAX_GRANULE`] (1 GiB). Every request is rounded up to a whole number of granules
+    /// [`MAX_GRANULE`](crate::MAX_GRANULE) (1 GiB). Every request is rounded up to a whole number of granules
     /// (its one-word tag included) and every payload is granule-aligned; a region loses up to a
     /// granule at its start to its header. Errors: `BadGranule`.
+    ///
+    /// # Time Complexity
+    /// `O(1)`.
     pub const fn with_granule(granule: usize) -> Result<Self, Error> {
-        if !granule.is_power_of_two() || granule < HOST_GRANULE || granule > MAX_GRANULE {
-            return Err(Error::BadGranule);
-        }
-        Ok(InlineHeap {
-            heap: Heap::new(InlineTags {
-                shift: granule.trailing_zeros(),
-                min_chunk: min_chunk_for(granule.trailing_zeros()),
-                pad: W + granule - 1,
-                regions: None,
+        match Layout::inline(granule) {
+            Ok(layout) => Ok(InlineHeap {
+                heap: Heap::new(InlineTags {
+                    layout,
+                    regions: None,
+                }),
             }),
-        })
+            Err(e) => Err(e),
+        }
     }
 
     /// The granule in bytes.
     pub fn granule(&self) -> usize {
-        1 << self.heap.tags.shift
+        self.heap.tags().layout.granule()
     }
 
     /// Hands `len` bytes at `base` to the heap as a new region. `base` must be granule-aligned;
@@ -449,50 +510,28 @@ impl InlineHeap {
     /// Errors: `RegionMisaligned` (null or unaligned base), `RegionOverlap` (overlaps a managed
     /// region or wraps), `RegionTooSmall`. Nothing is written on error.
     ///
+    /// # Time Complexity
+    /// `O(regions)`.
+    ///
     /// # Safety
     /// `base..base + len` must be valid for reads and writes, must not be used by anything else
     /// until the heap is dropped or the region is removed, and must outlive the heap's use of
     /// it.
     pub unsafe fn add_region(&mut self, base: *mut u8, len: usize) -> Result<(), Error> {
-        let g = self.granule();
         let base = NonNull::new(base).ok_or(Error::RegionMisaligned)?;
-        if base.addr().get() & (g - 1) != 0 {
-            return Err(Error::RegionMisaligned);
-        }
-        let len = len & !(g - 1);
-        let end = self.free_range(base.addr().get(), len)?;
-        let first = self.heap.tags.first_offset();
-        if len < first + W + self.min_chunk_bytes() {
-            return Err(Error::RegionTooSmall);
-        }
-        let span = len - first - W;
-        // SAFETY: the region is valid and ours (caller contract); the header, the first head
-        // and the fence all lie inside `base..base + len`, at word-aligned offsets.
-        unsafe {
-            let header = base.cast::<RegionHeader>();
-            header.write(RegionHeader {
-                next: self
-                    .heap
-                    .tags
-                    .regions
-                    .map_or(core::ptr::null_mut(), NonNull::as_ptr),
-                end,
-            });
-            let c = base.add(first);
-            InlineTags::set_word(c, span | IN_USE | PREV_IN_USE);
-            InlineTags::set_word(c.add(span), IN_USE | PREV_IN_USE);
-            self.heap.tags.regions = Some(header);
-            self.heap.add_space(c, true);
-        }
-        Ok(())
+        // SAFETY: forwarded caller contract.
+        unsafe { self.heap.add_region(base, len) }
     }
 
     /// Grows the region that starts at `region` by `additional` bytes (rounded down to
     /// granules) right after its end, as `sbrk` or reserved virtual memory allow. The new
-    /// space merges with the region's free tail: no boundary is left behind.
+    /// space merges with the region's free end: no boundary is left behind.
     ///
     /// Errors: `UnknownRegion`, `RegionOverlap`, `RegionTooSmall` (less than one minimum
     /// chunk). Nothing is written on error.
+    ///
+    /// # Time Complexity
+    /// `O(regions)`.
     ///
     /// # Safety
     /// The added range must be valid for reads and writes, used by nothing else, and reachable
@@ -502,108 +541,53 @@ impl InlineHeap {
         region: *mut u8,
         additional: usize,
     ) -> Result<(), Error> {
-        let mut reg = self.find_region(region)?;
-        let len = additional & !(self.granule() - 1);
-        let old_end = InlineTags::region_end(reg);
-        self.free_range(old_end, len)?;
-        // The new space becomes one chunk, which must be able to stand alone as a free one.
-        if len < self.min_chunk_bytes() {
-            return Err(Error::RegionTooSmall);
-        }
-        // SAFETY: `reg` is on the list; the old fence is inside the region and the new fence
-        // inside the added range, both reachable through the region's pointer (caller
-        // contract). The old fence becomes the new chunk's head, a new fence closes the region.
-        unsafe {
-            let fence = reg.cast::<u8>().add(old_end - W - reg.addr().get());
-            let prev_in_use = InlineTags::word(fence) & PREV_IN_USE;
-            InlineTags::set_word(fence, len | IN_USE | prev_in_use);
-            InlineTags::set_word(fence.add(len), IN_USE | PREV_IN_USE);
-            reg.as_mut().end = old_end + len;
-            self.heap.add_space(fence, false);
-        }
-        Ok(())
-    }
-
-    fn min_chunk_bytes(&self) -> usize {
-        self.heap.tags.min_chunk() << self.heap.tags.shift
-    }
-
-    /// The end of `start..start + len` if that range wraps nothing and overlaps no region.
-    fn free_range(&self, start: usize, len: usize) -> Result<usize, Error> {
-        let end = start.checked_add(len).ok_or(Error::RegionOverlap)?;
-        let mut r = self.heap.tags.regions;
-        while let Some(reg) = r {
-            if start < InlineTags::region_end(reg) && reg.addr().get() < end {
-                return Err(Error::RegionOverlap);
-            }
-            r = self.heap.tags.next_region(reg);
-        }
-        Ok(end)
-    }
-
-    /// The region whose header is at `base`.
-    fn find_region(&self, base: *mut u8) -> Result<NonNull<RegionHeader>, Error> {
-        let mut r = self.heap.tags.regions;
-        while let Some(reg) = r {
-            if reg.as_ptr().cast::<u8>() == base {
-                return Ok(reg);
-            }
-            r = self.heap.tags.next_region(reg);
-        }
-        Err(Error::UnknownRegion)
+        let base = NonNull::new(region).ok_or(Error::UnknownRegion)?;
+        // SAFETY: forwarded caller contract.
+        unsafe { self.heap.extend_region(base, additional) }
     }
 
     /// Removes the region that starts at `base` if none of it is allocated, and gives its range
-    /// back (granule-rounded) for the caller to release.
+    /// back (granule-rounded) for the caller to release. Errors: `UnknownRegion`,
+    /// `RegionInUse`.
+    ///
+    /// # Time Complexity
+    /// `O(regions)`.
     pub fn remove_region(&mut self, base: *mut u8) -> Result<(NonNull<u8>, usize), Error> {
-        let mut link: Option<NonNull<RegionHeader>> = None;
-        let mut r = self.heap.tags.regions;
-        while let Some(reg) = r {
-            if reg.as_ptr().cast::<u8>() == base {
-                let c = self.heap.sole_free_chunk(reg)?;
-                self.heap.remove_space(c);
-                let next = self.heap.tags.next_region(reg);
-                match link {
-                    // SAFETY: `prev` is on the list, so its header is ours to update.
-                    Some(mut prev) => unsafe {
-                        prev.as_mut().next = next.map_or(core::ptr::null_mut(), NonNull::as_ptr)
-                    },
-                    None => self.heap.tags.regions = next,
-                }
-                let len = InlineTags::region_end(reg) - reg.addr().get();
-                return Ok((reg.cast(), len));
-            }
-            link = r;
-            r = self.heap.tags.next_region(reg);
-        }
-        Err(Error::UnknownRegion)
+        self.heap.remove_region(base.addr())
     }
 
     /// Removes every wholly free region, calling `release(base, len)` for each; returns how
     /// many were removed.
-    pub fn trim(&mut self, mut release: impl FnMut(NonNull<u8>, usize)) -> usize {
-        let mut removed = 0;
-        let mut r = self.heap.tags.regions;
-        while let Some(reg) = r {
-            r = self.heap.tags.next_region(reg);
-            if let Ok((base, len)) = self.remove_region(reg.as_ptr().cast()) {
-                release(base, len);
-                removed += 1;
-            }
-        }
-        removed
+    ///
+    /// # Time Complexity
+    /// `O(regions)`.
+    pub fn trim(&mut self, release: impl FnMut(NonNull<u8>, usize)) -> usize {
+        self.heap.trim(release)
+    }
+
+    /// The region containing `addr`, as `(base, len)`, if any.
+    ///
+    /// # Time Complexity
+    /// `O(regions)`.
+    pub fn region_of(&self, addr: usize) -> Option<(NonNull<u8>, usize)> {
+        self.heap.region_of(addr)
     }
 
     /// Allocates `size` bytes aligned to `align` (a power of two). The exact best fit among
     /// free chunks is used: the smallest that fits, oldest among equals. For alignments above
-    /// the granule, the best fit for the size plus the worst-case alignment padding.
+    /// the granule, the best fit for the size plus the worst-case alignment padding. Errors:
+    /// `ZeroSize`, `SizeOverflow`, `BadAlign`, `OutOfMemory`.
+    ///
+    /// # Time Complexity
+    /// `O(1)` for sizes of the exact bins (up to 64 granules, 1 KiB at the host granule);
+    /// `O(bits of a size)` otherwise (one walk down a bin's trie).
     #[inline]
     pub fn alloc(&mut self, size: usize, align: usize) -> Result<NonNull<u8>, Error> {
         let c = self.heap.alloc(size, align)?;
-        Ok(payload_of(c))
+        Ok(c.payload())
     }
 
-    /// Frees an allocation of `size` bytes. `O(1)` (without `checked`).
+    /// Frees an allocation of `size` bytes.
     ///
     /// What is detected depends on the build, and a refused free writes nothing:
     /// - always: the chunk's tag says it is free already (a double free of a chunk that has
@@ -611,6 +595,10 @@ impl InlineHeap {
     /// - with the `checked` feature this is [`InlineHeap::free_checked`]: a pointer that is not
     ///   the payload of a live chunk of this heap (`ForeignPointer`, or `DoubleFree` for one
     ///   into a free chunk), a size that does not fit the chunk (`WrongSize`).
+    ///
+    /// # Time Complexity
+    /// Without `checked`: `O(1)` when the merged chunk has up to 64 granules, `O(bits of a
+    /// size)` otherwise. With it, as for [`InlineHeap::free_checked`].
     ///
     /// # Safety
     /// Without `checked`: `ptr` must have come from this heap's `alloc`/`realloc`, and not have
@@ -625,13 +613,7 @@ impl InlineHeap {
             // SAFETY: forwarded caller contract (a subset of it).
             return unsafe { self.free_checked(ptr, size) };
         }
-        let c = chunk_of(ptr);
-        if self.heap.tags.is_free(c) {
-            self.heap.counters.rejected_frees += 1;
-            return Err(Error::DoubleFree);
-        }
-        self.heap.free(c);
-        Ok(())
+        self.heap.free_in_use(Chunk::of_payload(ptr))
     }
 
     /// Frees an allocation after proving that `ptr` is the payload of a live chunk of this
@@ -654,43 +636,39 @@ impl InlineHeap {
 
     /// The live chunk whose payload is `ptr`, if its size fits `size`; a refusal is counted in
     /// the statistics.
-    fn validated_chunk(&mut self, ptr: NonNull<u8>, size: usize) -> Result<NonNull<u8>, Error> {
-        let c = match self.find_chunk(ptr) {
-            Ok(c) if !self.heap.size_matches(c, size) => Err(Error::WrongSize),
-            other => other,
-        };
-        c.inspect_err(|_| self.heap.counters.rejected_frees += 1)
+    fn validated_chunk(&mut self, ptr: NonNull<u8>, size: usize) -> Result<Chunk, Error> {
+        match self.find_chunk(ptr) {
+            Ok(c) if self.heap.size_fits(c, size) => Ok(c),
+            Ok(_) => Err(self.heap.refused(Error::WrongSize)),
+            Err(e) => Err(self.heap.refused(e)),
+        }
     }
 
     /// Finds the live chunk whose payload is `ptr` by walking its region. A payload-aligned
     /// pointer into a free chunk is a double free (its chunk has merged since), anything else
     /// that is not a live chunk's payload is foreign.
-    fn find_chunk(&self, ptr: NonNull<u8>) -> Result<NonNull<u8>, Error> {
-        let t = &self.heap.tags;
+    fn find_chunk(&self, ptr: NonNull<u8>) -> Result<Chunk, Error> {
+        let t = self.heap.tags();
         let a = ptr.addr().get();
-        let mut r = t.regions;
-        while let Some(reg) = r {
-            if (reg.addr().get()..InlineTags::region_end(reg)).contains(&a) {
-                let mut c = Some(t.region_first_chunk(reg));
-                while let Some(ch) = c {
-                    let p = t.payload(ch);
-                    if p > a {
-                        break;
-                    }
-                    let end = ch.addr().get() + (t.size(ch) << t.shift);
-                    if a < end {
-                        let could_be_payload = (a - p) & ((1 << t.shift) - 1) == 0;
-                        return match (p == a, t.is_free(ch)) {
-                            (true, false) => Ok(ch),
-                            (_, true) if could_be_payload => Err(Error::DoubleFree),
-                            _ => Err(Error::ForeignPointer),
-                        };
-                    }
-                    c = t.next(ch);
-                }
-                return Err(Error::ForeignPointer);
+        let Some((base, _)) = self.heap.region_of(a) else {
+            return Err(Error::ForeignPointer);
+        };
+        let g = t.layout.granule();
+        let mut c = Some(t.region_first_chunk(base.cast()));
+        while let Some(ch) = c {
+            let p = t.payload(ch);
+            if p > a {
+                break;
             }
-            r = t.next_region(reg);
+            if a < ch.addr() + (t.size(ch) << t.layout.shift()) {
+                let could_be_payload = (a - p) & (g - 1) == 0;
+                return match (p == a, t.is_free(ch)) {
+                    (true, false) => Ok(ch),
+                    (_, true) if could_be_payload => Err(Error::DoubleFree),
+                    _ => Err(Error::ForeignPointer),
+                };
+            }
+            c = t.next(ch);
         }
         Err(Error::ForeignPointer)
     }
@@ -698,8 +676,11 @@ impl InlineHeap {
     /// Resizes an allocation of `old_size` bytes to `new_size`: shrinks in place, or grows in
     /// place into a free successor, and only if neither works moves it to a new chunk aligned
     /// to `align`, copying `min(old_size, new_size)` bytes (never more than the old chunk
-    /// holds). On error the old allocation is untouched. With the `checked` feature the
-    /// pointer and size are validated as in [`InlineHeap::free_checked`].
+    /// holds). On error the old allocation is untouched. Detects what [`InlineHeap::free`]
+    /// detects in the same build, before anything is written.
+    ///
+    /// # Time Complexity
+    /// As for [`InlineHeap::alloc`] plus [`InlineHeap::free`], and the copy when it moves.
     ///
     /// # Safety
     /// As for [`InlineHeap::free`]; `old_size` must be the size the block was allocated or last
@@ -714,15 +695,20 @@ impl InlineHeap {
         let c = if cfg!(feature = "checked") {
             self.validated_chunk(ptr, old_size)?
         } else {
-            chunk_of(ptr)
+            let c = Chunk::of_payload(ptr);
+            if self.heap.tags().is_free(c) {
+                return Err(self.heap.refused(Error::DoubleFree));
+            }
+            c
         };
         match self.heap.resize_in_place(c, new_size) {
             Err(Error::OutOfMemory) => {}
             other => return other.map(|()| ptr),
         }
+        let t = self.heap.tags();
         let keep = old_size
             .min(new_size)
-            .min((self.heap.tags.size(c) << self.heap.tags.shift) - W);
+            .min((t.size(c) << t.layout.shift()) - W);
         let new = self.alloc(new_size, align)?;
         // SAFETY: both chunks are live and distinct; `keep` fits in the old chunk's payload
         // and in the new allocation.
@@ -731,33 +717,53 @@ impl InlineHeap {
         Ok(new)
     }
 
-    /// Bytes usable at `ptr` (at least what was asked for).
+    /// Bytes usable at `ptr` (at least what was asked for), with the same checks as
+    /// [`InlineHeap::free`] in this build (nothing is counted as refused).
+    ///
+    /// # Time Complexity
+    /// `O(1)` without `checked`; with it, as for [`InlineHeap::free_checked`].
     ///
     /// # Safety
-    /// `ptr` must be a live allocation of this heap.
-    pub unsafe fn usable_size(&self, ptr: NonNull<u8>) -> usize {
-        let c = chunk_of(ptr);
-        (self.heap.tags.size(c) << self.heap.tags.shift) - W
+    /// As for [`InlineHeap::free`]: without `checked`, `ptr` must be a live allocation of this
+    /// heap.
+    pub unsafe fn usable_size(&self, ptr: NonNull<u8>) -> Result<usize, Error> {
+        let c = if cfg!(feature = "checked") {
+            self.find_chunk(ptr)?
+        } else {
+            Chunk::of_payload(ptr)
+        };
+        let t = self.heap.tags();
+        if t.is_free(c) {
+            return Err(Error::DoubleFree);
+        }
+        Ok((t.size(c) << t.layout.shift()) - W)
     }
 
-    /// Verifies every invariant of the heap (see `Heap::check`).
+    /// Calls `each(start, len)` for every free chunk of at least `min` bytes, naming the
+    /// whole pages (of `page` bytes, a power of two) inside it that hold none of the heap's
+    /// tags: what a region source may release (`madvise(MADV_DONTNEED)`, unmapping device
+    /// pages) while the region stays. Returns how many spans it named.
+    ///
+    /// # Time Complexity
+    /// `O(chunks + regions)`.
+    pub fn free_spans(&self, min: usize, page: usize, each: impl FnMut(usize, usize)) -> usize {
+        self.heap.free_spans(min, page, each)
+    }
+
+    /// Verifies every invariant of the heap (see `crate::check`).
+    ///
+    /// # Time Complexity
+    /// `O(chunks + regions)`.
     pub fn check(&self) -> Result<(), CheckError> {
-        self.heap.check(|c| c.addr().get())
+        self.heap.check()
     }
 
     /// The heap's statistics.
+    ///
+    /// # Time Complexity
+    /// `O(bits of a size)` (the largest free chunk is found down a trie); the rest is kept as
+    /// running counters.
     pub fn stats(&self) -> Stats {
         self.heap.stats()
     }
-}
-
-fn payload_of(c: NonNull<u8>) -> NonNull<u8> {
-    // SAFETY: the payload is one word into the chunk, inside it.
-    unsafe { c.add(W) }
-}
-
-fn chunk_of(ptr: NonNull<u8>) -> NonNull<u8> {
-    // `wrapping_sub` keeps this free of preconditions; the result is only dereferenced once the
-    // caller's contract (or `find_chunk`) says it is a chunk head.
-    NonNull::new(ptr.as_ptr().wrapping_sub(W)).unwrap_or(ptr)
 }

@@ -1,7 +1,7 @@
 //! # tagalloc
 //!
 //! A boundary-tag allocator core: dlmalloc-style chunks with `O(1)` coalescing of both
-//! physical neighbours, 128 bins (64 exact sizes + 64 logarithmic), and an exact best-fit search
+//! physical neighbours, 128 bins (64 exact bins + 64 tree bins), and an exact best-fit search
 //! with a worst case bounded by the bits of a size, over regions handed to it from anywhere.
 //!
 //! One algorithm, two tag placements:
@@ -12,16 +12,51 @@
 //!   written, so it serves device memory, or any range of offsets.
 //!
 //! Both heaps are single-owner (`&mut self`). Sharing is a layer above: [`GlobalHeap`] (inline,
-//! `GlobalAlloc`, and `allocator_api2::alloc::Allocator` with the `allocator-api2` feature) and
-//! [`SharedDetachedHeap`] put a heap behind a spin lock, and a free that finds the lock taken
-//! does not wait: it is queued on a lock-free structure (inside the freed memory for the
-//! inline heap, a fixed ring for the out-of-band one) and done by the next lock holder. loom
-//! model-checks the queues (`core/src/tests/loom.rs`).
+//! `GlobalAlloc`, and `allocator_api2::alloc::Allocator` with the `allocator-api2` features)
+//! and [`SharedDetachedHeap`] put a heap behind a lock ([`SpinLock`], or any `lock_api` lock),
+//! and a free that finds the lock taken does not wait: it is queued on a bounded lock-free ring
+//! and done, validated, by the next lock holder. loom model-checks the queue
+//! (`core/src/tests/loom.rs`).
 //!
-//! Every bad request returns an [`Error`]; `check()` verifies every invariant and reports a
-//! [`CheckError`]. The crate is `#![no_std]`; the `alloc` feature lets the out-of-band table
-//! grow, the `checked` feature validates every inline free, and `allocator-api2` implements that
-//! crate's `Allocator` for [`GlobalHeap`].
+//! Every bad request returns an [`Error`] and changes nothing; `check()` verifies every
+//! invariant and reports a [`CheckError`]. The crate is `#![no_std]`; the `std` feature (on by
+//! default) lets the shared heaps detect re-entry, `alloc` lets the detached table grow,
+//! `checked` validates every inline free, `lock_api` admits `lock_api` locks, and
+//! `allocator-api2` / `allocator-api2-04` implement that crate's `Allocator` for [`GlobalHeap`].
+//!
+//! # Glossary
+//!
+//! One word per thing, in the code, the docs, the tests and the benchmark output:
+//!
+//! - **region**: an address range handed to a heap (`add_region`), grown in place
+//!   (`extend_region`), given back whole (`remove_region`, `trim`). Every byte of it is in
+//!   one chunk, except an inline region's header and fence.
+//! - **chunk**: a run of whole granules of a region, free or in use, with its tags.
+//! - **block**: what a caller holds for a chunk in use: a payload pointer (inline) or a
+//!   [`Block`] (detached). **payload**: a block's usable bytes.
+//! - **granule**: the unit sizes are counted in (16 bytes inline, 256 typical for device
+//!   memory); every payload is granule-aligned.
+//! - **tags**: a chunk's size, state and neighbour links. **Inline** tags sit in the memory;
+//!   **detached** tags sit in a table of [`Record`]s apart from it (elsewhere called
+//!   out-of-band tags). The **placement** is where a heap keeps its tags.
+//! - **bin**: where free chunks wait. **Exact bins** (0–63) hold one size each, oldest first;
+//!   **tree bins** (64–127) each hold a logarithmic range of sizes in a bitwise trie.
+//! - **best fit**: the smallest free chunk that fits, the oldest among equals.
+//! - **queued free**: a free that found the shared heap's lock taken and waits on the ring
+//!   for the next lock holder ([`GlobalHeap::queued_frees`]).
+//! - **refused**: a call that returned an [`Error`] and changed nothing; refused frees are
+//!   counted in [`Stats::refused_frees`].
+//! - **re-entry**: a call into a shared heap from the thread that holds its lock
+//!   ([`Error::Reentrant`]).
+//!
+//! # Modules
+//!
+//! One concept per file: `layout` (size arithmetic), `tags` (the placement seam), `inline` and
+//! `detached` (the two placements and their heaps), `records` (the detached table), `bins`
+//! (bins and best fit), `heap` (the algorithm), `region` (regions), `check` (the invariant
+//! walk), `stats` (counters), `lock` (locks and re-entry), `queue` (the ring of queued frees),
+//! `shared` (a heap behind a lock), `global` and `shared_detached` (the two shared heaps),
+//! `sync` (atomics that loom can swap), `model` (the reference model, for tests).
 //!
 //! ```
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -38,7 +73,7 @@
 //! unsafe { heap.free_checked(p, 400)? }; // reports double, foreign and wrong-size frees
 //! heap.check()?; // verifies every invariant
 //!
-//! let mut table = [Record::VACANT; 256]; // out-of-band tags: no memory is touched
+//! let mut table = [Record::VACANT; 256]; // detached tags: no memory is touched
 //! let mut dev = DetachedHeap::new(&mut table[..], 256)?;
 //! dev.add_region(0x7f00_0000_0000, 1 << 30)?; // e.g. a device allocation
 //! let block = dev.alloc(1 << 20, 4096)?;
@@ -58,29 +93,31 @@ extern crate alloc;
 extern crate std;
 
 mod bins;
+mod check;
 mod detached;
 mod error;
 mod global;
 mod heap;
 mod inline;
+mod layout;
 mod lock;
 #[cfg(any(test, feature = "model"))]
 #[doc(hidden)]
 pub mod model;
+mod queue;
 mod records;
-mod remote_ring;
+mod region;
 mod shared;
 mod shared_detached;
 mod stats;
 mod sync;
 mod tags;
 
-pub use bins::{bin_of, BIN_COUNT, EXACT_BINS};
 pub use detached::{Block, DetachedHeap, Handle, DEVICE_GRANULE};
 pub use error::{CheckError, Error};
 pub use global::GlobalHeap;
-pub use heap::MAX_GRANULE;
 pub use inline::{InlineHeap, HOST_GRANULE};
+pub use layout::MAX_GRANULE;
 pub use lock::{RawLock, SpinLock};
 pub use records::{Record, RecordStore};
 pub use shared_detached::SharedDetachedHeap;

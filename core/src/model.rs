@@ -10,18 +10,16 @@
 //! set earliest. Aligned requests over-ask by the worst leading fragment and split one off;
 //! regions are added, grown in place and removed. Every result, the errors included, is what
 //! [`crate::InlineHeap`] and [`crate::DetachedHeap`] must return for the same request, given
-//! the [`Geometry`] of their placement (with the out-of-band heap's table never running out of
+//! the [`Layout`] of their placement (the core's own size arithmetic: the model shares it, and
+//! decides only where each request goes) (with the detached heap's table never running out of
 //! records, and the inline heap never given a null region base).
 
 extern crate alloc;
 
+pub use crate::layout::Layout;
+use crate::Error;
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
-use core::mem::size_of;
-
-use crate::Error;
-
-const W: usize = size_of::<usize>();
 
 /// One chunk of the model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,103 +34,10 @@ pub struct MChunk {
     pub region: usize,
 }
 
-/// How a placement lays chunks out, in the model's terms (payload addresses, granules).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Geometry {
-    /// Bytes per granule.
-    pub granule: usize,
-    /// Bytes of tag before each payload.
-    pub head: usize,
-    /// The smallest chunk, in granules.
-    pub min_chunk: usize,
-    /// Offset from a region's base to its first payload.
-    pub first_payload: usize,
-    /// Bytes of a region that are not chunk space.
-    pub region_overhead: usize,
-}
-
-impl Geometry {
-    /// The geometry of an [`crate::InlineHeap`] with this granule (a power of two of at least
-    /// 16 bytes): one word of head per chunk, a two-word region header padded so the first
-    /// payload is granule-aligned, and a one-word fence closing each region.
-    pub const fn inline(granule: usize) -> Self {
-        let lead = (2 * W + W).next_multiple_of(granule);
-        Geometry {
-            granule,
-            head: W,
-            // A head, two ring links and a footer.
-            min_chunk: (4 * W).div_ceil(granule),
-            first_payload: lead,
-            // Header and padding before the first chunk, fence after the last.
-            region_overhead: lead,
-        }
-    }
-
-    /// The geometry of a [`crate::DetachedHeap`] with this granule (any power of two): no tag
-    /// bytes, one-granule chunks, regions that are all chunk space.
-    pub const fn detached(granule: usize) -> Self {
-        Geometry {
-            granule,
-            head: 0,
-            min_chunk: 1,
-            first_payload: 0,
-            region_overhead: 0,
-        }
-    }
-
-    /// The chunk size, in granules, that serves `size` bytes.
-    pub fn granules_for(&self, size: usize) -> Result<usize, Error> {
-        if size == 0 {
-            return Err(Error::ZeroSize);
-        }
-        let bytes = size
-            .checked_add(self.head + self.granule - 1)
-            .filter(|&b| b <= isize::MAX as usize)
-            .ok_or(Error::SizeOverflow)?;
-        Ok((bytes / self.granule).max(self.min_chunk))
-    }
-
-    /// The granules an allocation of `size` bytes aligned to `align` keeps (`need`) and the
-    /// smallest free chunk that can serve it (`want`: `need` plus the worst leading fragment
-    /// for alignments above the granule), or the request's error.
-    pub fn request(&self, size: usize, align: usize) -> Result<(usize, usize), Error> {
-        if !align.is_power_of_two() {
-            return Err(Error::BadAlign);
-        }
-        let need = self.granules_for(size)?;
-        let g = self.granule;
-        let want = if align <= g {
-            need
-        } else {
-            let step = align / g;
-            need.checked_add(step + self.min_chunk - 1)
-                .filter(|&w| w <= isize::MAX as usize / g)
-                .ok_or(Error::SizeOverflow)?
-        };
-        Ok((need, want))
-    }
-
-    /// Whether a chunk of `granules` may have been allocated for `size` bytes: `size` fits and
-    /// would not have left a tail large enough to split off. A checked free with any other
-    /// size is refused as `WrongSize`.
-    pub fn size_matches(&self, granules: usize, size: usize) -> bool {
-        self.granules_for(size)
-            .is_ok_and(|need| need <= granules && granules < need + self.min_chunk)
-    }
-
-    /// The payload bytes of the single chunk that spans a region of `len` bytes (rounded down
-    /// to granules), or `None` if no chunk fits.
-    pub fn whole_region_request(&self, len: usize) -> Option<usize> {
-        let len = len & !(self.granule - 1);
-        (len >= self.region_overhead + self.min_chunk * self.granule)
-            .then(|| len - self.region_overhead - self.head)
-    }
-}
-
 /// The reference model: chunks by payload address, regions by base.
 #[derive(Clone, Debug)]
 pub struct Model {
-    geo: Geometry,
+    geo: Layout,
     chunks: BTreeMap<usize, MChunk>,
     /// Regions: base → (number, end in bytes), for growth and removal.
     regions: BTreeMap<usize, (usize, usize)>,
@@ -142,7 +47,7 @@ pub struct Model {
 
 impl Model {
     /// An empty model of a heap with this geometry.
-    pub fn new(geo: Geometry) -> Self {
+    pub fn new(geo: Layout) -> Self {
         Model {
             geo,
             chunks: BTreeMap::new(),
@@ -152,8 +57,8 @@ impl Model {
         }
     }
 
-    /// The geometry the model was made with.
-    pub fn geometry(&self) -> Geometry {
+    /// The layout the model was made with.
+    pub fn layout(&self) -> Layout {
         self.geo
     }
 
@@ -181,7 +86,7 @@ impl Model {
 
     fn next_of(&self, at: usize) -> Option<(usize, MChunk)> {
         let c = self.chunks[&at];
-        let n = at + c.granules * self.geo.granule;
+        let n = at + c.granules * self.geo.granule();
         self.chunks
             .get(&n)
             .filter(|nc| nc.region == c.region)
@@ -191,7 +96,7 @@ impl Model {
     fn prev_of(&self, at: usize) -> Option<(usize, MChunk)> {
         let c = self.chunks[&at];
         let (&p, &pc) = self.chunks.range(..at).next_back()?;
-        (pc.region == c.region && p + pc.granules * self.geo.granule == at).then_some((p, pc))
+        (pc.region == c.region && p + pc.granules * self.geo.granule() == at).then_some((p, pc))
     }
 
     /// Frees (or files new space at) `at`, merging with free neighbours.
@@ -210,7 +115,7 @@ impl Model {
 
     fn split(&mut self, at: usize, keep: usize) -> usize {
         let c = self.chunks.get_mut(&at).unwrap();
-        let tail = at + keep * self.geo.granule;
+        let tail = at + keep * self.geo.granule();
         let rest = c.granules - keep;
         c.granules = keep;
         let tc = MChunk {
@@ -222,7 +127,7 @@ impl Model {
     }
 
     fn release_tail(&mut self, at: usize, keep: usize) {
-        if self.chunks[&at].granules >= keep + self.geo.min_chunk {
+        if self.chunks[&at].granules >= keep + self.geo.min_chunk() {
             let tail = self.split(at, keep);
             self.chunks.get_mut(&tail).unwrap().free = false;
             self.coalesce_and_file(tail);
@@ -232,7 +137,7 @@ impl Model {
     /// Predicts and applies an allocation; returns the payload address.
     pub fn alloc(&mut self, size: usize, align: usize) -> Result<usize, Error> {
         let (need, want) = self.geo.request(size, align)?;
-        let g = self.geo.granule;
+        let g = self.geo.granule();
         let (&at, _) = self
             .chunks
             .iter()
@@ -240,11 +145,12 @@ impl Model {
             .min_by_key(|(_, c)| (c.granules, c.stamp))
             .ok_or(Error::OutOfMemory)?;
         let mut at = at;
-        if align > g && at % align != 0 {
-            let mut lead = (align - at % align) / g;
-            if lead < self.geo.min_chunk {
-                lead += align / g;
-            }
+        let lead = if align > g {
+            self.geo.lead_granules(at, align)
+        } else {
+            0
+        };
+        if lead > 0 {
             let rest = self.split(at, lead);
             self.file(at);
             at = rest;
@@ -307,23 +213,23 @@ impl Model {
 
     /// Predicts and applies the addition of region `base..base + len`.
     pub fn add_region(&mut self, base: usize, len: usize) -> Result<(), Error> {
-        let g = self.geo.granule;
+        let g = self.geo.granule();
         if base & (g - 1) != 0 {
             return Err(Error::RegionMisaligned);
         }
         let len = len & !(g - 1);
         self.check_free_range(base, len)?;
-        if len < self.geo.region_overhead + self.geo.min_chunk * g {
+        if len < self.geo.region_overhead() + self.geo.min_chunk() * g {
             return Err(Error::RegionTooSmall);
         }
         let id = self.next_region;
         self.next_region += 1;
         self.regions.insert(base, (id, base + len));
-        let at = base + self.geo.first_payload;
+        let at = base + self.geo.first_payload();
         self.chunks.insert(
             at,
             MChunk {
-                granules: (len - self.geo.region_overhead) / g,
+                granules: (len - self.geo.region_overhead()) / g,
                 free: false,
                 stamp: 0,
                 region: id,
@@ -336,11 +242,11 @@ impl Model {
     /// Predicts and applies growth: new space right after the region's last chunk, merged
     /// with it if free.
     pub fn extend_region(&mut self, base: usize, len: usize) -> Result<(), Error> {
-        let g = self.geo.granule;
+        let g = self.geo.granule();
         let len = len & !(g - 1);
         let &(id, end) = self.regions.get(&base).ok_or(Error::UnknownRegion)?;
         self.check_free_range(end, len)?;
-        if len < self.geo.min_chunk * g {
+        if len < self.geo.min_chunk() * g {
             return Err(Error::RegionTooSmall);
         }
         // The old end (inline: the payload after the old fence) starts the new chunk.

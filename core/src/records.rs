@@ -1,13 +1,37 @@
-//! The host-side table of chunk records behind out-of-band tags, and the storage it lives in.
+//! The host-side table of chunk records behind detached tags, and the storage it lives in.
 //!
-//! Records are addressed by `u32` index. Vacant records form a free list through their `next`
-//! field. Without the `alloc` feature the table is a slice the caller supplies (a `static`, a
-//! stack array, anything); with it, a `Vec` that grows on demand.
+//! Records are named by [`Idx`], and every reference from one record to another (a neighbour,
+//! a bin link, a region) is an `Option<Idx>`, four bytes with no separate tag. Vacant records
+//! form a free list through their `next` field. Without the `alloc` feature the table is a
+//! slice the caller supplies (a `static`, a stack array, anything); with it, a `Vec` that grows
+//! on demand.
+
+use core::num::NonZeroU32;
 
 use bitflags::bitflags;
 
-/// "No record": the end of a list, a missing child, a missing neighbour.
-pub(crate) const NIL: u32 = u32::MAX;
+/// The most records a table can use: indices `0..MAX_RECORDS`, each stored plus one in a
+/// `NonZeroU32`.
+pub(crate) const MAX_RECORDS: usize = u32::MAX as usize;
+
+/// A record's index in the table, stored plus one so that `Option<Idx>` is one `u32`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Idx(NonZeroU32);
+
+impl Idx {
+    /// Record `i` (below [`MAX_RECORDS`]).
+    #[inline]
+    pub(crate) fn new(i: usize) -> Idx {
+        debug_assert!(i < MAX_RECORDS);
+        Idx(NonZeroU32::new((i as u32).wrapping_add(1)).unwrap_or(NonZeroU32::MAX))
+    }
+
+    /// The index into the table.
+    #[inline]
+    pub(crate) fn get(self) -> usize {
+        (self.0.get() - 1) as usize
+    }
+}
 
 bitflags! {
     /// What a record is.
@@ -22,11 +46,11 @@ bitflags! {
     }
 }
 
-/// One entry of the out-of-band table: a chunk, a region, or vacant. Opaque outside the crate;
+/// One entry of the detached table: a chunk, a region, or vacant. Opaque outside the crate;
 /// only its size matters to whoever supplies the storage.
 ///
 /// For a chunk: `addr` is its first byte in managed memory, `size` its length in granules,
-/// `prev`/`next` its physical neighbours in the region (`NIL` at the edges), `links` its bin
+/// `prev`/`next` its physical neighbours in the region (`None` at the edges), `links` its bin
 /// links while free, `region` its region's record, `gen` a counter bumped each time it is
 /// handed out, so stale handles are recognised (64 bits: a record reused once a nanosecond
 /// would take 584 years to wrap). For a region: `addr` is its base, `size` its
@@ -54,10 +78,10 @@ bitflags! {
 pub struct Record {
     pub(crate) addr: usize,
     pub(crate) size: usize,
-    pub(crate) prev: u32,
-    pub(crate) next: u32,
-    pub(crate) links: [u32; 5],
-    pub(crate) region: u32,
+    pub(crate) prev: Option<Idx>,
+    pub(crate) next: Option<Idx>,
+    pub(crate) links: [Option<Idx>; 5],
+    pub(crate) region: Option<Idx>,
     pub(crate) gen: u64,
     pub(crate) kind: Kind,
 }
@@ -67,16 +91,16 @@ impl Record {
     pub const VACANT: Record = Record {
         addr: 0,
         size: 0,
-        prev: NIL,
-        next: NIL,
-        links: [NIL; 5],
-        region: NIL,
+        prev: None,
+        next: None,
+        links: [None; 5],
+        region: None,
         gen: 0,
         kind: Kind::empty(),
     };
 }
 
-/// Storage for the out-of-band table: a slice the caller supplies (fixed), or with the `alloc`
+/// Storage for the detached table: a slice the caller supplies (fixed), or with the `alloc`
 /// feature a `Vec` that grows. Implement it for other storage (a static pool, memory from a
 /// backend).
 ///
@@ -139,7 +163,7 @@ impl RecordStore for alloc::vec::Vec<Record> {
     }
     fn grow(&mut self) -> bool {
         let add = self.len().clamp(64, 1 << 16);
-        if self.len() + add > NIL as usize {
+        if self.len() + add > MAX_RECORDS {
             return false;
         }
         self.resize(self.len() + add, Record::VACANT);

@@ -1,6 +1,6 @@
 //! A heap shared between threads: one heap behind a lock, with a queue for frees that arrive
 //! while the lock is held (DESIGN.md, "Concurrency"). [`crate::GlobalHeap`] and
-//! [`crate::SharedDetachedHeap`] are this with an inline and an out-of-band heap.
+//! [`crate::SharedDetachedHeap`] are this with an inline and a detached heap.
 //!
 //! A free that finds the lock taken does not wait: it puts what identifies the free (a pointer
 //! and size, or a `Block`) on a bounded lock-free ring and returns. Whoever takes the lock next
@@ -13,7 +13,7 @@
 
 use crate::error::Error;
 use crate::lock::{Guard, Locked, RawLock};
-use crate::remote_ring::RemoteRing;
+use crate::queue::FreeQueue;
 use crate::sync::{const_unless_loom, AtomicUsize, Ordering};
 
 /// A heap that can sit behind a [`Shared`]: how a free is identified while it waits in the
@@ -40,9 +40,9 @@ pub(crate) struct State<H> {
 /// the heap.
 pub(crate) struct Shared<H: QueuedFree, L, const N: usize> {
     state: Locked<L, State<H>>,
-    ring: RemoteRing<H::Freed, N>,
+    ring: FreeQueue<H::Freed, N>,
     /// Frees that went through the ring.
-    deferred: AtomicUsize,
+    queued: AtomicUsize,
 }
 
 impl<H: QueuedFree, L: RawLock, const N: usize> Shared<H, L, N> {
@@ -50,8 +50,8 @@ impl<H: QueuedFree, L: RawLock, const N: usize> Shared<H, L, N> {
         pub(crate) fn new(heap: H) -> Self {
             Shared {
                 state: Locked::new(State { heap, head: 0 }),
-                ring: RemoteRing::new(),
-                deferred: AtomicUsize::new(0),
+                ring: FreeQueue::new(),
+                queued: AtomicUsize::new(0),
             }
         }
     }
@@ -83,7 +83,7 @@ impl<H: QueuedFree, L: RawLock, const N: usize> Shared<H, L, N> {
             Some(st) => st,
             None => match self.ring.push(freed) {
                 Ok(()) => {
-                    self.deferred.fetch_add(1, Ordering::Relaxed);
+                    self.queued.fetch_add(1, Ordering::Relaxed);
                     return Ok(());
                 }
                 Err(back) => {
@@ -114,8 +114,8 @@ impl<H: QueuedFree, L: RawLock, const N: usize> Shared<H, L, N> {
     }
 
     /// How many frees so far found the lock taken and were queued.
-    pub(crate) fn deferred(&self) -> usize {
-        self.deferred.load(Ordering::Relaxed)
+    pub(crate) fn queued(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
     }
 
     /// The heap back, with every queued free done.

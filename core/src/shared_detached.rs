@@ -1,4 +1,4 @@
-//! The shared out-of-band heap: a [`DetachedHeap`] behind a lock, with a queue for frees that
+//! The shared detached heap: a [`DetachedHeap`] behind a lock, with a queue for frees that
 //! arrive while the lock is held (see [`crate::shared`]).
 
 use crate::detached::{Block, DetachedHeap};
@@ -23,7 +23,7 @@ impl<S: RecordStore> QueuedFree for DetachedHeap<S> {
 /// feature) and `N` (a power of two, at least 2) how many frees can wait for the lock at once.
 /// A free that finds the lock taken is queued and done, validated, by the next lock holder; a
 /// refused one (double free, stale block, block of another heap) is counted in
-/// [`Stats::rejected_frees`]. When the queue is full the free waits for the lock, so nothing on
+/// [`Stats::refused_frees`]. When the queue is full the free waits for the lock, so nothing on
 /// the free path allocates.
 ///
 /// **Re-entry.** A call from inside [`SharedDetachedHeap::with_heap`]'s closure into the same
@@ -70,7 +70,7 @@ impl<S: RecordStore, L: RawLock, const N: usize> SharedDetachedHeap<S, L, N> {
     /// Frees `block`. If the lock is free, this is [`DetachedHeap::free`] and returns its
     /// verdict (every misuse is detected: see there). If the lock is taken, the free is queued
     /// and `Ok` is returned at once; the next lock holder does it and counts a refusal in
-    /// [`Stats::rejected_frees`]. A refused free changes nothing, on either path.
+    /// [`Stats::refused_frees`]. A refused free changes nothing, on either path.
     /// [`Error::Reentrant`] if the queue is full and this thread holds the lock (nothing is
     /// freed then).
     pub fn free(&self, block: Block) -> Result<(), Error> {
@@ -90,8 +90,8 @@ impl<S: RecordStore, L: RawLock, const N: usize> SharedDetachedHeap<S, L, N> {
 
     /// How many frees so far found the lock taken and were queued (each is done by the next
     /// lock holder).
-    pub fn deferred_frees(&self) -> usize {
-        self.shared.deferred()
+    pub fn queued_frees(&self) -> usize {
+        self.shared.queued()
     }
 
     /// The heap back, with every queued free done.

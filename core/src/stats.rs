@@ -52,7 +52,7 @@ pub struct Stats {
     /// Reallocations done in place.
     pub reallocs_in_place: u64,
     /// Frees refused as double, foreign or wrong-size by a checked path.
-    pub rejected_frees: u64,
+    pub refused_frees: u64,
 }
 
 impl Stats {
@@ -79,7 +79,7 @@ pub(crate) struct Counters {
     pub allocs: u64,
     pub frees: u64,
     pub reallocs_in_place: u64,
-    pub rejected_frees: u64,
+    pub refused_frees: u64,
 }
 
 impl Counters {
@@ -93,7 +93,7 @@ impl Counters {
             allocs: 0,
             frees: 0,
             reallocs_in_place: 0,
-            rejected_frees: 0,
+            refused_frees: 0,
         }
     }
 
@@ -132,7 +132,7 @@ impl Counters {
             allocs: self.allocs,
             frees: self.frees,
             reallocs_in_place: self.reallocs_in_place,
-            rejected_frees: self.rejected_frees,
+            refused_frees: self.refused_frees,
         }
     }
 }

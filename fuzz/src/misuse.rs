@@ -104,7 +104,7 @@ impl<'a> Arbitrary<'a> for Step {
 /// The statistics with the refusal counter cleared, to compare before and after a refusal.
 fn sans_refusals(st: Stats) -> Stats {
     Stats {
-        rejected_frees: 0,
+        refused_frees: 0,
         ..st
     }
 }
@@ -149,7 +149,7 @@ impl<S: Subject> Driver<S> {
             sans_refusals(before),
             "{what}: refused, yet the heap changed"
         );
-        let counted = after.rejected_frees - before.rejected_frees;
+        let counted = after.refused_frees - before.refused_frees;
         if realloc {
             assert!(counted <= 1, "{what}: {counted} refusals counted");
         } else {

@@ -1,7 +1,7 @@
 //! Real threads through one [`GlobalHeap`]: a multi-threaded trace replayed with one OS thread
 //! per thread of the recorded process, and a producer handing blocks to consumers through the
 //! `GlobalAlloc` interface. Both make many frees of memory allocated by another thread, some of
-//! which find the lock taken and go through the heap's queue of deferred frees; every block's
+//! which find the lock taken and go through the heap's queue of queued frees; every block's
 //! contents are verified before it is freed or resized, and the heap's invariants are checked
 //! while the threads run and after they have finished.
 
@@ -121,7 +121,7 @@ fn assert_heap_sound(heap: &GlobalHeap) -> Stats {
         .expect("not re-entrant")
         .unwrap_or_else(|e| panic!("heap check: {e}"));
     let stats = heap.stats().expect("not re-entrant");
-    assert_eq!(stats.rejected_frees, 0, "{stats:?}");
+    assert_eq!(stats.refused_frees, 0, "{stats:?}");
     stats
 }
 
@@ -572,10 +572,10 @@ fn replay_threaded(trace: &Trace, limit: usize, first_region: Option<usize>) -> 
         (plan.allocs + plan.reallocs) as u64,
         "{stats:?}"
     );
-    let deferred = heap.deferred_frees();
+    let queued = heap.queued_frees();
     // A queued free only goes through the heap when the next lock holder drains the queue;
     // `stats()` drained it, so the queue cannot have lost one.
-    assert!(deferred <= plan.frees, "{deferred} deferred frees");
+    assert!(queued <= plan.frees, "{queued} queued frees");
 
     // Free, from this thread, what the trace left live (all threads have been joined, so
     // every slot holds what its last event left).
@@ -597,7 +597,7 @@ fn replay_threaded(trace: &Trace, limit: usize, first_region: Option<usize>) -> 
     println!(
         "{}: {} threads, {} events ({} alloc, {} free, {} realloc), {} cross-thread frees, \
          {} cross-thread reallocs, {} events after another thread's event on the block ({} \
-         had to wait), {} deferred frees, {} blocks live at the end, {} regions added, {} checks \
+         had to wait), {} queued frees, {} blocks live at the end, {} regions added, {} checks \
          while running; peak live {} B in {} blocks, heap peak in use {} B; replay {:.2?}, \
          total {:.2?}",
         trace.name,
@@ -610,7 +610,7 @@ fn replay_threaded(trace: &Trace, limit: usize, first_region: Option<usize>) -> 
         plan.cross_thread_reallocs,
         plan.cross_thread_deps,
         waits,
-        heap.deferred_frees(),
+        heap.queued_frees(),
         plan.live_at_end.len(),
         arenas.added.load(Ordering::Relaxed),
         checks,
@@ -780,7 +780,7 @@ fn consume(heap: &GlobalHeap, inbox: mpsc::Receiver<Parcel>, seed: u64) -> Consu
 /// A producer allocates blocks of varied sizes and alignments through `GlobalAlloc::alloc`,
 /// fills them, and sends them to three consumers, which verify, sometimes resize, and free them:
 /// every free is of a block allocated by another thread, made while the producer keeps taking
-/// the lock, so many go through the queue of deferred frees.
+/// the lock, so many go through the queue of queued frees.
 #[test]
 fn one_producer_many_consumers_through_global_alloc() {
     const BLOCKS: usize = 60_000;
@@ -858,10 +858,10 @@ fn one_producer_many_consumers_through_global_alloc() {
     assert_heap_empty(&heap);
     println!(
         "{BLOCKS} blocks from 1 producer to {CONSUMERS} consumers ({:?} each), {reallocs} \
-         reallocs ({} in place), {} deferred frees, heap peak in use {} B, {:.2?}",
+         reallocs ({} in place), {} queued frees, heap peak in use {} B, {:.2?}",
         consumed.iter().map(|c| c.blocks).collect::<Vec<_>>(),
         stats.reallocs_in_place,
-        heap.deferred_frees(),
+        heap.queued_frees(),
         stats.peak_in_use,
         elapsed
     );

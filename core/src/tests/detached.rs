@@ -1,4 +1,4 @@
-//! Out-of-band heap: smoke tests over caller-supplied record storage.
+//! Detached heap: smoke tests over caller-supplied record storage.
 
 use crate::{DetachedHeap, Error, Record};
 
@@ -85,7 +85,7 @@ fn detached_bad_inputs() {
     h.free(b).unwrap();
     assert_eq!(h.free(b), Err(Error::DoubleFree));
     assert_eq!(h.resize_in_place(b, 10), Err(Error::DoubleFree));
-    assert_eq!(h.stats().rejected_frees, 2);
+    assert_eq!(h.stats().refused_frees, 2);
     h.check().unwrap();
     assert_eq!(h.remove_region(0), Ok((0, 1 << 16)));
     h.check().unwrap();

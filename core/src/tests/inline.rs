@@ -261,7 +261,7 @@ fn inline_region_errors() {
             frees: 1,
             allocs: 1,
             peak_in_use: 64,
-            rejected_frees: 1,
+            refused_frees: 1,
             ..Default::default()
         }
     );

@@ -10,7 +10,7 @@
 //! weakened to Relaxed, see `src/sync.rs`), the queue models report a causality violation;
 //! `.ci/loom` checks that they do.
 //!
-//! The queue is the bounded ring of `src/remote_ring.rs` for both heaps; the models run it on
+//! The queue is the bounded ring of `src/queue.rs` for both heaps; the models run it on
 //! its own, then through `GlobalHeap` and `SharedDetachedHeap`, with legitimate frees racing
 //! allocations and with double frees racing their first free (one must be refused, nothing
 //! written).
@@ -26,7 +26,7 @@ use loom::thread;
 
 use super::inline::Arena;
 use crate::detached::Block;
-use crate::remote_ring::RemoteRing;
+use crate::queue::FreeQueue;
 use crate::{DetachedHeap, GlobalHeap, Record, SharedDetachedHeap, SpinLock};
 
 /// Runs `f` under loom and prints how many executions it explored.
@@ -57,7 +57,7 @@ fn block(addr: usize) -> Block {
 #[test]
 fn ring_push_races_drain() {
     model("ring_push_races_drain", || {
-        let ring = Arc::new(RemoteRing::<Block, 2>::new());
+        let ring = Arc::new(FreeQueue::<Block, 2>::new());
         let refused = Arc::new(loom::sync::atomic::AtomicUsize::new(0));
         let pushers: Vec<_> = [std::vec![1usize << 20, 2 << 20], std::vec![3 << 20]]
             .into_iter()
@@ -127,7 +127,7 @@ fn global_heap_frees_race_alloc() {
             f.join().unwrap();
         }
         let st = heap.stats().unwrap();
-        assert_eq!(st.rejected_frees, 0);
+        assert_eq!(st.refused_frees, 0);
         assert_eq!(st.frees, 2, "a queued free was lost or done twice");
         assert_eq!(st.live, 1);
         heap.with_heap(|h| h.check()).unwrap().unwrap();
@@ -165,12 +165,12 @@ fn global_heap_threads_alloc_and_free() {
         }
         heap.with_heap(|h| h.check()).unwrap().unwrap();
         let st = heap.stats().unwrap();
-        assert_eq!((st.live, st.in_use, st.rejected_frees), (0, 0, 0));
+        assert_eq!((st.live, st.in_use, st.refused_frees), (0, 0, 0));
         drop(arena);
     });
 }
 
-/// The shared out-of-band heap with a ring of two: two threads free while the main thread
+/// The shared detached heap with a ring of two: two threads free while the main thread
 /// allocates; every free is done once, whether queued, refused by a full ring, or direct.
 #[test]
 fn shared_detached_frees_race_alloc() {
@@ -199,7 +199,7 @@ fn shared_detached_frees_race_alloc() {
         heap.free(c).unwrap();
         heap.with_heap(|h| h.check()).unwrap().unwrap();
         let st = heap.stats().unwrap();
-        assert_eq!((st.live, st.in_use, st.rejected_frees), (0, 0, 0));
+        assert_eq!((st.live, st.in_use, st.refused_frees), (0, 0, 0));
         assert_eq!(st.frees, 3, "a queued free was lost or done twice");
     });
 }
@@ -230,7 +230,7 @@ fn global_heap_double_free_races_its_first_free() {
             })
             .collect();
         let c = heap.try_alloc(200, 16).unwrap();
-        while heap.stats().unwrap().frees + heap.stats().unwrap().rejected_frees < 2 {
+        while heap.stats().unwrap().frees + heap.stats().unwrap().refused_frees < 2 {
             thread::yield_now();
         }
         let refused_now = freers
@@ -240,7 +240,7 @@ fn global_heap_double_free_races_its_first_free() {
             .count() as u64;
         let st = heap.stats().unwrap();
         assert_eq!(st.frees, 1, "the first free is done once");
-        assert_eq!(st.rejected_frees, 1, "the double free is refused");
+        assert_eq!(st.refused_frees, 1, "the double free is refused");
         assert!(refused_now <= 1);
         // SAFETY: `b` is live.
         let bytes = unsafe { core::slice::from_raw_parts(b.as_ptr(), 48) };

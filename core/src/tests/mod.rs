@@ -8,4 +8,6 @@ mod loom;
 mod misuse;
 mod model;
 #[cfg(not(loom))]
+mod region;
+#[cfg(not(loom))]
 mod shared;

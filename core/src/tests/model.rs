@@ -14,7 +14,7 @@ use std::vec::Vec;
 use proptest::prelude::*;
 
 use super::inline::Arena;
-use crate::model::{Geometry, Model};
+use crate::model::{Layout, Model};
 use crate::{Block, DetachedHeap, Error, InlineHeap, Record};
 
 /// What a heap under test must do, in the terms of the model.
@@ -145,7 +145,7 @@ impl Subject for DetachedSubject {
         align: usize,
         new: usize,
     ) -> Result<(usize, Block), Error> {
-        // The out-of-band heap never moves memory: emulate a moving realloc as the caller of a
+        // The detached heap never moves memory: emulate a moving realloc as the caller of a
         // device heap would (in place, else allocate, copy on the device, free).
         let _ = old;
         match self.heap.resize_in_place(h, new) {
@@ -223,7 +223,7 @@ fn op_strategy(sizes: impl Strategy<Value = usize> + Clone + 'static) -> impl St
 /// Address space the test carves regions from.
 const SPACE: usize = 1 << 20;
 
-fn run<S: Subject>(subject: &mut S, geo: Geometry, first_region: usize, ops: &[Op]) {
+fn run<S: Subject>(subject: &mut S, geo: Layout, first_region: usize, ops: &[Op]) {
     let mut model = Model::new(geo);
     let base = subject.base();
     let mut cursor = 0usize;
@@ -358,7 +358,7 @@ fn run<S: Subject>(subject: &mut S, geo: Geometry, first_region: usize, ops: &[O
         "a region is not one free chunk"
     );
     for c in model.chunks().values() {
-        let size = c.granules * geo.granule - geo.head;
+        let size = c.granules * geo.granule() - geo.head();
         let (a, h) = subject
             .alloc(size, 1)
             .expect("a whole-region allocation must fit");
@@ -368,9 +368,15 @@ fn run<S: Subject>(subject: &mut S, geo: Geometry, first_region: usize, ops: &[O
     subject.check();
 }
 
-const INLINE_GEO: Geometry = Geometry::inline(16);
+const INLINE_GEO: Layout = match Layout::inline(16) {
+    Ok(l) => l,
+    Err(_) => panic!(),
+};
 
-const DETACHED_GEO: Geometry = Geometry::detached(256);
+const DETACHED_GEO: Layout = match Layout::detached(256) {
+    Ok(l) => l,
+    Err(_) => panic!(),
+};
 
 fn config() -> ProptestConfig {
     ProptestConfig {
@@ -411,7 +417,7 @@ proptest! {
     fn detached_dense_tries_match_model(ops in ops_strategy(large_size_strategy())) {
         // A 16-byte granule puts these sizes in the logarithmic bins here too.
         let mut s = DetachedSubject { heap: DetachedHeap::new(Vec::new(), 16).unwrap() };
-        run(&mut s, Geometry::detached(16), SPACE / 2, &ops);
+        run(&mut s, Layout::detached(16).unwrap(), SPACE / 2, &ops);
     }
 }
 

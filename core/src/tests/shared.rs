@@ -66,11 +66,11 @@ fn a_free_that_finds_the_lock_taken_is_queued_and_done_by_the_next_holder() {
         assert_eq!(h.stats().live, before.live);
     })
     .unwrap();
-    assert_eq!(heap.deferred_frees(), 1);
+    assert_eq!(heap.queued_frees(), 1);
     let after = heap.stats().unwrap();
     assert_eq!(after.live, before.live - 1);
     assert_eq!(after.in_use, 0);
-    assert_eq!(after.rejected_frees, 0);
+    assert_eq!(after.refused_frees, 0);
     heap.with_heap(|h| h.check()).unwrap().unwrap();
 }
 
@@ -131,7 +131,7 @@ fn threads_allocate_and_free_each_others_blocks() {
     }
     let st = heap.stats().unwrap();
     heap.with_heap(|h| h.check()).unwrap().unwrap();
-    assert_eq!((st.live, st.in_use, st.rejected_frees), (0, 0, 0));
+    assert_eq!((st.live, st.in_use, st.refused_frees), (0, 0, 0));
     assert_eq!(st.frees, (THREADS * rounds) as u64);
 }
 
@@ -166,7 +166,7 @@ fn one_producer_many_consumers() {
     });
     let st = heap.stats().unwrap();
     heap.with_heap(|h| h.check()).unwrap().unwrap();
-    assert_eq!((st.live, st.in_use, st.rejected_frees), (0, 0, 0));
+    assert_eq!((st.live, st.in_use, st.refused_frees), (0, 0, 0));
     assert_eq!(st.frees, blocks as u64);
 }
 
@@ -200,13 +200,13 @@ fn shared_detached_heap_queues_frees_and_waits_when_the_ring_is_full() {
     });
     let st = heap.stats().unwrap();
     heap.with_heap(|h| h.check()).unwrap().unwrap();
-    assert_eq!((st.live, st.in_use, st.rejected_frees), (0, 0, 0));
+    assert_eq!((st.live, st.in_use, st.refused_frees), (0, 0, 0));
     assert_eq!(st.frees, (threads * per_thread) as u64);
     // A double free that is queued is refused when it is done, and counted.
     let b = heap.alloc(512, 256).unwrap();
     heap.free(b).unwrap();
     assert!(heap.free(b).is_err());
-    assert_eq!(heap.stats().unwrap().rejected_frees, 1);
+    assert_eq!(heap.stats().unwrap().refused_frees, 1);
 }
 
 /// The `Allocator` of each supported `allocator-api2` version: collections grow and shrink,
@@ -249,7 +249,7 @@ macro_rules! allocator_api2_test {
             // SAFETY: a zero-sized block from this allocator.
             unsafe { heap.deallocate(d.cast(), zero) };
             let st = heap.stats().unwrap();
-            assert_eq!((st.live, st.in_use, st.rejected_frees), (0, 0, 0));
+            assert_eq!((st.live, st.in_use, st.refused_frees), (0, 0, 0));
             heap.with_heap(|h| h.check()).unwrap().unwrap();
         }
     };
@@ -299,6 +299,6 @@ fn a_parking_lock_serves_threads_and_refuses_reentry() {
         Ok(Err(crate::Error::Reentrant))
     );
     let st = heap.stats().unwrap();
-    assert_eq!((st.live, st.in_use, st.rejected_frees), (0, 0, 0));
+    assert_eq!((st.live, st.in_use, st.refused_frees), (0, 0, 0));
     heap.with_heap(|h| h.check()).unwrap().unwrap();
 }

@@ -39,7 +39,7 @@ impl<T> Slot<T> {
 /// Invariant: slot `i` starts with sequence `i`; positions are claimed in order by
 /// compare-exchange on `tail`, so each position has one producer; the consumer's position
 /// lives with the heap, behind its lock, so there is one consumer at a time.
-pub(crate) struct RemoteRing<T, const N: usize> {
+pub(crate) struct FreeQueue<T, const N: usize> {
     slots: [Slot<T>; N],
     tail: AtomicUsize,
 }
@@ -48,9 +48,9 @@ pub(crate) struct RemoteRing<T, const N: usize> {
 // only by the consumer, each ordered after the other through the slot's sequence number (see
 // the module docs), so the ring may be shared between threads. An item is only ever moved
 // from its producer to its consumer, which `T: Send` allows.
-unsafe impl<T: Send, const N: usize> Sync for RemoteRing<T, N> {}
+unsafe impl<T: Send, const N: usize> Sync for FreeQueue<T, N> {}
 
-impl<T, const N: usize> RemoteRing<T, N> {
+impl<T, const N: usize> FreeQueue<T, N> {
     const POWER_OF_TWO: () = assert!(
         N.is_power_of_two() && N >= 2,
         "the ring size must be a power of two, at least 2"
@@ -59,7 +59,7 @@ impl<T, const N: usize> RemoteRing<T, N> {
     const_unless_loom! {
         pub(crate) fn new() -> Self {
             let () = Self::POWER_OF_TWO;
-            RemoteRing {
+            FreeQueue {
                 #[cfg(not(loom))]
                 slots: [const { Slot::new() }; N],
                 #[cfg(loom)]

@@ -1,0 +1,262 @@
+//! The invariant checker, written once over the placement seam: it walks every region and chunk,
+//! every bin, and the counters, and reports the first broken invariant as a [`CheckError`]
+//! naming what is wrong and where. Each placement contributes only the decoding of its own tags
+//! ([`Tags::check_tags`]). Tests and fuzz targets call it after every step, so it never trusts a
+//! link to stay in bounds: every walk is bounded by the number of free chunks found.
+
+use crate::bins::{bin_of, top_bit, Bins, BIN_COUNT, EXACT_BINS};
+use crate::error::CheckError;
+use crate::heap::Heap;
+use crate::tags::{Link, Tags};
+
+impl<T: Tags> Heap<T> {
+    /// Verifies every invariant of the heap: each region is covered by whole, consistent chunks
+    /// whose sizes add up to it; no two free chunks are adjacent; every free chunk is in the bin
+    /// of its size and nothing else is; the bins' map, lists and tries are consistent; the
+    /// counters agree with the chunks.
+    pub fn check(&self) -> Result<(), CheckError> {
+        let t = self.tags();
+        let (mut free_chunks, mut free, mut used, mut managed, mut live) = (0, 0, 0, 0, 0);
+        let mut regions = 0;
+        let mut region = t.first_region();
+        while let Some(r) = region {
+            let mut c = t.region_first_chunk(r);
+            let mut total = 0usize;
+            let mut prev_free = false;
+            let mut first = true;
+            loop {
+                t.check_tags(c, first)?;
+                first = false;
+                let size = t.size(c);
+                if size == 0 {
+                    return Err(CheckError::new("empty chunk", t.addr(c)));
+                }
+                total = total
+                    .checked_add(size)
+                    .filter(|&s| s <= t.region_granules(r))
+                    .ok_or(CheckError::new("chunks overrun their region", t.addr(c)))?;
+                if t.is_free(c) {
+                    if prev_free {
+                        return Err(CheckError::new("two free chunks adjacent", t.addr(c)));
+                    }
+                    free_chunks += 1;
+                    free += size;
+                } else {
+                    used += size;
+                    live += 1;
+                }
+                prev_free = t.is_free(c);
+                match t.next(c) {
+                    Some(n) => c = n,
+                    None => break,
+                }
+            }
+            if total != t.region_granules(r) {
+                return Err(CheckError::new(
+                    "chunks do not add up to the region",
+                    t.addr(c),
+                ));
+            }
+            managed += total;
+            regions += 1;
+            region = t.next_region(r);
+        }
+        let (binned, binned_granules) = check_bins(self.bins(), t, free_chunks)?;
+        if binned != free_chunks || binned_granules != free {
+            return Err(CheckError::new("a free chunk is missing from the bins", 0));
+        }
+        let k = self.counters();
+        if k.free() != free || k.free_chunks != free_chunks || k.used != used || k.live() != live {
+            return Err(CheckError::new("statistics disagree with the chunks", 0));
+        }
+        if k.managed != managed || k.regions != regions {
+            return Err(CheckError::new(
+                "managed size disagrees with the regions",
+                0,
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Verifies every bin invariant (see [`Bins`]); returns the number of free chunks filed and
+/// their total size in granules. `limit` (the free chunks found in the regions) bounds every
+/// walk, so a cycle of links is reported, not followed forever.
+fn check_bins<T: Tags>(
+    bins: &Bins<T::Chunk>,
+    t: &T,
+    limit: usize,
+) -> Result<(usize, usize), CheckError> {
+    let mut count = 0usize;
+    let mut granules = 0usize;
+    for b in 0..BIN_COUNT {
+        let head = bins.head(b);
+        if head.is_some() != bins.is_marked(b) {
+            let at = head.map_or(0, |c| t.addr(c));
+            return Err(CheckError::new("bin bitmap disagrees with bin", at));
+        }
+        if b < EXACT_BINS && head.is_some() != bins.tail(b).is_some() {
+            let at = head.or(bins.tail(b)).map_or(0, |c| t.addr(c));
+            return Err(CheckError::new("bin head and tail disagree", at));
+        }
+        let Some(head) = head else { continue };
+        let mut check_one = |c: T::Chunk| -> Result<(), CheckError> {
+            if !t.is_free(c) {
+                return Err(CheckError::new("chunk in a bin is not free", t.addr(c)));
+            }
+            if bin_of(t.size(c)) != b {
+                return Err(CheckError::new("free chunk in the wrong bin", t.addr(c)));
+            }
+            count += 1;
+            granules += t.size(c);
+            if count > limit {
+                return Err(CheckError::new(
+                    "more chunks in bins than free chunks",
+                    t.addr(c),
+                ));
+            }
+            Ok(())
+        };
+        if b < EXACT_BINS {
+            check_list(t, head, bins.tail(b), limit, &mut check_one)?;
+        } else {
+            if t.link(head, Link::Parent).is_some() {
+                return Err(CheckError::new("trie root has a parent", t.addr(head)));
+            }
+            check_trie(t, head, top_bit(b), limit, &mut check_one)?;
+        }
+    }
+    Ok((count, granules))
+}
+
+/// Bit `bit` of `size`; bits past the word (a walk that ran out of bits) read as zero.
+#[inline]
+fn bit_set(size: usize, bit: u32) -> bool {
+    size.checked_shr(bit).unwrap_or(0) & 1 == 1
+}
+
+/// Checks an exact bin's list from `head` to `tail`: links agree both ways, one size, and
+/// calls `each` on every member.
+fn check_list<T: Tags>(
+    t: &T,
+    head: T::Chunk,
+    tail: Option<T::Chunk>,
+    limit: usize,
+    each: &mut impl FnMut(T::Chunk) -> Result<(), CheckError>,
+) -> Result<(), CheckError> {
+    if t.link(head, Link::Prev).is_some() {
+        return Err(CheckError::new("bin head has a predecessor", t.addr(head)));
+    }
+    let size = t.size(head);
+    let mut c = head;
+    for _ in 0..=limit {
+        each(c)?;
+        if t.size(c) != size {
+            return Err(CheckError::new(
+                "bin holds chunks of different sizes",
+                t.addr(c),
+            ));
+        }
+        let Some(next) = t.link(c, Link::Next) else {
+            if tail != Some(c) {
+                return Err(CheckError::new("bin tail is not its last chunk", t.addr(c)));
+            }
+            return Ok(());
+        };
+        if t.link(next, Link::Prev) != Some(c) {
+            return Err(CheckError::new("bin links disagree", t.addr(c)));
+        }
+        c = next;
+    }
+    Err(CheckError::new("bin list does not end", t.addr(head)))
+}
+
+/// Checks a ring's links both ways and calls `each` on every member.
+fn check_ring<T: Tags>(
+    t: &T,
+    head: T::Chunk,
+    limit: usize,
+    each: &mut impl FnMut(T::Chunk) -> Result<(), CheckError>,
+) -> Result<(), CheckError> {
+    let size = t.size(head);
+    let mut c = head;
+    for _ in 0..=limit {
+        each(c)?;
+        if t.size(c) != size {
+            return Err(CheckError::new(
+                "ring holds chunks of different sizes",
+                t.addr(c),
+            ));
+        }
+        let next = t
+            .link(c, Link::Next)
+            .ok_or(CheckError::new("ring link missing", t.addr(c)))?;
+        if t.link(next, Link::Prev) != Some(c) {
+            return Err(CheckError::new("ring links disagree", t.addr(c)));
+        }
+        if next == head {
+            return Ok(());
+        }
+        c = next;
+    }
+    Err(CheckError::new("ring does not close", t.addr(head)))
+}
+
+/// Checks the trie under `node` (which branches on `bit`): sizes agree with the path, parent
+/// links agree with child links, rings hang only off nodes.
+fn check_trie<T: Tags>(
+    t: &T,
+    node: T::Chunk,
+    bit: u32,
+    limit: usize,
+    each: &mut impl FnMut(T::Chunk) -> Result<(), CheckError>,
+) -> Result<(), CheckError> {
+    // Iterative depth-first walk; depth is bounded by the bits of a size (plus one level for
+    // a child of a bit-0 node, marked by `bit` wrapping to `u32::MAX`, which may have none).
+    const DEPTH: usize = 2 * usize::BITS as usize + 2;
+    let mut stack: [(Option<T::Chunk>, u32, usize); DEPTH] = [(None, 0, 0); DEPTH];
+    let mut top = 1;
+    stack[0] = (Some(node), bit, t.size(node));
+    while top > 0 {
+        top -= 1;
+        let (Some(n), bit, prefix) = stack[top] else {
+            continue;
+        };
+        // `prefix` is the parent's size: all bits above the parent's branching bit agree.
+        let size = t.size(n);
+        let shift = bit.wrapping_add(2);
+        if size.checked_shr(shift) != prefix.checked_shr(shift) {
+            return Err(CheckError::new("trie node off its path's bits", t.addr(n)));
+        }
+        check_ring(t, n, limit, &mut |c| {
+            if c != n && t.link(c, Link::Parent) != Some(c) {
+                return Err(CheckError::new("ring member not marked as such", t.addr(c)));
+            }
+            each(c)
+        })?;
+        for (side, want) in [(Link::Left, false), (Link::Right, true)] {
+            let Some(child) = t.link(n, side) else {
+                continue;
+            };
+            if bit == u32::MAX || top + 1 >= DEPTH {
+                return Err(CheckError::new(
+                    "trie deeper than a size's bits",
+                    t.addr(child),
+                ));
+            }
+            if t.link(child, Link::Parent) != Some(n) {
+                return Err(CheckError::new("trie parent link disagrees", t.addr(child)));
+            }
+            let csize = t.size(child);
+            if bit_set(csize, bit) != want || csize == size {
+                return Err(CheckError::new(
+                    "trie child on the wrong side",
+                    t.addr(child),
+                ));
+            }
+            stack[top] = (Some(child), bit.wrapping_sub(1), size);
+            top += 1;
+        }
+    }
+    Ok(())
+}

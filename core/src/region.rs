@@ -1,0 +1,204 @@
+//! Regions: the address ranges a heap manages, written once over the placement seam.
+//!
+//! A region is added whole, grown in place when new memory continues it (the new space merges
+//! with its free end, so no boundary is left behind), removed when none of it is allocated, and
+//! trimmed (every wholly free region removed in one pass). Adjacent regions that were added
+//! separately stay separate: they may be separate allocations. This is where a region source
+//! plugs in: it obtains a range and adds it, extends a region it can grow contiguously, and
+//! takes back what [`Heap::remove_region`] and [`Heap::trim`] give back; [`Heap::free_spans`]
+//! names the free ranges whose pages it may release without giving the region back.
+//!
+//! Every check happens before anything is written: a refused call leaves the heap as it was.
+
+use crate::error::Error;
+use crate::heap::Heap;
+use crate::tags::Tags;
+
+impl<T: Tags> Heap<T> {
+    /// Adds `base..base + len` as a new region (`base` granule-aligned, `len` rounded down to
+    /// granules). Errors: `RegionMisaligned`, `RegionOverlap` (overlaps a region or wraps),
+    /// `RegionTooSmall` (no room for the region's overhead and one chunk), `OutOfRecords`.
+    ///
+    /// # Time Complexity
+    /// `O(regions)` (the overlap check).
+    ///
+    /// # Safety
+    /// For a placement that writes into its regions (inline tags): the range must be valid for
+    /// reads and writes and used by nothing else until the region is removed or the heap is
+    /// dropped.
+    pub unsafe fn add_region(&mut self, base: T::Base, len: usize) -> Result<(), Error> {
+        let layout = *self.tags().layout();
+        let g = layout.granule();
+        let addr = T::base_addr(base);
+        if addr & (g - 1) != 0 {
+            return Err(Error::RegionMisaligned);
+        }
+        let len = len & !(g - 1);
+        self.check_free_range(addr, len)?;
+        if len < layout.region_overhead() + (layout.min_chunk() << layout.shift()) {
+            return Err(Error::RegionTooSmall);
+        }
+        self.tags_mut().reserve(2)?;
+        // SAFETY: the range is the caller's to give (contract above), granule-aligned, overlaps
+        // no region and has room for the overhead and a chunk (checked above).
+        let c = unsafe { self.tags_mut().open_region(base, len) };
+        self.add_space(c, true);
+        Ok(())
+    }
+
+    /// Grows the region that starts at `base` by `additional` bytes (rounded down to
+    /// granules) right after its end; the new space merges with the region's free end.
+    /// Errors: `UnknownRegion`, `RegionOverlap`, `RegionTooSmall` (less than one minimum
+    /// chunk), `OutOfRecords`.
+    ///
+    /// # Time Complexity
+    /// `O(regions)`.
+    ///
+    /// # Safety
+    /// As for [`Heap::add_region`], for the added range, which must also be reachable through
+    /// the region's base (one allocation or mapping).
+    pub unsafe fn extend_region(&mut self, base: T::Base, additional: usize) -> Result<(), Error> {
+        let layout = *self.tags().layout();
+        let (r, _) = self.find_region(T::base_addr(base))?;
+        let len = additional & !(layout.granule() - 1);
+        let end = T::base_addr(self.tags().region_base(r)) + self.tags().region_len(r);
+        self.check_free_range(end, len)?;
+        if len < layout.min_chunk() << layout.shift() {
+            return Err(Error::RegionTooSmall);
+        }
+        self.tags_mut().reserve(1)?;
+        // SAFETY: the added range is the caller's to give and continues the region (contract
+        // above); it overlaps no region and holds a minimum chunk (checked above).
+        let c = unsafe { self.tags_mut().grow_region(r, len) };
+        self.add_space(c, false);
+        Ok(())
+    }
+
+    /// Removes the region that starts at `base` if none of it is allocated; gives back its
+    /// base and length in bytes for its owner to release. Errors: `UnknownRegion`,
+    /// `RegionInUse`.
+    ///
+    /// # Time Complexity
+    /// `O(regions)`.
+    pub fn remove_region(&mut self, base: usize) -> Result<(T::Base, usize), Error> {
+        let (r, before) = self.find_region(base)?;
+        let c = self.sole_free_chunk(r).ok_or(Error::RegionInUse)?;
+        Ok(self.close(r, before, c))
+    }
+
+    /// Removes every wholly free region in one pass, calling `release(base, len)` for each;
+    /// returns how many were removed.
+    ///
+    /// # Time Complexity
+    /// `O(regions)`.
+    pub fn trim(&mut self, mut release: impl FnMut(T::Base, usize)) -> usize {
+        let mut removed = 0;
+        let mut before = None;
+        let mut region = self.tags().first_region();
+        while let Some(r) = region {
+            region = self.tags().next_region(r);
+            match self.sole_free_chunk(r) {
+                Some(c) => {
+                    let (base, len) = self.close(r, before, c);
+                    release(base, len);
+                    removed += 1;
+                }
+                None => before = Some(r),
+            }
+        }
+        removed
+    }
+
+    /// The region containing `addr`, as `(base, len)`.
+    ///
+    /// # Time Complexity
+    /// `O(regions)`.
+    pub fn region_of(&self, addr: usize) -> Option<(T::Base, usize)> {
+        let t = self.tags();
+        let mut region = t.first_region();
+        while let Some(r) = region {
+            let base = T::base_addr(t.region_base(r));
+            if addr >= base && addr - base < t.region_len(r) {
+                return Some((t.region_base(r), t.region_len(r)));
+            }
+            region = t.next_region(r);
+        }
+        None
+    }
+
+    /// Calls `each(start, len)` for every free chunk of at least `min` bytes whose whole pages
+    /// (of `page` bytes, a power of two) could be released: the page-aligned part of the free
+    /// space, past whatever tags a placement keeps in it. Returns how many spans it named.
+    ///
+    /// # Time Complexity
+    /// `O(chunks)`.
+    pub fn free_spans(&self, min: usize, page: usize, mut each: impl FnMut(usize, usize)) -> usize {
+        let t = self.tags();
+        let layout = t.layout();
+        let (keep_front, keep_back) = layout.free_chunk_tags();
+        let mut named = 0;
+        let mut region = t.first_region();
+        while let Some(r) = region {
+            let mut chunk = Some(t.region_first_chunk(r));
+            while let Some(c) = chunk {
+                let bytes = t.size(c) << layout.shift();
+                if t.is_free(c) && bytes >= min {
+                    let start = (t.addr(c) + keep_front).next_multiple_of(page);
+                    let end = (t.addr(c) + bytes - keep_back) & !(page - 1);
+                    if end > start {
+                        each(start, end - start);
+                        named += 1;
+                    }
+                }
+                chunk = t.next(c);
+            }
+            region = t.next_region(r);
+        }
+        named
+    }
+
+    /// The region that starts at `base` and the one ahead of it on the list.
+    fn find_region(&self, base: usize) -> Result<(T::Region, Option<T::Region>), Error> {
+        let t = self.tags();
+        let mut before = None;
+        let mut region = t.first_region();
+        while let Some(r) = region {
+            if T::base_addr(t.region_base(r)) == base {
+                return Ok((r, before));
+            }
+            before = Some(r);
+            region = t.next_region(r);
+        }
+        Err(Error::UnknownRegion)
+    }
+
+    /// `RegionOverlap` if `start..start + len` wraps the address space or overlaps a region.
+    fn check_free_range(&self, start: usize, len: usize) -> Result<(), Error> {
+        let end = start.checked_add(len).ok_or(Error::RegionOverlap)?;
+        let t = self.tags();
+        let mut region = t.first_region();
+        while let Some(r) = region {
+            let base = T::base_addr(t.region_base(r));
+            if start < base + t.region_len(r) && base < end {
+                return Err(Error::RegionOverlap);
+            }
+            region = t.next_region(r);
+        }
+        Ok(())
+    }
+
+    /// The chunk that spans all of region `r`, if it is free.
+    fn sole_free_chunk(&self, r: T::Region) -> Option<T::Chunk> {
+        let t = self.tags();
+        let c = t.region_first_chunk(r);
+        (t.is_free(c) && t.size(c) == t.region_granules(r)).then_some(c)
+    }
+
+    /// Removes region `r`, whose sole free chunk is `c`; returns its base and length.
+    fn close(&mut self, r: T::Region, before: Option<T::Region>, c: T::Chunk) -> (T::Base, usize) {
+        let (base, len) = (self.tags().region_base(r), self.tags().region_len(r));
+        self.remove_space(c);
+        self.tags_mut().close_region(r, before, c);
+        (base, len)
+    }
+}

@@ -50,6 +50,9 @@ pub struct Handle {
 
 impl Handle {
     /// The index of the chunk's record in the heap's table.
+    ///
+    /// # Time Complexity
+    /// `O(1)`.
     pub fn index(&self) -> usize {
         self.record.get()
     }
@@ -505,6 +508,9 @@ impl<S: RecordStore> DetachedHeap<S> {
     }
 
     /// The granule in bytes.
+    ///
+    /// # Time Complexity
+    /// `O(1)`.
     pub fn granule(&self) -> usize {
         self.heap.tags().layout.granule()
     }

@@ -130,6 +130,9 @@ impl GlobalHeap {
     const_unless_loom! {
         /// A heap with no memory yet, behind a [`SpinLock`]; give it memory with
         /// [`GlobalHeap::add_region`].
+        ///
+        /// # Time Complexity
+        /// `O(N)` (the queue is built); the arena is claimed on the first allocation.
         pub fn new() -> Self {
             Self::with_lock()
         }
@@ -142,6 +145,9 @@ impl GlobalHeap {
         /// The array must be used by nothing else for as long as the heap is in use (normally:
         /// a `static mut` that nothing else names). Taking `&raw mut` of it is the only access
         /// this needs, so no reference to the `static mut` is ever made.
+        ///
+        /// # Time Complexity
+        /// `O(N)` (the queue is built); the arena is claimed on the first allocation.
         pub fn with_arena<const LEN: usize>(arena: *mut [u8; LEN]) -> Self {
             Self::with_arena_and_lock(arena)
         }
@@ -151,6 +157,9 @@ impl GlobalHeap {
 impl<L: RawLock, const N: usize> GlobalHeap<L, N> {
     const_unless_loom! {
         /// [`GlobalHeap::new`] with another lock or queue length.
+        ///
+        /// # Time Complexity
+        /// `O(N)` (the queue is built); the arena is claimed on the first allocation.
         pub fn with_lock() -> Self {
             GlobalHeap {
                 shared: Shared::new(ArenaHeap {
@@ -164,6 +173,9 @@ impl<L: RawLock, const N: usize> GlobalHeap<L, N> {
 
     const_unless_loom! {
         /// [`GlobalHeap::with_arena`] with another lock or queue length.
+        ///
+        /// # Time Complexity
+        /// `O(N)` (the queue is built); the arena is claimed on the first allocation.
         pub fn with_arena_and_lock<const LEN: usize>(arena: *mut [u8; LEN]) -> Self {
             GlobalHeap {
                 shared: Shared::new(ArenaHeap {
@@ -177,6 +189,10 @@ impl<L: RawLock, const N: usize> GlobalHeap<L, N> {
 
     /// Adds memory to the heap (see [`InlineHeap::add_region`]).
     ///
+    /// # Time Complexity
+    /// As for [`InlineHeap::add_region`], after the queued frees (each as
+    /// [`InlineHeap::free`]).
+    ///
     /// # Safety
     /// As for [`InlineHeap::add_region`].
     pub unsafe fn add_region(&self, base: *mut u8, len: usize) -> Result<(), Error> {
@@ -189,22 +205,35 @@ impl<L: RawLock, const N: usize> GlobalHeap<L, N> {
     ///
     /// `f` must not call back into this `GlobalHeap` (see the type's docs on re-entry); with
     /// this heap as the global allocator, that includes allocating.
+    ///
+    /// # Time Complexity
+    /// `f`'s, after the queued frees (at most `N`, each as [`InlineHeap::free`]).
     pub fn with_heap<R>(&self, f: impl FnOnce(&mut InlineHeap) -> R) -> Result<R, Error> {
         self.shared.with(|st| f(st.heap()))
     }
 
     /// The heap's statistics, after doing every queued free.
+    ///
+    /// # Time Complexity
+    /// As for [`InlineHeap::stats`], after the queued frees.
     pub fn stats(&self) -> Result<Stats, Error> {
         self.with_heap(|h| h.stats())
     }
 
     /// How many frees so far found the lock taken and were queued (each is done by the next
     /// lock holder).
+    ///
+    /// # Time Complexity
+    /// `O(1)`, without the lock.
     pub fn queued_frees(&self) -> usize {
         self.shared.queued()
     }
 
     /// Allocates `size` bytes aligned to `align` (see [`InlineHeap::alloc`]).
+    ///
+    /// # Time Complexity
+    /// As for [`InlineHeap::alloc`], after the queued frees (at most `N`, each as
+    /// [`InlineHeap::free`]), plus the wait for the lock.
     #[inline]
     pub fn try_alloc(&self, size: usize, align: usize) -> Result<NonNull<u8>, Error> {
         let mut st = self.shared.lock()?;
@@ -223,6 +252,10 @@ impl<L: RawLock, const N: usize> GlobalHeap<L, N> {
     /// [`InlineHeap::free`]). [`Error::Reentrant`] if the queue is full and this thread holds
     /// the lock (nothing is freed then).
     ///
+    /// # Time Complexity
+    /// `O(1)` when queued (a few atomic operations); otherwise as for [`InlineHeap::free`],
+    /// after the queued frees.
+    ///
     /// # Safety
     /// As for [`InlineHeap::free`]: without `checked`, `ptr` came from this heap with `size`
     /// and is not freed twice; always, the memory is not used after the call.
@@ -235,6 +268,9 @@ impl<L: RawLock, const N: usize> GlobalHeap<L, N> {
     }
 
     /// Resizes an allocation (see [`InlineHeap::realloc`]).
+    ///
+    /// # Time Complexity
+    /// As for [`InlineHeap::realloc`], after the queued frees.
     ///
     /// # Safety
     /// As for [`InlineHeap::realloc`].

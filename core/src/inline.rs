@@ -498,6 +498,9 @@ impl InlineHeap {
     }
 
     /// The granule in bytes.
+    ///
+    /// # Time Complexity
+    /// `O(1)`.
     pub fn granule(&self) -> usize {
         self.heap.tags().layout.granule()
     }

@@ -56,6 +56,9 @@ pub struct SharedDetachedHeap<S: RecordStore, L = SpinLock, const N: usize = 64>
 
 impl<S: RecordStore, L: RawLock, const N: usize> SharedDetachedHeap<S, L, N> {
     /// Shares `heap`.
+    ///
+    /// # Time Complexity
+    /// `O(N)` (the ring is built).
     pub fn new(heap: DetachedHeap<S>) -> Self {
         SharedDetachedHeap {
             shared: Shared::new(heap),
@@ -63,6 +66,10 @@ impl<S: RecordStore, L: RawLock, const N: usize> SharedDetachedHeap<S, L, N> {
     }
 
     /// Allocates (see [`DetachedHeap::alloc`]).
+    ///
+    /// # Time Complexity
+    /// As for [`DetachedHeap::alloc`], after the queued frees (at most `N`, each as
+    /// [`DetachedHeap::free`]), plus the wait for the lock.
     pub fn alloc(&self, size: usize, align: usize) -> Result<Block, Error> {
         self.shared.lock()?.heap.alloc(size, align)
     }
@@ -73,28 +80,43 @@ impl<S: RecordStore, L: RawLock, const N: usize> SharedDetachedHeap<S, L, N> {
     /// [`Stats::refused_frees`]. A refused free changes nothing, on either path.
     /// [`Error::Reentrant`] if the queue is full and this thread holds the lock (nothing is
     /// freed then).
+    ///
+    /// # Time Complexity
+    /// `O(1)` when queued; otherwise as for [`DetachedHeap::free`], after the queued frees.
     pub fn free(&self, block: Block) -> Result<(), Error> {
         self.shared.free(block, |heap, b| heap.free(b))
     }
 
     /// Runs `f` with the locked heap (regions, resizing, `check()`), after doing every queued
     /// free. [`Error::Reentrant`] if called from inside `f` itself.
+    ///
+    /// # Time Complexity
+    /// `f`'s, after the queued frees.
     pub fn with_heap<R>(&self, f: impl FnOnce(&mut DetachedHeap<S>) -> R) -> Result<R, Error> {
         self.shared.with(f)
     }
 
     /// The heap's statistics, after doing every queued free.
+    ///
+    /// # Time Complexity
+    /// As for [`DetachedHeap::stats`], after the queued frees.
     pub fn stats(&self) -> Result<Stats, Error> {
         self.with_heap(|h| h.stats())
     }
 
     /// How many frees so far found the lock taken and were queued (each is done by the next
     /// lock holder).
+    ///
+    /// # Time Complexity
+    /// `O(1)`, without the lock.
     pub fn queued_frees(&self) -> usize {
         self.shared.queued()
     }
 
     /// The heap back, with every queued free done.
+    ///
+    /// # Time Complexity
+    /// The queued frees'.
     pub fn into_inner(self) -> DetachedHeap<S> {
         self.shared.into_inner()
     }

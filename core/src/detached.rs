@@ -391,6 +391,17 @@ impl<S: RecordStore> Tags for DetachedTags<S> {
         c
     }
 
+    fn region_last_free(&self, r: Idx) -> Option<(Idx, usize)> {
+        let last = self.rec(r).prev?;
+        let rec = self.rec(last);
+        rec.kind.contains(Kind::FREE).then_some((last, rec.size))
+    }
+
+    fn cut_region(&mut self, r: Idx, last: Idx, size: usize, len: usize) {
+        self.rec_mut(last).size = size;
+        self.rec_mut(r).size = len >> self.layout.shift();
+    }
+
     fn close_region(&mut self, r: Idx, before: Option<Idx>, c: Idx) {
         let next = self.rec(r).next;
         match before {
@@ -467,7 +478,7 @@ impl<S: RecordStore> Tags for DetachedTags<S> {
 /// # }
 /// ```
 pub struct DetachedHeap<S: RecordStore> {
-    heap: Heap<DetachedTags<S>>,
+    pub(crate) heap: Heap<DetachedTags<S>>,
 }
 
 /// The granule of a device-style heap unless another is chosen.

@@ -58,6 +58,8 @@ pub enum Error {
     /// The calling thread already holds this heap's lock (a call from inside `with_heap`, or
     /// from a hook the heap is running): waiting would never end.
     Reentrant,
+    /// A pool's policy limit leaves no room for the region a request needs.
+    LimitExceeded,
     /// Every detached heap gets an identity that its blocks carry; all 2^32 − 2 of them
     /// have been used in this process.
     TooManyHeaps,
@@ -81,6 +83,7 @@ impl fmt::Display for Error {
             Error::ForeignPointer => "pointer was not handed out by this heap",
             Error::WrongSize => "size does not match the allocation",
             Error::Reentrant => "re-entrant call: this thread already holds the heap's lock",
+            Error::LimitExceeded => "the pool's limit leaves no room for the request",
             Error::TooManyHeaps => "no detached heap identities left in this process",
         })
     }

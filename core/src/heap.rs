@@ -69,6 +69,13 @@ impl<T: Tags> Heap<T> {
         self.coalesce_and_file(c, size);
     }
 
+    /// Files the free, unbinned chunk `c`, which has become `size` granules after its region
+    /// was cut `cut` granules shorter, and stops counting those as managed.
+    pub(crate) fn refile(&mut self, c: T::Chunk, size: usize, cut: usize) {
+        self.counters.managed -= cut;
+        self.file_free(c, size);
+    }
+
     /// Takes the free chunk `c` that spans a whole region out of the heap, before the placement
     /// forgets the region.
     pub(crate) fn remove_space(&mut self, c: T::Chunk) {
@@ -230,7 +237,7 @@ impl<T: Tags> Heap<T> {
 
     /// Takes the free chunk `c` of `size` granules out of its bin (to merge or hand it out).
     #[inline]
-    fn unfile(&mut self, c: T::Chunk, size: usize) {
+    pub(crate) fn unfile(&mut self, c: T::Chunk, size: usize) {
         self.counters.free_chunks -= 1;
         self.bins.remove(&mut self.tags, c, size);
     }

@@ -369,6 +369,28 @@ impl Tags for InlineTags {
         }
     }
 
+    fn region_last_free(&self, r: NonNull<RegionHeader>) -> Option<(Chunk, usize)> {
+        let end = Self::header(r).end;
+        // SAFETY: the fence is the region's last word, inside it.
+        let fence = Chunk(unsafe { r.cast::<u8>().add(end - W - r.addr().get()) });
+        self.prev_if_free(fence)
+    }
+
+    fn cut_region(&mut self, mut r: NonNull<RegionHeader>, last: Chunk, size: usize, len: usize) {
+        let bytes = size << self.layout.shift();
+        // The last chunk keeps its `PREV_IN_USE` bit (its predecessor is in use: it is free
+        // and no two free chunks are adjacent) and gets a new footer; the new fence follows it.
+        let prev = self.head(last) & PREV_IN_USE;
+        self.set_head(last, bytes | prev);
+        self.set_footer(last, bytes);
+        // SAFETY: the new fence is the word after the shortened chunk, inside the region's
+        // old extent; `r` is on the list, its header ours to update.
+        unsafe {
+            self.set_head(last.plus(bytes), IN_USE);
+            r.as_mut().end = r.addr().get() + len;
+        }
+    }
+
     fn close_region(
         &mut self,
         r: NonNull<RegionHeader>,
@@ -452,7 +474,7 @@ impl Tags for InlineTags {
 /// # }
 /// ```
 pub struct InlineHeap {
-    heap: Heap<InlineTags>,
+    pub(crate) heap: Heap<InlineTags>,
 }
 
 // SAFETY: the heap owns its regions exclusively (the `add_region` contract) and holds no

@@ -98,17 +98,24 @@ mod detached;
 mod error;
 mod global;
 mod heap;
+mod hooks;
 mod inline;
 mod layout;
 mod lock;
 #[cfg(any(test, feature = "model"))]
 #[doc(hidden)]
 pub mod model;
+mod policy;
+mod pool;
+mod pool_heap;
 mod queue;
 mod records;
 mod region;
+mod scope;
 mod shared;
 mod shared_detached;
+mod shared_pool;
+mod source;
 mod stats;
 mod sync;
 mod tags;
@@ -116,11 +123,18 @@ mod tags;
 pub use detached::{Block, DetachedHeap, Handle, DEVICE_GRANULE};
 pub use error::{CheckError, Error};
 pub use global::GlobalHeap;
+pub use hooks::{Hooks, NoHooks};
 pub use inline::{InlineHeap, HOST_GRANULE};
-pub use layout::MAX_GRANULE;
+pub use layout::{Layout, MAX_GRANULE};
 pub use lock::{RawLock, SpinLock};
+pub use policy::{Growth, Policy, Reserve};
+pub use pool::{Pool, PoolError, PoolStats, Trimmed};
+pub use pool_heap::PoolHeap;
 pub use records::{Record, RecordStore};
+pub use scope::Scope;
 pub use shared_detached::SharedDetachedHeap;
+pub use shared_pool::{OomHandler, SharedPool};
+pub use source::RegionSource;
 pub use stats::Stats;
 
 #[cfg(test)]

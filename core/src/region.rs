@@ -157,6 +157,73 @@ impl<T: Tags> Heap<T> {
         named
     }
 
+    /// Gives back the free end of the region that starts at `base`: cuts the region at the
+    /// first `page` boundary (a power of two, a multiple of the granule) past the end of a
+    /// minimum free chunk at the start of its last, free chunk; returns the region's new
+    /// length and the length cut off, or `None` if there is not a whole page to cut (or no such
+    /// region). The region stays, shorter; its owner releases the tail.
+    ///
+    /// # Time Complexity
+    /// `O(regions)` to find the region, then `O(bits of a size)` to re-file the shortened
+    /// chunk.
+    pub fn shrink_region(&mut self, base: usize, page: usize) -> Option<(usize, usize)> {
+        let (r, _) = self.find_region(base).ok()?;
+        let t = self.tags();
+        let layout = *t.layout();
+        let (last, size) = t.region_last_free(r)?;
+        let len = t.region_len(r);
+        let keep_chunk = layout.min_chunk() << layout.shift();
+        // The cut leaves a minimum chunk and the region's tail tags (an inline fence).
+        let tail_tags = layout.region_overhead() - layout.region_lead();
+        let cut = (t.addr(last) + keep_chunk + tail_tags).next_multiple_of(page);
+        let new_len = cut - base;
+        if new_len >= len {
+            return None;
+        }
+        let keep = (cut - tail_tags - t.addr(last)) >> layout.shift();
+        self.unfile(last, size);
+        self.tags_mut().cut_region(r, last, keep, new_len);
+        self.refile(last, keep, size - keep);
+        Some((new_len, len - new_len))
+    }
+
+    /// Calls `each(base, len)` for every region, in list order.
+    ///
+    /// # Time Complexity
+    /// `O(regions)`.
+    pub fn each_region(&self, mut each: impl FnMut(usize, usize)) {
+        let t = self.tags();
+        let mut r = t.first_region();
+        while let Some(reg) = r {
+            each(T::base_addr(t.region_base(reg)), t.region_len(reg));
+            r = t.next_region(reg);
+        }
+    }
+
+    /// Calls `each` for every region, as `(base, len)`, then `chunk` for each of its chunks,
+    /// as `(address, bytes, free)`, in address order within a region.
+    ///
+    /// # Time Complexity
+    /// `O(chunks + regions)`.
+    pub fn visit(
+        &self,
+        mut region: impl FnMut(usize, usize),
+        mut chunk: impl FnMut(usize, usize, bool),
+    ) {
+        let t = self.tags();
+        let shift = t.layout().shift();
+        let mut r = t.first_region();
+        while let Some(reg) = r {
+            region(T::base_addr(t.region_base(reg)), t.region_len(reg));
+            let mut c = Some(t.region_first_chunk(reg));
+            while let Some(ch) = c {
+                chunk(t.addr(ch), t.size(ch) << shift, t.is_free(ch));
+                c = t.next(ch);
+            }
+            r = t.next_region(reg);
+        }
+    }
+
     /// The region that starts at `base` and the one ahead of it on the list.
     fn find_region(&self, base: usize) -> Result<(T::Region, Option<T::Region>), Error> {
         let t = self.tags();

@@ -141,6 +141,12 @@ pub(crate) trait Tags {
     /// As for [`Tags::open_region`], for the added range, which must also be reachable through
     /// the region's base (one allocation or mapping).
     unsafe fn grow_region(&mut self, r: Self::Region, len: usize) -> Self::Chunk;
+    /// The region's last chunk and its size, if it is free.
+    fn region_last_free(&self, r: Self::Region) -> Option<(Self::Chunk, usize)>;
+    /// Cuts region `r` down to `len` bytes (granule-rounded): its last chunk `last`, free and
+    /// taken out of the bins, keeps `size` granules (at least the minimum chunk) and the
+    /// region ends right after it. The bytes past the new end are no longer the heap's.
+    fn cut_region(&mut self, r: Self::Region, last: Self::Chunk, size: usize, len: usize);
     /// Forgets region `r`, whose only chunk `c` (free, taken out of the bins) spans it;
     /// `before` is the region ahead of it on the list.
     fn close_region(&mut self, r: Self::Region, before: Option<Self::Region>, c: Self::Chunk);

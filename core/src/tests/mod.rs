@@ -8,6 +8,8 @@ mod loom;
 mod misuse;
 mod model;
 #[cfg(not(loom))]
+mod pool;
+#[cfg(not(loom))]
 mod region;
 #[cfg(not(loom))]
 mod shared;

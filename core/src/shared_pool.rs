@@ -1,0 +1,343 @@
+//! A pool shared between threads: a [`Pool`] behind a lock, with queued frees (see
+//! [`crate::shared`]), an out-of-memory handler called without the lock, and, for host pools,
+//! [`GlobalAlloc`].
+
+use core::alloc::{GlobalAlloc, Layout};
+use core::ptr::{null_mut, NonNull};
+
+use crate::error::Error;
+use crate::hooks::{Hooks, NoHooks};
+use crate::inline::InlineHeap;
+use crate::lock::{RawLock, SpinLock};
+use crate::pool::{Pool, PoolError, PoolStats, Trimmed};
+use crate::pool_heap::PoolHeap;
+use crate::shared::{QueuedFree, Shared};
+use crate::source::RegionSource;
+use crate::sync::const_unless_loom;
+
+/// A free waiting in the queue: the block and the size it was freed with.
+pub(crate) struct Pending<B> {
+    block: B,
+    size: usize,
+}
+
+// SAFETY: a queued free is a block its owner gave up for good; only the lock holder that takes
+// it from the queue uses it, to free it.
+unsafe impl<B> Send for Pending<B> {}
+
+impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> QueuedFree for Pool<H, S, K> {
+    type Freed = Pending<H::Block>;
+
+    fn free_queued(&mut self, p: Pending<H::Block>) {
+        // SAFETY: `p` was queued by `SharedPool::free`, whose caller promised what `Pool::free`
+        // needs. A refusal is counted in the heap's statistics.
+        let _ = unsafe { self.free(p.block, p.size) };
+    }
+}
+
+/// What a shared pool does when a request finds no memory: called without the pool's lock
+/// (so other threads' frees go through), it may free memory elsewhere, wait for frees, or
+/// decide to give up. `true` asks for another try (TensorFlow's `AllocatorRetry`).
+pub type OomHandler = fn(&PoolError) -> bool;
+
+/// A [`Pool`] usable from many threads; for host memory, a `#[global_allocator]`.
+///
+/// `L` is the lock ([`SpinLock`] by default, or any `lock_api::RawMutex`, such as
+/// `parking_lot::RawMutex`, with the `lock_api` feature) and `N` (a power of two, at least 2)
+/// how many frees can wait for the lock at once. A free that finds the lock taken is queued
+/// (nothing is written into the block) and done, validated, by the next lock holder. When a
+/// request runs out of memory after the pool has trimmed and retried, the [`OomHandler`], if
+/// any, is called without the lock, up to `max_retries` times.
+///
+/// **Re-entry.** A call into the same pool from the thread that holds its lock (inside
+/// [`SharedPool::with_pool`], or from a hook) returns [`Error::Reentrant`] (null through
+/// `GlobalAlloc`) with the `std` feature; without it, it would wait forever.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use tagalloc::{DetachedHeap, Error, Policy, Pool, Record, RegionSource, SharedPool};
+///
+/// struct Addresses { next: usize }
+/// // SAFETY: detached tags never touch the ranges; none is handed out twice.
+/// unsafe impl RegionSource for Addresses {
+///     type Base = usize;
+///     fn addr(b: usize) -> usize { b }
+///     fn granularity(&self) -> usize { 1 << 20 }
+///     fn obtain(&mut self, min: usize) -> Result<(usize, usize), Error> {
+///         let base = self.next;
+///         self.next += min;
+///         Ok((base, min))
+///     }
+///     unsafe fn give_back(&mut self, _: usize, _: usize) {}
+/// }
+///
+/// let mut table = [Record::VACANT; 64];
+/// let heap = DetachedHeap::new(&mut table[..], 256)?;
+/// let pool = Pool::new(heap, Addresses { next: 1 << 40 }, Policy::new());
+/// let pool: SharedPool<_, _> = SharedPool::new(pool);
+/// std::thread::scope(|s| {
+///     for _ in 0..4 {
+///         s.spawn(|| {
+///             let b = pool.alloc(1 << 16, 256).unwrap();
+///             // SAFETY: detached blocks are checked; freed once.
+///             unsafe { pool.free(b, b.size).unwrap() };
+///         });
+///     }
+/// });
+/// assert_eq!(pool.stats()?.heap.in_use, 0);
+/// # Ok(())
+/// # }
+/// ```
+pub struct SharedPool<H, S, K = NoHooks, L = SpinLock, const N: usize = 64>
+where
+    H: PoolHeap,
+    S: RegionSource<Base = H::Base>,
+    K: Hooks,
+{
+    shared: Shared<Pool<H, S, K>, L, N>,
+    oom: Option<OomHandler>,
+    max_retries: u32,
+}
+
+impl<H, S, K, L, const N: usize> SharedPool<H, S, K, L, N>
+where
+    H: PoolHeap,
+    S: RegionSource<Base = H::Base>,
+    K: Hooks,
+    L: RawLock,
+{
+    const_unless_loom! {
+        /// Shares `pool`, with no out-of-memory handler.
+        ///
+        /// # Time Complexity
+        /// `O(N)` (the queue is built).
+        pub fn new(pool: Pool<H, S, K>) -> Self {
+            SharedPool {
+                shared: Shared::new(pool),
+                oom: None,
+                max_retries: 0,
+            }
+        }
+    }
+
+    const_unless_loom! {
+        /// Shares `pool`, with `handler` called, without the lock, when a request runs out of
+        /// memory; it may ask for up to `max_retries` more tries of that request.
+        ///
+        /// # Time Complexity
+        /// `O(N)` (the queue is built).
+        pub fn with_oom_handler(pool: Pool<H, S, K>, handler: OomHandler, max_retries: u32) -> Self {
+            SharedPool {
+                shared: Shared::new(pool),
+                oom: Some(handler),
+                max_retries,
+            }
+        }
+    }
+
+    /// Allocates (see [`Pool::alloc`]); when the pool runs out, asks the out-of-memory
+    /// handler, if any, whether to try again.
+    ///
+    /// # Time Complexity
+    /// As for [`Pool::alloc`], after the queued frees, plus the wait for the lock.
+    #[inline]
+    pub fn alloc(&self, size: usize, align: usize) -> Result<H::Block, PoolError> {
+        let mut tries = 0;
+        loop {
+            let result = match self.shared.lock() {
+                Ok(mut st) => st.heap.alloc(size, align),
+                Err(e) => Err(unlocked_error(e, size)),
+            };
+            match result {
+                Err(e) if e.is_exhaustion() && tries < self.max_retries => {
+                    let Some(handler) = self.oom else {
+                        return Err(e);
+                    };
+                    tries += 1;
+                    if !handler(&e) {
+                        return Err(e);
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Frees a block of `size` bytes (see [`Pool::free`]). If the lock is taken the free is
+    /// queued and `Ok` returned at once; the next lock holder does it and counts a refusal in
+    /// the heap's statistics. [`Error::Reentrant`] if the queue is full and this thread holds
+    /// the lock (nothing is freed then).
+    ///
+    /// # Time Complexity
+    /// `O(1)` when queued; otherwise as for [`Pool::free`], after the queued frees.
+    ///
+    /// # Safety
+    /// As for [`Pool::free`].
+    #[inline]
+    pub unsafe fn free(&self, block: H::Block, size: usize) -> Result<(), Error> {
+        self.shared.free(Pending { block, size }, |pool, p| {
+            // SAFETY: forwarded caller contract.
+            unsafe { pool.free(p.block, p.size) }
+        })
+    }
+
+    /// Trims the pool (see [`Pool::trim`]).
+    ///
+    /// # Time Complexity
+    /// As for [`Pool::trim`], after the queued frees.
+    pub fn trim(&self) -> Result<Trimmed, Error> {
+        self.shared.with(|p| p.trim())
+    }
+
+    /// The pool's statistics, after doing every queued free.
+    ///
+    /// # Time Complexity
+    /// As for [`Pool::stats`], after the queued frees.
+    pub fn stats(&self) -> Result<PoolStats, Error> {
+        self.shared.with(|p| p.stats())
+    }
+
+    /// Runs `f` with the locked pool (snapshots, `check()`, reservation), after doing every
+    /// queued free. [`Error::Reentrant`] if called from inside `f` itself.
+    ///
+    /// # Time Complexity
+    /// `f`'s, after the queued frees.
+    pub fn with_pool<R>(&self, f: impl FnOnce(&mut Pool<H, S, K>) -> R) -> Result<R, Error> {
+        self.shared.with(f)
+    }
+
+    /// How many frees so far found the lock taken and were queued.
+    ///
+    /// # Time Complexity
+    /// `O(1)`, without the lock.
+    pub fn queued_frees(&self) -> usize {
+        self.shared.queued()
+    }
+
+    /// The pool back, with every queued free done.
+    pub fn into_inner(self) -> Pool<H, S, K> {
+        self.shared.into_inner()
+    }
+}
+
+/// The error of a request that could not take the lock.
+#[cold]
+fn unlocked_error(error: Error, size: usize) -> PoolError {
+    PoolError {
+        error,
+        requested: size,
+        reserved: 0,
+        in_use: 0,
+        limit: None,
+    }
+}
+
+impl<S: RegionSource<Base = NonNull<u8>>, K: Hooks> Pool<InlineHeap, S, K> {
+    /// Resizes an allocation of `old_size` bytes to `new_size` (see
+    /// [`InlineHeap::realloc`]): in place when the heap can, else moved to a new block the pool
+    /// grows for if it must (and bypassed blocks always move).
+    ///
+    /// # Time Complexity
+    /// As for [`InlineHeap::realloc`], plus a miss's cost when the pool grows.
+    ///
+    /// # Safety
+    /// As for [`InlineHeap::realloc`].
+    pub unsafe fn realloc(
+        &mut self,
+        ptr: NonNull<u8>,
+        old_size: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Result<NonNull<u8>, PoolError> {
+        let bypass = |size: usize| self.policy().bypass_above.is_some_and(|t| size > t);
+        if !bypass(old_size) && !bypass(new_size) {
+            // SAFETY: forwarded caller contract.
+            match unsafe { self.heap_mut().realloc(ptr, old_size, align, new_size) } {
+                Ok(p) => return Ok(p),
+                // The heap could neither resize nor move it: the pool must grow.
+                Err(Error::OutOfMemory) => {}
+                Err(e) => return Err(self.refusal(e, new_size)),
+            }
+        }
+        // SAFETY: forwarded caller contract; this checks `ptr` as `free` would, before
+        // anything is allocated.
+        let usable = unsafe { PoolHeap::usable_size(self.heap(), &ptr) }
+            .map_err(|e| self.refusal(e, new_size))?;
+        let new = self.alloc(new_size, align)?;
+        // SAFETY: both blocks are live and distinct; the copy fits both.
+        unsafe {
+            core::ptr::copy_nonoverlapping(
+                ptr.as_ptr(),
+                new.as_ptr(),
+                old_size.min(new_size).min(usable),
+            )
+        };
+        // SAFETY: forwarded caller contract; the contents have moved.
+        unsafe { self.free(ptr, old_size) }.map_err(|e| self.refusal(e, new_size))?;
+        Ok(new)
+    }
+}
+
+impl<S, K, L, const N: usize> SharedPool<InlineHeap, S, K, L, N>
+where
+    S: RegionSource<Base = NonNull<u8>>,
+    K: Hooks,
+    L: RawLock,
+{
+    /// Resizes an allocation (see [`Pool::realloc`]).
+    ///
+    /// # Time Complexity
+    /// As for [`Pool::realloc`], after the queued frees.
+    ///
+    /// # Safety
+    /// As for [`InlineHeap::realloc`].
+    pub unsafe fn realloc(
+        &self,
+        ptr: NonNull<u8>,
+        old_size: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Result<NonNull<u8>, PoolError> {
+        let mut st = self
+            .shared
+            .lock()
+            .map_err(|e| unlocked_error(e, new_size))?;
+        // SAFETY: forwarded caller contract.
+        unsafe { st.heap.realloc(ptr, old_size, align, new_size) }
+    }
+}
+
+// SAFETY: `alloc` returns null or a fresh block of at least `layout.size()` bytes aligned to
+// `layout.align()` that overlaps no live block (the heap's invariants, over regions the source
+// hands the pool for its sole use); `dealloc` and `realloc` forward the caller's promise that
+// `ptr` came from this allocator with `layout`.
+unsafe impl<S, K, L, const N: usize> GlobalAlloc for SharedPool<InlineHeap, S, K, L, N>
+where
+    S: RegionSource<Base = NonNull<u8>>,
+    K: Hooks,
+    L: RawLock,
+{
+    /// Null for a zero size (which `GlobalAlloc` callers must not ask for) and on any error.
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        SharedPool::alloc(self, layout.size(), layout.align()).map_or(null_mut(), NonNull::as_ptr)
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if let Some(p) = NonNull::new(ptr) {
+            // SAFETY: `GlobalAlloc`'s contract: `ptr` was allocated here with `layout`. A
+            // refused free is counted in the statistics; `dealloc` has no way to return it.
+            let _ = unsafe { SharedPool::free(self, p, layout.size()) };
+        }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let Some(p) = NonNull::new(ptr) else {
+            return null_mut();
+        };
+        // SAFETY: `GlobalAlloc`'s contract, as in `dealloc`.
+        unsafe { SharedPool::realloc(self, p, layout.size(), layout.align(), new_size) }
+            .map_or(null_mut(), NonNull::as_ptr)
+    }
+}

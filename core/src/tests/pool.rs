@@ -1,0 +1,795 @@
+//! Pools: every policy, hooks, trim, retry, a fault-injecting source, and a property test
+//! against the reference model. The sources here hand out ranges of one buffer (inline heaps,
+//! so the heap really writes its tags) or of an untouched address space (detached heaps), and
+//! keep books of what they handed out, so a leak or a double give-back is caught. Short enough
+//! for Miri.
+
+extern crate std;
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::vec::Vec;
+
+use core::ptr::NonNull;
+
+use proptest::prelude::*;
+
+use super::inline::Arena;
+use crate::model::{Layout, Model};
+use crate::{
+    DetachedHeap, Error, Growth, Hooks, InlineHeap, Policy, Pool, Record, RegionSource, Reserve,
+    Scope,
+};
+
+/// A fault a source can be told to commit on its `n`-th `obtain` (counting from 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fault {
+    /// Refuse with `OutOfMemory`.
+    Fail,
+    /// Hand out less than asked for.
+    Tiny,
+    /// Hand out a base that is not granule-aligned.
+    Misaligned,
+    /// Hand out a range overlapping the first region handed out.
+    Overlapping,
+}
+
+/// The books of a test source: ranges of an address space `0..space` handed out, by offset.
+#[derive(Debug, Default)]
+struct Books {
+    space: usize,
+    /// Offset → length of every range handed out and not given back.
+    out: BTreeMap<usize, usize>,
+    obtains: usize,
+    give_backs: usize,
+    grows: usize,
+    shrinks: usize,
+    releases: usize,
+    faults: Vec<(usize, Fault)>,
+    /// Bytes left to hand out before the source is "exhausted" (`None`: the whole space).
+    budget: Option<usize>,
+    page: usize,
+}
+
+impl Books {
+    fn new(space: usize, page: usize) -> Self {
+        Books {
+            space,
+            page,
+            ..Default::default()
+        }
+    }
+
+    /// The lowest offset where `len` bytes are free, after every range handed out.
+    fn place(&self, len: usize) -> Option<usize> {
+        let mut at = 0;
+        for (&o, &l) in &self.out {
+            if o >= at + len {
+                break;
+            }
+            at = at.max(o + l);
+        }
+        (at + len <= self.space).then_some(at)
+    }
+
+    fn obtain(&mut self, min: usize) -> Result<(usize, usize), Error> {
+        self.obtains += 1;
+        let fault = self
+            .faults
+            .iter()
+            .find(|f| f.0 == self.obtains)
+            .map(|f| f.1);
+        if fault == Some(Fault::Fail) || self.budget.is_some_and(|b| b < min) {
+            return Err(Error::OutOfMemory);
+        }
+        if fault == Some(Fault::Overlapping) {
+            if let Some((&o, &l)) = self.out.iter().next() {
+                // Not recorded: the pool must refuse it and must not give it back.
+                return Ok((o, l.max(min)));
+            }
+        }
+        let at = self.place(min + self.page).ok_or(Error::OutOfMemory)?;
+        let (base, len) = match fault {
+            Some(Fault::Tiny) => (at, self.page),
+            Some(Fault::Misaligned) => (at + 8, min),
+            _ => (at, min),
+        };
+        self.out.insert(base, len);
+        if let Some(b) = &mut self.budget {
+            *b -= len;
+        }
+        Ok((base, len))
+    }
+
+    fn give_back(&mut self, base: usize, len: usize) {
+        self.give_backs += 1;
+        assert_eq!(
+            self.out.remove(&base),
+            Some(len),
+            "give_back of {base:#x}+{len:#x}"
+        );
+        if let Some(b) = &mut self.budget {
+            *b += len;
+        }
+    }
+
+    fn grow(&mut self, base: usize, len: usize, add: usize) -> Result<usize, Error> {
+        assert_eq!(
+            self.out.get(&base),
+            Some(&len),
+            "grow of a range not handed out"
+        );
+        let end = base + len;
+        let free = self.out.range(end..).next().map_or(self.space, |(&o, _)| o);
+        if end + add > free || self.budget.is_some_and(|b| b < add) {
+            return Err(Error::OutOfMemory);
+        }
+        self.grows += 1;
+        self.out.insert(base, len + add);
+        if let Some(b) = &mut self.budget {
+            *b -= add;
+        }
+        Ok(add)
+    }
+
+    fn shrink(&mut self, base: usize, len: usize, keep: usize) -> bool {
+        assert_eq!(
+            self.out.get(&base),
+            Some(&len),
+            "shrink of a range not handed out"
+        );
+        assert!(keep < len && keep % self.page == 0);
+        self.shrinks += 1;
+        self.out.insert(base, keep);
+        if let Some(b) = &mut self.budget {
+            *b += len - keep;
+        }
+        true
+    }
+
+    fn inside(&self, start: usize, len: usize) -> bool {
+        self.out
+            .range(..=start)
+            .next_back()
+            .is_some_and(|(&o, &l)| start + len <= o + l)
+    }
+}
+
+/// Ranges of an address space nobody touches, for detached heaps.
+struct Addresses {
+    base: usize,
+    books: Rc<RefCell<Books>>,
+    grows: bool,
+}
+
+// SAFETY: detached heaps never touch their ranges; the books never hand a range out twice.
+unsafe impl RegionSource for Addresses {
+    type Base = usize;
+    fn addr(b: usize) -> usize {
+        b
+    }
+    fn granularity(&self) -> usize {
+        self.books.borrow().page
+    }
+    fn obtain(&mut self, min: usize) -> Result<(usize, usize), Error> {
+        let (o, l) = self.books.borrow_mut().obtain(min)?;
+        Ok((self.base + o, l))
+    }
+    unsafe fn give_back(&mut self, base: usize, len: usize) {
+        self.books.borrow_mut().give_back(base - self.base, len);
+    }
+    fn grow(&mut self, base: usize, len: usize, add: usize) -> Result<usize, Error> {
+        if !self.grows {
+            return Err(Error::OutOfMemory);
+        }
+        self.books.borrow_mut().grow(base - self.base, len, add)
+    }
+    unsafe fn shrink(&mut self, base: usize, len: usize, keep: usize) -> bool {
+        self.grows && self.books.borrow_mut().shrink(base - self.base, len, keep)
+    }
+    fn available(&self) -> Option<usize> {
+        let b = self.books.borrow();
+        Some(b.budget.unwrap_or(b.space))
+    }
+}
+
+/// Ranges of one real buffer, for inline heaps; released pages are scribbled over (as if the
+/// kernel had dropped them), so a heap that kept anything there would be caught.
+struct Memory {
+    arena: Arena,
+    /// Bytes skipped at the arena's start so that offset 0 is page-aligned.
+    skip: usize,
+    books: Rc<RefCell<Books>>,
+}
+
+impl Memory {
+    /// A page-aligned source of `space` bytes.
+    fn new(space: usize) -> (Memory, Rc<RefCell<Books>>) {
+        let books = Rc::new(RefCell::new(Books::new(space, PAGE)));
+        let mut arena = Arena::new(space + PAGE);
+        let skip = arena.ptr().align_offset(PAGE);
+        let m = Memory {
+            arena,
+            skip,
+            books: books.clone(),
+        };
+        (m, books)
+    }
+
+    fn base(&mut self, offset: usize) -> NonNull<u8> {
+        NonNull::new(self.arena.ptr().wrapping_add(self.skip + offset)).unwrap()
+    }
+
+    fn offset(&self, addr: usize) -> usize {
+        addr - self.arena.ptr_addr() - self.skip
+    }
+}
+
+// SAFETY: the ranges are parts of `arena`, which outlives the pool using them (declared
+// together, dropped after it), and the books never hand a range out twice.
+unsafe impl RegionSource for Memory {
+    type Base = NonNull<u8>;
+    fn addr(b: NonNull<u8>) -> usize {
+        b.addr().get()
+    }
+    fn granularity(&self) -> usize {
+        self.books.borrow().page
+    }
+    fn obtain(&mut self, min: usize) -> Result<(NonNull<u8>, usize), Error> {
+        let (o, l) = self.books.borrow_mut().obtain(min)?;
+        Ok((self.base(o), l))
+    }
+    unsafe fn give_back(&mut self, base: NonNull<u8>, len: usize) {
+        let o = self.offset(base.addr().get());
+        self.books.borrow_mut().give_back(o, len);
+    }
+    fn grow(&mut self, base: NonNull<u8>, len: usize, add: usize) -> Result<usize, Error> {
+        let o = self.offset(base.addr().get());
+        self.books.borrow_mut().grow(o, len, add)
+    }
+    unsafe fn release(&mut self, start: usize, len: usize) -> bool {
+        let o = self.offset(start);
+        {
+            let mut books = self.books.borrow_mut();
+            assert!(books.inside(o, len), "release outside a region");
+            assert_eq!((o % books.page, len % books.page), (0, 0));
+            books.releases += 1;
+        }
+        // SAFETY: the range is inside the arena (checked above) and holds nothing anyone needs
+        // (the caller's contract).
+        unsafe { self.base(o).as_ptr().write_bytes(0xee, len) };
+        true
+    }
+}
+
+/// Hooks that keep the registered ranges, as a `cuMemHostRegister` hook would, and fail the
+/// test on anything unbalanced.
+#[derive(Clone, Default)]
+struct Registry(Rc<RefCell<RegistryState>>);
+
+#[derive(Default, Debug)]
+struct RegistryState {
+    /// Base → registered length.
+    live: BTreeMap<usize, usize>,
+    calls: usize,
+    /// Every event, for the model test: (obtained or grown, base, at, len) or given back.
+    log: Vec<Event>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Event {
+    Obtained(usize, usize),
+    Grown(usize, usize),
+    GivenBack(usize),
+}
+
+impl Hooks for Registry {
+    fn obtained(&mut self, base: usize, len: usize) {
+        let mut s = self.0.borrow_mut();
+        s.calls += 1;
+        assert!(
+            s.live.insert(base, len).is_none(),
+            "obtained twice: {base:#x}"
+        );
+        s.log.push(Event::Obtained(base, len));
+    }
+    fn grown(&mut self, base: usize, at: usize, len: usize) {
+        let mut s = self.0.borrow_mut();
+        s.calls += 1;
+        let r = s.live.get_mut(&base).expect("grown region registered");
+        assert_eq!(base + *r, at);
+        *r += len;
+        s.log.push(Event::Grown(base, len));
+    }
+    fn given_back(&mut self, base: usize, len: usize) {
+        let mut s = self.0.borrow_mut();
+        s.calls += 1;
+        assert_eq!(s.live.remove(&base), Some(len), "given back once, whole");
+        s.log.push(Event::GivenBack(base));
+    }
+    fn shrunk(&mut self, base: usize, at: usize, len: usize) {
+        let mut s = self.0.borrow_mut();
+        s.calls += 1;
+        let r = s.live.get_mut(&base).expect("shrunk region registered");
+        assert_eq!(base + *r, at + len);
+        *r -= len;
+    }
+}
+
+const PAGE: usize = 4096;
+
+/// A detached pool under test.
+type TestPool = Pool<DetachedHeap<Vec<Record>>, Addresses, Registry>;
+
+/// A detached pool over `space` bytes of addresses, with its source's books and its hooks.
+fn detached_pool(
+    space: usize,
+    policy: Policy,
+    grows: bool,
+) -> (TestPool, Rc<RefCell<Books>>, Registry) {
+    let books = Rc::new(RefCell::new(Books::new(space, PAGE)));
+    let hooks = Registry::default();
+    let source = Addresses {
+        base: 1 << 40,
+        books: books.clone(),
+        grows,
+    };
+    let heap = DetachedHeap::new(Vec::new(), 256).unwrap();
+    (
+        Pool::with_hooks(heap, source, policy, hooks.clone()),
+        books,
+        hooks,
+    )
+}
+
+#[test]
+fn fixed_growth_obtains_max_of_request_and_increment() {
+    let (mut pool, books, hooks) =
+        detached_pool(1 << 30, Policy::new().growth(Growth::Fixed(1 << 20)), false);
+    let a = pool.alloc(1000, 256).unwrap();
+    assert_eq!(
+        books.borrow().out.values().copied().collect::<Vec<_>>(),
+        [1 << 20]
+    );
+    // A request larger than the increment gets a region its size (rounded to pages).
+    let big = pool.alloc((3 << 20) + 100, 256).unwrap();
+    let lens: Vec<usize> = books.borrow().out.values().copied().collect();
+    assert_eq!(lens, [1 << 20, (3 << 20) + PAGE]);
+    let st = pool.stats();
+    assert_eq!(
+        (st.reserved, st.regions_obtained, st.hook_calls),
+        ((4 << 20) + PAGE, 2, 2)
+    );
+    pool.check().unwrap();
+    // SAFETY: detached blocks are checked; each is freed once.
+    unsafe {
+        pool.free(big, big.size).unwrap();
+        pool.free(a, a.size).unwrap();
+    }
+    let t = pool.trim();
+    assert_eq!((t.regions, t.bytes), (2, (4 << 20) + PAGE));
+    assert!(books.borrow().out.is_empty());
+    assert!(hooks.0.borrow().live.is_empty());
+    assert_eq!(pool.stats().reserved, 0);
+}
+
+#[test]
+fn doubling_growth_doubles_up_to_its_cap() {
+    let policy = Policy::new().growth(Growth::Doubling {
+        initial: 64 << 10,
+        cap: 256 << 10,
+    });
+    let (mut pool, books, _) = detached_pool(1 << 30, policy, false);
+    let mut blocks = Vec::new();
+    for _ in 0..6 {
+        blocks.push(pool.alloc(60 << 10, 256).unwrap());
+    }
+    let lens: Vec<usize> = books.borrow().out.values().copied().collect();
+    // 64 KiB holds one 60 KiB block; 128 KiB two; 256 KiB four: six blocks need three regions.
+    assert_eq!(lens, [64 << 10, 128 << 10, 256 << 10]);
+    let lens_after = {
+        blocks.push(pool.alloc(200 << 10, 256).unwrap());
+        books.borrow().out.values().copied().collect::<Vec<_>>()
+    };
+    assert_eq!(
+        lens_after,
+        [64 << 10, 128 << 10, 256 << 10, 256 << 10],
+        "capped"
+    );
+    pool.check().unwrap();
+}
+
+#[test]
+fn reservation_up_front_by_bytes_and_by_fraction() {
+    let (mut pool, books, _) = detached_pool(
+        1 << 30,
+        Policy::new().reserve(Reserve::Bytes(10 << 20)),
+        false,
+    );
+    pool.reserve_now().unwrap();
+    assert_eq!(
+        books.borrow().out.values().copied().collect::<Vec<_>>(),
+        [10 << 20]
+    );
+    let _a = pool.alloc(9 << 20, 256).unwrap();
+    assert_eq!(books.borrow().obtains, 1, "served from the reservation");
+
+    let (mut pool, books, _) = detached_pool(
+        64 << 20,
+        Policy::new().reserve(Reserve::Fraction(0.5)),
+        false,
+    );
+    // The reservation also happens by itself on the first miss.
+    let _b = pool.alloc(100, 256).unwrap();
+    assert_eq!(
+        books.borrow().out.values().copied().collect::<Vec<_>>(),
+        [32 << 20]
+    );
+}
+
+#[test]
+fn the_limit_refuses_with_the_figures_and_trim_retry_makes_room() {
+    let policy = Policy::new().growth(Growth::Fixed(1 << 20)).limit(3 << 20);
+    let (mut pool, books, _) = detached_pool(1 << 30, policy, false);
+    let a = pool.alloc(1 << 20, 256).unwrap();
+    let b = pool.alloc(1 << 20, 256).unwrap();
+    let _c = pool.alloc(1000, 256).unwrap();
+    assert_eq!(pool.stats().reserved, 3 << 20);
+    let e = pool.alloc(2 << 20, 256).unwrap_err();
+    assert_eq!(e.error, Error::LimitExceeded);
+    assert_eq!(
+        (e.requested, e.reserved, e.limit),
+        (2 << 20, 3 << 20, Some(3 << 20))
+    );
+    assert_eq!(e.in_use, (2 << 20) + 1024);
+    // With two regions wholly free, the same request trims them and succeeds.
+    // SAFETY: detached blocks are checked; each is freed once.
+    unsafe {
+        pool.free(a, a.size).unwrap();
+        pool.free(b, b.size).unwrap();
+    }
+    let d = pool.alloc(2 << 20, 256).unwrap();
+    let st = pool.stats();
+    assert_eq!(
+        (st.retries, st.regions_given_back, st.reserved),
+        (1, 2, 3 << 20)
+    );
+    assert_eq!(books.borrow().out.len(), 2);
+    pool.check().unwrap();
+    let _ = d;
+}
+
+#[test]
+fn bypassed_requests_get_their_own_region_and_give_it_back_on_free() {
+    let policy = Policy::new()
+        .growth(Growth::Fixed(1 << 20))
+        .bypass_above(4 << 20);
+    let (mut pool, books, hooks) = detached_pool(1 << 30, policy, false);
+    let small = pool.alloc(1000, 256).unwrap();
+    let big = pool.alloc(8 << 20, 256).unwrap();
+    assert_eq!(
+        books.borrow().out.values().copied().collect::<Vec<_>>(),
+        [1 << 20, 8 << 20]
+    );
+    assert_eq!(pool.stats().bypassed, 1);
+    // SAFETY: detached blocks are checked; freed once.
+    unsafe { pool.free(big, big.size).unwrap() };
+    assert_eq!(
+        books.borrow().out.values().copied().collect::<Vec<_>>(),
+        [1 << 20]
+    );
+    assert_eq!(hooks.0.borrow().live.len(), 1);
+    assert_eq!(pool.stats().regions_given_back, 1);
+    pool.check().unwrap();
+    let _ = small;
+}
+
+#[test]
+fn a_growable_source_keeps_one_region_and_trim_gives_its_free_end_back() {
+    let policy = Policy::new()
+        .growth(Growth::Fixed(2 << 20))
+        .release_above(PAGE);
+    let (mut pool, books, hooks) = detached_pool(1 << 30, policy, true);
+    let blocks: Vec<_> = (0..5).map(|_| pool.alloc(1 << 20, 256).unwrap()).collect();
+    let st = pool.stats();
+    assert_eq!(
+        (st.regions_obtained, st.heap.regions),
+        (1, 1),
+        "grown in place"
+    );
+    assert!(st.grown >= 1);
+    assert_eq!(books.borrow().out.len(), 1);
+    // Free the last three: the region's free end goes back, the region stays.
+    // SAFETY: detached blocks are checked; freed once.
+    for b in &blocks[2..] {
+        unsafe { pool.free(*b, b.size).unwrap() };
+    }
+    let t = pool.trim();
+    assert_eq!(t.regions, 0);
+    assert!(t.bytes >= 3 << 20, "{t:?}");
+    let len = *books.borrow().out.values().next().unwrap();
+    assert!(
+        len <= (2 << 20) + PAGE,
+        "region cut to what is in use: {len:#x}"
+    );
+    assert_eq!(hooks.0.borrow().live.values().copied().sum::<usize>(), len);
+    assert_eq!(pool.stats().reserved, len);
+    pool.check().unwrap();
+    // It grows again in place when needed.
+    let again = pool.alloc(2 << 20, 256).unwrap();
+    assert_eq!(pool.stats().heap.regions, 1);
+    pool.check().unwrap();
+    let _ = again;
+}
+
+#[test]
+fn trim_releases_the_pages_of_large_free_chunks_and_the_heap_stays_sound() {
+    let (source, books) = Memory::new(4 << 20);
+    let policy = Policy::new()
+        .growth(Growth::Fixed(1 << 20))
+        .release_above(64 << 10);
+    let mut pool = Pool::new(InlineHeap::new(), source, policy);
+    let a = pool.alloc(100, 16).unwrap();
+    let big = pool.alloc(500 << 10, 16).unwrap();
+    let b = pool.alloc(100, 16).unwrap();
+    // SAFETY: live blocks of this pool, freed once.
+    unsafe { pool.free(big, 500 << 10).unwrap() };
+    let t = pool.trim();
+    assert!(t.released >= 480 << 10, "{t:?}");
+    assert_eq!(t.regions, 0);
+    // Released pages were scribbled over: the heap kept nothing there.
+    pool.check().unwrap();
+    let again = pool.alloc(400 << 10, 16).unwrap();
+    // SAFETY: a live 400 KiB block.
+    unsafe { again.as_ptr().write_bytes(1, 400 << 10) };
+    pool.check().unwrap();
+    // SAFETY: live blocks, freed once.
+    unsafe {
+        pool.free(again, 400 << 10).unwrap();
+        pool.free(a, 100).unwrap();
+        pool.free(b, 100).unwrap();
+    }
+    assert_eq!(pool.trim().regions, 1);
+    assert!(books.borrow().out.is_empty());
+}
+
+#[test]
+fn scopes_count_what_went_through_them() {
+    let (mut pool, _, _) = detached_pool(1 << 30, Policy::new(), false);
+    let s = Scope::new();
+    let a = pool.alloc_in(&s, 5000, 256).unwrap();
+    let b = pool.alloc_in(&s, 7000, 256).unwrap();
+    let _outside = pool.alloc(100_000, 256).unwrap();
+    // SAFETY: detached blocks are checked; freed once.
+    unsafe { pool.free_in(&s, a, a.size).unwrap() };
+    assert_eq!((s.in_use(), s.peak(), s.allocated()), (7000, 12000, 12000));
+    assert_eq!((s.allocs(), s.frees()), (2, 1));
+    let _ = b;
+}
+
+/// A source that commits each fault on some call: every request then succeeds or fails with an
+/// error, the heap stays sound, and every region handed out is either in the heap or back.
+#[test]
+fn a_faulty_source_never_corrupts_the_pool() {
+    for (n, fault) in [
+        (1, Fault::Fail),
+        (2, Fault::Tiny),
+        (2, Fault::Misaligned),
+        (2, Fault::Overlapping),
+        (3, Fault::Fail),
+    ] {
+        let (mut pool, books, hooks) = detached_pool(
+            64 << 20,
+            Policy::new().growth(Growth::Fixed(1 << 20)),
+            false,
+        );
+        books.borrow_mut().faults.push((n, fault));
+        let mut live = Vec::new();
+        for i in 0..8 {
+            match pool.alloc((700 << 10) + i * 1000, 256) {
+                Ok(b) => live.push(b),
+                Err(e) => assert!(
+                    matches!(
+                        e.error,
+                        Error::OutOfMemory
+                            | Error::RegionTooSmall
+                            | Error::RegionMisaligned
+                            | Error::RegionOverlap
+                    ),
+                    "{fault:?}: {e}"
+                ),
+            }
+            pool.check().unwrap();
+        }
+        assert!(live.len() >= 6, "{fault:?}: only {} served", live.len());
+        // Every region the books show handed out is one the pool holds (an overlapping one
+        // was never recorded by the books).
+        let mut held = Vec::new();
+        pool.visit(|b, l| held.push((b - (1 << 40), l)), |_, _, _| {});
+        held.sort_unstable();
+        let out: Vec<_> = books.borrow().out.iter().map(|(&o, &l)| (o, l)).collect();
+        assert_eq!(held, out, "{fault:?}");
+        for b in live {
+            // SAFETY: detached blocks are checked; freed once.
+            unsafe { pool.free(b, b.size).unwrap() };
+        }
+        pool.trim();
+        assert!(books.borrow().out.is_empty(), "{fault:?}: a region leaked");
+        assert!(hooks.0.borrow().live.is_empty());
+    }
+}
+
+/// A misaligned region from an inline source is refused before a byte of it is written.
+#[test]
+fn a_misaligned_region_is_refused_without_a_write() {
+    let (mut source, books) = Memory::new(4 << 20);
+    // The pool asks twice for a region (its increment, then just what the request needs):
+    // both come misaligned.
+    books
+        .borrow_mut()
+        .faults
+        .extend([(1, Fault::Misaligned), (2, Fault::Misaligned)]);
+    let first = source.base(0);
+    // SAFETY: the arena is ours; fill it with a pattern the heap must not change.
+    unsafe { first.as_ptr().write_bytes(0x77, 4 << 20) };
+    let mut pool = Pool::new(InlineHeap::new(), source, Policy::new());
+    let e = pool.alloc(100, 16).unwrap_err();
+    assert_eq!(e.error, Error::RegionMisaligned);
+    // SAFETY: reading the arena back.
+    let bytes = unsafe { core::slice::from_raw_parts(first.as_ptr(), 4 << 20) };
+    assert!(
+        bytes.iter().all(|&b| b == 0x77),
+        "the refused region was written"
+    );
+    assert!(
+        books.borrow().out.is_empty(),
+        "the refused region was given back"
+    );
+    // The next try works.
+    assert!(pool.alloc(100, 16).is_ok());
+}
+
+/// One step of the model test.
+#[derive(Clone, Debug)]
+enum Step {
+    Alloc(usize, usize),
+    Free(usize),
+    Trim,
+}
+
+fn steps() -> impl Strategy<Value = Vec<Step>> {
+    let step = prop_oneof![
+        6 => (1usize..40_000, 0u32..12).prop_map(|(s, a)| Step::Alloc(s, 1 << a)),
+        4 => any::<usize>().prop_map(Step::Free),
+        1 => Just(Step::Trim),
+    ];
+    proptest::collection::vec(step, 1..if cfg!(miri) { 20 } else { 150 })
+}
+
+/// Replays the hook events since `from` into the model.
+fn apply_events(model: &mut Model, hooks: &Registry, from: &mut usize) {
+    let s = hooks.0.borrow();
+    for e in &s.log[*from..] {
+        match *e {
+            Event::Obtained(b, l) => model.add_region(b, l).unwrap(),
+            Event::Grown(b, l) => model.extend_region(b, l).unwrap(),
+            Event::GivenBack(b) => {
+                model.remove_region(b).unwrap();
+            }
+        }
+    }
+    *from = s.log.len();
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 2 } else { 64 }))]
+
+    /// A pool with a random policy and a random (sometimes growable) source, driven by random
+    /// requests: every address is the reference model's prediction for the regions the pool
+    /// obtained at that moment, and the pool's books balance.
+    #[test]
+    fn a_pool_places_every_block_where_the_model_says(
+        ops in steps(),
+        increment in prop_oneof![Just(64usize << 10), Just(256 << 10), Just(1 << 20)],
+        limit in prop_oneof![Just(None), Just(Some(2usize << 20)), Just(Some(8 << 20))],
+        bypass in prop_oneof![Just(None), Just(Some(20_000usize))],
+        grows in any::<bool>(),
+    ) {
+        let mut policy = Policy::new().growth(Growth::Fixed(increment));
+        policy.limit = limit;
+        policy.bypass_above = bypass;
+        let (mut pool, books, hooks) = detached_pool(1 << 30, policy, grows);
+        let mut model = Model::new(Layout::detached(256).unwrap());
+        let mut seen = 0;
+        let mut live: Vec<crate::Block> = Vec::new();
+        for op in ops {
+            match op {
+                Step::Alloc(size, align) => {
+                    let got = pool.alloc(size, align);
+                    // The regions the pool obtained or gave back on the way, then the request.
+                    apply_events(&mut model, &hooks, &mut seen);
+                    match got {
+                        Ok(b) => {
+                            let want = model.alloc(size, align);
+                            prop_assert_eq!(want, Ok(b.addr), "alloc {} aligned {}", size, align);
+                            live.push(b);
+                        }
+                        Err(e) => {
+                            prop_assert!(e.is_exhaustion(), "{}", e);
+                            prop_assert!(model.alloc(size, align).is_err());
+                        }
+                    }
+                }
+                Step::Free(i) if !live.is_empty() => {
+                    let b = live.swap_remove(i % live.len());
+                    // SAFETY: detached blocks are checked; each is freed once.
+                    unsafe { pool.free(b, b.size).unwrap() };
+                    model.free(b.addr);
+                    apply_events(&mut model, &hooks, &mut seen);
+                }
+                Step::Free(_) => {}
+                Step::Trim => {
+                    pool.trim();
+                    apply_events(&mut model, &hooks, &mut seen);
+                }
+            }
+            pool.check().unwrap();
+            let reserved: usize = books.borrow().out.values().sum();
+            prop_assert_eq!(pool.stats().reserved, reserved);
+            if let Some(l) = limit {
+                prop_assert!(reserved <= l);
+            }
+        }
+        for b in live {
+            // SAFETY: detached blocks are checked; each is freed once.
+            unsafe { pool.free(b, b.size).unwrap() };
+        }
+        pool.trim();
+        prop_assert!(books.borrow().out.is_empty());
+        prop_assert!(hooks.0.borrow().live.is_empty());
+    }
+}
+
+/// The inline heap behind a pool: blocks really are memory, and hold their bytes.
+#[test]
+fn an_inline_pool_serves_real_memory_across_regions() {
+    let (source, books) = Memory::new(8 << 20);
+    let mut pool = Pool::new(
+        InlineHeap::new(),
+        source,
+        Policy::new().growth(Growth::Fixed(256 << 10)),
+    );
+    let n = if cfg!(miri) { 40 } else { 400 };
+    let mut live = Vec::new();
+    for i in 0..n {
+        let size = 1 + (i * 7919) % 30_000;
+        let p = pool.alloc(size, 16).unwrap();
+        // SAFETY: a live block of `size` bytes.
+        unsafe { p.as_ptr().write_bytes(i as u8, size) };
+        live.push((p, size, i as u8));
+        if i % 3 == 0 {
+            let (q, s, t) = live.swap_remove(i % live.len());
+            // SAFETY: reading and then freeing a live block, once.
+            unsafe {
+                assert!(core::slice::from_raw_parts(q.as_ptr(), s)
+                    .iter()
+                    .all(|&x| x == t));
+                pool.free(q, s).unwrap();
+            }
+        }
+    }
+    pool.check().unwrap();
+    let st = pool.stats();
+    assert!(st.regions_obtained + st.grown > 1, "{st:?}");
+    for (q, s, t) in live {
+        // SAFETY: as above.
+        unsafe {
+            assert!(core::slice::from_raw_parts(q.as_ptr(), s)
+                .iter()
+                .all(|&x| x == t));
+            pool.free(q, s).unwrap();
+        }
+    }
+    pool.trim();
+    assert!(books.borrow().out.is_empty());
+}

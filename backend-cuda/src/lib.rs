@@ -1,7 +1,12 @@
-//! CUDA memory regions for the `tagalloc` core.
-//!
-//! This crate will supply regions from CUDA to the tagalloc core, through `cudarc` with dynamic
-//! loading so that it builds and its tests run on machines with no GPU and no CUDA toolkit:
-//! plain device allocations, virtual-memory growth (one reserved address range that physical
-//! pages are mapped into as the pool grows), pinned host memory, and stream-ordered reuse of
-//! freed blocks. Nothing is implemented yet.
+//! CUDA memory for the `tagalloc` core (work in progress).
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+mod cuda;
+mod driver;
+mod error;
+
+pub use cuda::{driver_present, CuEvent, CuPhysical, CuStream, CudaDriver, ENTRY_POINTS};
+pub use driver::{DevicePtr, Driver, Granularity, MemInfo, PinFlags};
+pub use error::{code, code_name, DriverError};

@@ -6,7 +6,9 @@
 mod cuda;
 mod driver;
 mod error;
+pub mod fake;
 
 pub use cuda::{driver_present, CuEvent, CuPhysical, CuStream, CudaDriver, ENTRY_POINTS};
 pub use driver::{DevicePtr, Driver, Granularity, MemInfo, PinFlags};
 pub use error::{code, code_name, DriverError};
+pub use fake::{FakeConfig, FakeDriver};

@@ -7,6 +7,8 @@ mod cuda;
 mod driver;
 mod error;
 pub mod fake;
+#[cfg(feature = "torch-model")]
+pub mod torch_model;
 
 pub use cuda::{driver_present, CuEvent, CuPhysical, CuStream, CudaDriver, ENTRY_POINTS};
 pub use driver::{DevicePtr, Driver, Granularity, MemInfo, PinFlags};

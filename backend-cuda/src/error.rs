@@ -26,8 +26,8 @@ pub mod code {
     pub const INVALID_CONTEXT: u32 = 201;
     /// `CUDA_ERROR_INVALID_HANDLE`: a stream or event that does not exist (any more).
     pub const INVALID_HANDLE: u32 = 400;
-    /// `CUDA_ERROR_NOT_READY`: work recorded by an event has not completed. [`Driver`]
-    /// (crate::Driver) methods turn it into `Ok(false)`; it is never returned as an error.
+    /// `CUDA_ERROR_NOT_READY`: work recorded by an event has not completed. [`Driver`](crate::Driver)
+    /// methods turn it into `Ok(false)`; it is never returned as an error.
     pub const NOT_READY: u32 = 600;
     /// `CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`: part of the range is registered already.
     pub const HOST_MEMORY_ALREADY_REGISTERED: u32 = 712;

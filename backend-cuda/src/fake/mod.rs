@@ -1,7 +1,7 @@
 //! A fake CUDA driver for tests and benchmarks on machines with no GPU.
 //!
 //! - **Device memory the CPU cannot touch.** Device allocations and address reservations are
-//!   ranges of one `PROT_NONE` anonymous mapping ([`space`]): any CPU read or write through a
+//!   ranges of one `PROT_NONE` anonymous mapping: any CPU read or write through a
 //!   device address crashes the process (`tests/stray_access.rs` shows it does).
 //! - **Real bookkeeping.** Every allocation, reservation, physical allocation, mapping, pinned
 //!   or registered host range, stream and event is tracked, and misuse gets the error the real
@@ -9,7 +9,7 @@
 //!   granularity, stale handles; exceeding the configured device memory is
 //!   `CUDA_ERROR_OUT_OF_MEMORY`, as on a real card.
 //! - **Pinned host memory is real**, readable and writable host memory.
-//! - **Time stands still until the test moves it** ([`timeline`]): recorded events complete
+//! - **Time stands still until the test moves it**: recorded events complete
 //!   when the test calls [`FakeDriver::complete`] (or completes a stream, everything up to a
 //!   [`FakeMark`], or everything), or when a synchronising call would have waited for them.
 //! - **Every call is counted** by kind ([`FakeDriver::calls`]), so a benchmark can report its

@@ -148,7 +148,7 @@ pub struct SegmentInfo<S> {
 ///
 /// Invariants: each live block's `prev`/`next` chain is one segment obtained from the driver,
 /// its blocks contiguous and of one stream and pool; a block is in its pool's set iff it is
-/// free ([`Block::is_free`]); `active` maps exactly the allocated blocks' addresses; no two
+/// free (not allocated, and waiting for no event); `active` maps exactly the allocated blocks' addresses; no two
 /// neighbours in a segment are both free; `stats` agree with the blocks (all checked by
 /// [`TorchAllocator::check`]).
 pub struct TorchAllocator<D: Driver> {

@@ -16,7 +16,9 @@
 //! (`mem_free`, `stream_destroy`, …) or that hand the driver a handle or range it will act on
 //! (`event_record`, `mem_map`, …) are `unsafe`: the real driver's behaviour on a destroyed
 //! handle, or on a range another owner still uses, is undefined (or corrupts that owner's data
-//! on the device). The fake driver checks all of it and returns the error the real driver
+//! on the device). Nothing obtained from a driver outlives it: dropping the driver ends every
+//! allocation, mapping and handle it gave (the real one releases its context, the fake one its
+//! memory). The fake driver checks all of it and returns the error the real driver
 //! returns where it detects misuse, which is what the tests lean on. Methods that only create
 //! or query are safe.
 //!

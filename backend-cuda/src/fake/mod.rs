@@ -278,7 +278,8 @@ impl FakeDriver {
         self.lock().calls
     }
 
-    /// Sets every call count back to zero (injected failures keep counting from zero too).
+    /// Sets every call count back to zero, and forgets injected failures not yet triggered
+    /// (they were counted from the old counts).
     pub fn reset_calls(&self) {
         let mut st = self.lock();
         st.calls = CallCounts::default();

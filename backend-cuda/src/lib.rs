@@ -1,7 +1,81 @@
-//! CUDA memory regions for the `tagalloc` core.
+//! CUDA memory for the `tagalloc` core: the driver seam a device pool stands on.
 //!
-//! This crate will supply regions from CUDA to the tagalloc core, through `cudarc` with dynamic
-//! loading so that it builds and its tests run on machines with no GPU and no CUDA toolkit:
-//! plain device allocations, virtual-memory growth (one reserved address range that physical
-//! pages are mapped into as the pool grows), pinned host memory, and stream-ordered reuse of
-//! freed blocks. Nothing is implemented yet.
+//! Everything here builds and its tests run with no GPU and no CUDA toolkit: the driver
+//! library is opened at run time, and CPU tests run on a fake driver.
+//!
+//! - [`Driver`] ([`driver`]): the one trait through which every CUDA driver call of a device
+//!   allocator goes: device allocations, virtual memory (reserve, create, map, set access,
+//!   unmap, granularity), pinned and registered host memory, streams, events, memory
+//!   information, device count and context. Errors are values ([`DriverError`], carrying the
+//!   `CUresult` code and name); nothing panics.
+//! - [`CudaDriver`] ([`cuda`]): the real driver, through cudarc's raw driver bindings
+//!   (`cudarc::driver::sys`, CUDA 12.0 binding set, loaded dynamically). With no driver
+//!   installed, [`CudaDriver::new`] returns [`DriverError::NoDriver`]; with no device,
+//!   [`DriverError::NoDevice`].
+//! - [`FakeDriver`] ([`fake`]): a driver for tests and benchmarks whose device memory is
+//!   address space the CPU cannot touch, with real bookkeeping, manual event completion, call
+//!   counts and injected failures.
+//! - `torch_model` (feature `torch-model`): a model of PyTorch's CUDA caching allocator's
+//!   placement policy over the seam, to compare tagalloc's device pool with on the same trace
+//!   and the same fake driver.
+//!
+//! The device pool itself (region sources over the core's pool, stream-ordered reuse, the C
+//! ABI) is built on this seam and is not here yet.
+//!
+//! ```
+//! use tagalloc_cuda::{fake::Call, Driver, FakeConfig, FakeDriver};
+//!
+//! # fn main() -> Result<(), tagalloc_cuda::DriverError> {
+//! let gpu = FakeDriver::new(FakeConfig::default())?; // a 16 GiB card, 2 MiB pages
+//! let stream = gpu.stream_create()?;
+//! let block = gpu.mem_alloc(1 << 20)?; // device memory: never dereference it on the host
+//! let event = gpu.event_create()?;
+//! // SAFETY: the stream and event are live, and nothing uses the block after the free.
+//! unsafe {
+//!     gpu.event_record(event, stream)?;
+//!     assert!(!gpu.event_query(event)?); // pending until the test says otherwise
+//!     gpu.complete(event)?;
+//!     assert!(gpu.event_query(event)?);
+//!     gpu.mem_free(block)?;
+//! }
+//! assert_eq!(gpu.calls().get(Call::MemAlloc), 1);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Tests that need a GPU
+//!
+//! `tests/real_driver.rs` checks the real driver: that creating it without a driver reports
+//! [`DriverError::NoDriver`] and never panics (runs everywhere), and, on a GPU, device
+//! allocation and free, virtual-memory reserve, map, access and unmap, pinned and registered
+//! host memory, streams and events (built everywhere, ignored unless asked for). On a machine
+//! with a GPU and a Rust toolchain:
+//!
+//! ```text
+//! cargo test -p tagalloc-cuda --test real_driver -- --ignored
+//! ```
+//!
+//! On a GPU machine without one, build the test binary here and copy it there (it needs only
+//! the NVIDIA driver, no toolkit):
+//!
+//! ```text
+//! cargo test -p tagalloc-cuda --test real_driver --no-run   # prints the binary's path
+//! ./real_driver-<hash> --ignored                             # on the GPU machine
+//! ```
+//!
+//! Without a GPU those tests are reported as ignored, with the reason, never as passed.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+pub mod cuda;
+pub mod driver;
+pub mod error;
+pub mod fake;
+#[cfg(feature = "torch-model")]
+pub mod torch_model;
+
+pub use cuda::{driver_present, CuEvent, CuPhysical, CuStream, CudaDriver};
+pub use driver::{DevicePtr, Driver, Granularity, MemInfo, PinFlags};
+pub use error::{code, code_name, DriverError};
+pub use fake::{FakeConfig, FakeDriver};

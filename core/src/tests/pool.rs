@@ -318,6 +318,9 @@ impl Hooks for Registry {
 
 const PAGE: usize = 4096;
 
+/// Bytes of real memory the inline tests use: Miri checks every byte, so it gets less.
+const MEM: usize = if cfg!(miri) { 256 << 10 } else { 4 << 20 };
+
 /// A detached pool under test.
 type TestPool = Pool<DetachedHeap<Vec<Record>>, Addresses, Registry>;
 
@@ -524,28 +527,28 @@ fn a_growable_source_keeps_one_region_and_trim_gives_its_free_end_back() {
 
 #[test]
 fn trim_releases_the_pages_of_large_free_chunks_and_the_heap_stays_sound() {
-    let (source, books) = Memory::new(4 << 20);
+    let (source, books) = Memory::new(MEM);
     let policy = Policy::new()
         .growth(Growth::Fixed(1 << 20))
         .release_above(64 << 10);
     let mut pool = Pool::new(InlineHeap::new(), source, policy);
     let a = pool.alloc(100, 16).unwrap();
-    let big = pool.alloc(500 << 10, 16).unwrap();
+    let big = pool.alloc(MEM / 8, 16).unwrap();
     let b = pool.alloc(100, 16).unwrap();
     // SAFETY: live blocks of this pool, freed once.
-    unsafe { pool.free(big, 500 << 10).unwrap() };
+    unsafe { pool.free(big, MEM / 8).unwrap() };
     let t = pool.trim();
-    assert!(t.released >= 480 << 10, "{t:?}");
+    assert!(t.released >= MEM / 8 - 2 * PAGE, "{t:?}");
     assert_eq!(t.regions, 0);
     // Released pages were scribbled over: the heap kept nothing there.
     pool.check().unwrap();
-    let again = pool.alloc(400 << 10, 16).unwrap();
-    // SAFETY: a live 400 KiB block.
-    unsafe { again.as_ptr().write_bytes(1, 400 << 10) };
+    let again = pool.alloc(MEM / 10, 16).unwrap();
+    // SAFETY: a live block of that size.
+    unsafe { again.as_ptr().write_bytes(1, MEM / 10) };
     pool.check().unwrap();
     // SAFETY: live blocks, freed once.
     unsafe {
-        pool.free(again, 400 << 10).unwrap();
+        pool.free(again, MEM / 10).unwrap();
         pool.free(a, 100).unwrap();
         pool.free(b, 100).unwrap();
     }
@@ -622,7 +625,7 @@ fn a_faulty_source_never_corrupts_the_pool() {
 /// A misaligned region from an inline source is refused before a byte of it is written.
 #[test]
 fn a_misaligned_region_is_refused_without_a_write() {
-    let (mut source, books) = Memory::new(4 << 20);
+    let (mut source, books) = Memory::new(MEM);
     // The pool asks twice for a region (its increment, then just what the request needs):
     // both come misaligned.
     books
@@ -631,12 +634,13 @@ fn a_misaligned_region_is_refused_without_a_write() {
         .extend([(1, Fault::Misaligned), (2, Fault::Misaligned)]);
     let first = source.base(0);
     // SAFETY: the arena is ours; fill it with a pattern the heap must not change.
-    unsafe { first.as_ptr().write_bytes(0x77, 4 << 20) };
-    let mut pool = Pool::new(InlineHeap::new(), source, Policy::new());
+    unsafe { first.as_ptr().write_bytes(0x77, MEM) };
+    let policy = Policy::new().growth(Growth::Fixed(MEM / 4));
+    let mut pool = Pool::new(InlineHeap::new(), source, policy);
     let e = pool.alloc(100, 16).unwrap_err();
     assert_eq!(e.error, Error::RegionMisaligned);
     // SAFETY: reading the arena back.
-    let bytes = unsafe { core::slice::from_raw_parts(first.as_ptr(), 4 << 20) };
+    let bytes = unsafe { core::slice::from_raw_parts(first.as_ptr(), MEM) };
     assert!(
         bytes.iter().all(|&b| b == 0x77),
         "the refused region was written"
@@ -753,16 +757,16 @@ proptest! {
 /// The inline heap behind a pool: blocks really are memory, and hold their bytes.
 #[test]
 fn an_inline_pool_serves_real_memory_across_regions() {
-    let (source, books) = Memory::new(8 << 20);
+    let (source, books) = Memory::new(2 * MEM);
     let mut pool = Pool::new(
         InlineHeap::new(),
         source,
-        Policy::new().growth(Growth::Fixed(256 << 10)),
+        Policy::new().growth(Growth::Fixed(MEM / 16)),
     );
     let n = if cfg!(miri) { 40 } else { 400 };
     let mut live = Vec::new();
     for i in 0..n {
-        let size = 1 + (i * 7919) % 30_000;
+        let size = 1 + (i * 7919) % (MEM / 128);
         let p = pool.alloc(size, 16).unwrap();
         // SAFETY: a live block of `size` bytes.
         unsafe { p.as_ptr().write_bytes(i as u8, size) };

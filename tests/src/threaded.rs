@@ -15,6 +15,7 @@
 //! Nothing here panics on a failed allocation, a corrupted block or a broken invariant: they
 //! come back as an error message naming the event.
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::any::Any;
 use std::collections::HashMap;
 use std::fmt;
@@ -25,7 +26,7 @@ use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use tagalloc::Stats;
+use tagalloc::{Hooks, InlineHeap, RawLock, RegionSource, SharedPool, Stats};
 
 use crate::contents::{fill, verify};
 use crate::replay::DEFAULT_ALIGN;
@@ -666,4 +667,79 @@ pub fn replay_threaded<A: ThreadedAlloc>(
         live_at_end: plan.live_at_end.len(),
         peak_live_bytes: plan.peak_live_bytes,
     })
+}
+
+/// A shared inline pool (e.g. `tagalloc_host::HostPool`, over `mmap` regions, with either
+/// lock): it grows by itself, so nothing is added here.
+impl<S, K, L, const N: usize> ThreadedAlloc for SharedPool<InlineHeap, S, K, L, N>
+where
+    S: RegionSource<Base = NonNull<u8>>,
+    K: Hooks,
+    L: RawLock,
+    Self: Sync,
+{
+    fn alloc(&self, size: usize, align: usize) -> Result<NonNull<u8>, String> {
+        SharedPool::alloc(self, size, align).map_err(|e| e.to_string())
+    }
+    unsafe fn free(&self, ptr: NonNull<u8>, size: usize, _align: usize) -> Result<(), String> {
+        // SAFETY: forwarded caller contract.
+        unsafe { SharedPool::free(self, ptr, size) }.map_err(|e| e.to_string())
+    }
+    unsafe fn realloc(
+        &self,
+        ptr: NonNull<u8>,
+        old_size: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Result<NonNull<u8>, String> {
+        // SAFETY: forwarded caller contract.
+        unsafe { SharedPool::realloc(self, ptr, old_size, align, new_size) }
+            .map_err(|e| e.to_string())
+    }
+    fn check(&self) -> Option<Result<(), String>> {
+        Some(match self.with_pool(|p| p.check()) {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        })
+    }
+    fn stats(&self) -> Option<Stats> {
+        SharedPool::stats(self).ok().map(|s| s.heap)
+    }
+    fn queued_frees(&self) -> Option<usize> {
+        Some(SharedPool::queued_frees(self))
+    }
+}
+
+/// The system allocator (glibc's `malloc` on Linux), for comparison: no checker, no
+/// statistics.
+pub struct SystemAlloc;
+
+impl SystemAlloc {
+    fn layout(size: usize, align: usize) -> Result<Layout, String> {
+        Layout::from_size_align(size, align).map_err(|e| e.to_string())
+    }
+}
+
+impl ThreadedAlloc for SystemAlloc {
+    fn alloc(&self, size: usize, align: usize) -> Result<NonNull<u8>, String> {
+        // SAFETY: the replay never asks for zero bytes.
+        let p = unsafe { System.alloc(Self::layout(size, align)?) };
+        NonNull::new(p).ok_or_else(|| format!("malloc of {size} bytes returned null"))
+    }
+    unsafe fn free(&self, ptr: NonNull<u8>, size: usize, align: usize) -> Result<(), String> {
+        // SAFETY: forwarded caller contract: allocated here with this layout.
+        unsafe { System.dealloc(ptr.as_ptr(), Self::layout(size, align)?) };
+        Ok(())
+    }
+    unsafe fn realloc(
+        &self,
+        ptr: NonNull<u8>,
+        old_size: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Result<NonNull<u8>, String> {
+        // SAFETY: forwarded caller contract; `new_size` is non-zero.
+        let q = unsafe { System.realloc(ptr.as_ptr(), Self::layout(old_size, align)?, new_size) };
+        NonNull::new(q).ok_or_else(|| format!("realloc to {new_size} bytes returned null"))
+    }
 }

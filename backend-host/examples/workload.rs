@@ -97,7 +97,10 @@ fn main() {
     let mut top: Vec<(&String, &u64)> = index.iter().collect();
     top.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
     let total: u64 = index.values().sum();
-    assert_eq!(total, (PRODUCERS * DOCS_PER_PRODUCER * WORDS_PER_DOC) as u64);
+    assert_eq!(
+        total,
+        (PRODUCERS * DOCS_PER_PRODUCER * WORDS_PER_DOC) as u64
+    );
     assert_eq!(kept.len(), PRODUCERS * DOCS_PER_PRODUCER);
     println!(
         "{} documents, {total} words, {} distinct; most frequent: {:?}; {:.2?}",

@@ -37,8 +37,8 @@ const SPINS: u32 = 100;
 /// A futex-based mutual-exclusion lock that parks waiting threads and never allocates (see the
 /// module docs).
 ///
-/// Invariant: `state` is [`UNLOCKED`] exactly when no thread holds the lock; it is
-/// [`CONTENDED`] whenever a thread may be asleep on it (a waiter sets it so before it sleeps),
+/// Invariant: `state` is `UNLOCKED` (0) exactly when no thread holds the lock; it is
+/// `CONTENDED` (2) whenever a thread may be asleep on it (a waiter sets it so before it sleeps),
 /// so the holder's `unlock` wakes one.
 ///
 /// # Examples

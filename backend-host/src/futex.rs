@@ -5,10 +5,13 @@
 //! builds a `Vec` of buckets and returns it in a `Box`, and every thread's first park
 //! constructs its `ThreadData` in a lazily initialised `thread_local!`, which calls
 //! `grow_hashtable` (more `Vec`s and `Box`es; `parking_lot_core` 0.9.12, `src/parking_lot.rs`).
-//! When the pool *is* the global allocator, a thread that waits for the pool's lock would
-//! allocate from the pool, which waits for the lock it is waiting for: the core refuses that
-//! re-entry (`Error::Reentrant`, so a null allocation and an abort) rather than deadlocking,
-//! but either way the program dies on its first contended allocation.
+//! When the pool *is* the global allocator, a thread that waits for the pool's lock allocates
+//! from the pool, whose lock is still held by the other thread, so it waits again, parks
+//! again, allocates again...: a program with such a pool as its `#[global_allocator]` overflows
+//! its stack (SIGSEGV) on its first contended allocation (seen with `backend-host/tests/global.rs`
+//! switched to `parking_lot::RawMutex`; the backtrace runs `__rust_alloc` ←
+//! `HashTable::new` ← `park`). The waiting thread does not hold the lock, so the core's
+//! re-entry check cannot catch it.
 //!
 //! **What this is.** The three-state futex mutex of Ulrich Drepper's "Futexes Are Tricky"
 //! (2011), "Mutex, Take 3" (`mutex3`): 0 unlocked, 1 locked, 2 locked with possible waiters; a

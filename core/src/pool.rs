@@ -162,8 +162,10 @@ pub struct Pool<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks = NoHooks
     reserved: usize,
     /// The size of the next region (the doubling state).
     increment: usize,
-    /// The region obtained last, which growth in place extends.
-    top: Option<H::Base>,
+    /// The address of the region obtained last, which growth in place extends. An address,
+    /// not the region's `Base`: a base may be a pointer, which would keep an inline pool from
+    /// being `Send` (and so a shared one from being `Sync`, as a `#[global_allocator]` must be).
+    top: Option<usize>,
     bypass: [Option<usize>; BYPASS_SLOTS],
     counts: PoolStats,
 }
@@ -376,7 +378,7 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
             counts.hook_calls += 1;
             out.regions += 1;
             out.bytes += len;
-            if top.is_some_and(|t| S::addr(t) == addr) {
+            if *top == Some(addr) {
                 *top = None;
             }
             for slot in bypass.iter_mut().filter(|s| **s == Some(addr)) {
@@ -563,7 +565,7 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
                 self.counts.regions_obtained += 1;
                 self.counts.hook_calls += 1;
                 self.hooks.obtained(addr, got);
-                self.top = Some(base);
+                self.top = Some(addr);
                 if let Growth::Doubling { cap, .. } = self.policy.growth {
                     self.increment = self.increment.saturating_mul(2).min(cap.max(1));
                 }
@@ -581,11 +583,8 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
 
     /// Grows the top region in place by at least `space` bytes (within the limit).
     fn grow_top(&mut self, space: usize) -> Result<(), Error> {
-        let top = self.top.ok_or(Error::OutOfMemory)?;
-        let (_, len) = self
-            .heap
-            .region_of(S::addr(top))
-            .ok_or(Error::UnknownRegion)?;
+        let at = self.top.ok_or(Error::OutOfMemory)?;
+        let (top, len) = self.heap.region_of(at).ok_or(Error::UnknownRegion)?;
         let want = self
             .round(space.max(self.increment))
             .ok_or(Error::SizeOverflow)?;
@@ -600,7 +599,7 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
                 self.counts.peak_reserved = self.counts.peak_reserved.max(self.reserved);
                 self.counts.grown += 1;
                 self.counts.hook_calls += 1;
-                self.hooks.grown(S::addr(top), S::addr(top) + len, added);
+                self.hooks.grown(at, at + len, added);
                 Ok(())
             }
             Err(e) => {
@@ -692,7 +691,7 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
         }
         got.map_err(|e| self.report(e, size))?;
         // The bypass region is never grown in place: growth stays with the previous top.
-        let own = self.top.map(S::addr);
+        let own = self.top;
         self.top = top;
         let block = self
             .heap
@@ -732,7 +731,7 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
             self.reserved -= len;
             self.counts.regions_given_back += 1;
             self.counts.hook_calls += 1;
-            if self.top.is_some_and(|t| S::addr(t) == base) {
+            if self.top == Some(base) {
                 self.top = None;
             }
         }

@@ -797,3 +797,41 @@ fn an_inline_pool_serves_real_memory_across_regions() {
     pool.trim();
     assert!(books.borrow().out.is_empty());
 }
+
+/// A source with nothing to give, and nothing that keeps it on one thread.
+struct Empty;
+
+// SAFETY: it never hands out a region.
+unsafe impl RegionSource for Empty {
+    type Base = NonNull<u8>;
+    fn addr(b: NonNull<u8>) -> usize {
+        b.addr().get()
+    }
+    fn granularity(&self) -> usize {
+        PAGE
+    }
+    fn obtain(&mut self, _: usize) -> Result<(NonNull<u8>, usize), Error> {
+        Err(Error::OutOfMemory)
+    }
+    unsafe fn give_back(&mut self, _: NonNull<u8>, _: usize) {}
+}
+
+/// A shared inline pool over a `Send` source is `Sync`, as a `#[global_allocator]` static must
+/// be (an inline pool used to keep its top region's base as a pointer, which made it neither
+/// `Send` nor, shared, `Sync`), and it serves `GlobalAlloc` from a `static`.
+#[test]
+fn a_shared_inline_pool_can_be_a_static_global_allocator() {
+    use crate::SharedPool;
+    use core::alloc::{GlobalAlloc, Layout as StdLayout};
+
+    fn sync<T: Sync>(_: &T) {}
+    static POOL: SharedPool<InlineHeap, Empty> =
+        SharedPool::new(Pool::new(InlineHeap::new(), Empty, Policy::new()));
+    sync(&POOL);
+    let layout = StdLayout::from_size_align(64, 8).unwrap();
+    // SAFETY: a non-zero size.
+    let p = unsafe { GlobalAlloc::alloc(&POOL, layout) };
+    assert!(p.is_null(), "the source has nothing: null, not a panic");
+    let e = POOL.alloc(64, 8).unwrap_err();
+    assert_eq!((e.error, e.reserved), (Error::OutOfMemory, 0));
+}

@@ -764,6 +764,21 @@ impl InlineHeap {
         Ok((t.size(c) << t.layout.shift()) - W)
     }
 
+    /// Bytes usable at `ptr`, after proving, as [`InlineHeap::free_checked`] does, that `ptr`
+    /// is the payload of a live chunk of this heap, in every build: `ForeignPointer`, or
+    /// `DoubleFree` for a pointer into a free chunk where a payload could have been. Nothing
+    /// is written or counted. What a caller that learns a block's size from the heap (a C
+    /// `free`, which gets none) uses to check a pointer at run time, where the `checked`
+    /// feature would check every free of the build.
+    ///
+    /// # Time Complexity
+    /// As for [`InlineHeap::free_checked`]: a walk of `ptr`'s region.
+    pub fn checked_usable_size(&self, ptr: NonNull<u8>) -> Result<usize, Error> {
+        let c = self.find_chunk(ptr)?;
+        let t = self.heap.tags();
+        Ok((t.size(c) << t.layout.shift()) - W)
+    }
+
     /// Calls `each(start, len)` for every free chunk of at least `min` bytes, naming the
     /// whole pages (of `page` bytes, a power of two) inside it that hold none of the heap's
     /// tags: what a region source may release (`madvise(MADV_DONTNEED)`, unmapping device

@@ -287,3 +287,34 @@ fn realloc_never_copies_past_the_old_chunk() {
     }
     h.check().unwrap();
 }
+
+/// The checked size query proves a pointer in every build: a live payload gives what
+/// `usable_size` gives, a freed one `DoubleFree`, a pointer inside a block or outside the heap
+/// `ForeignPointer`; nothing is counted as refused and the heap stays intact.
+#[test]
+fn checked_usable_size_proves_the_pointer() {
+    let mut a = Arena::new(1 << 16);
+    let mut h = InlineHeap::new();
+    // SAFETY: the arena outlives the heap and nothing else uses its memory.
+    unsafe { h.add_region(a.ptr(), a.len()).unwrap() };
+    let p = h.alloc(100, 16).unwrap();
+    let q = h.alloc(3000, 64).unwrap();
+    let r = h.alloc(40, 16).unwrap();
+    for (block, asked) in [(p, 100), (q, 3000), (r, 40)] {
+        // SAFETY: a live allocation of this heap.
+        let plain = unsafe { h.usable_size(block) }.unwrap();
+        assert_eq!(h.checked_usable_size(block), Ok(plain));
+        assert!(plain >= asked);
+    }
+    // SAFETY: a live allocation, freed once and not used again.
+    unsafe { h.free(q, 3000).unwrap() };
+    assert_eq!(h.checked_usable_size(q), Err(Error::DoubleFree));
+    // SAFETY: `p` is a live block of at least 100 bytes, so `p + 16` is inside it.
+    let inside = unsafe { p.add(16) };
+    assert_eq!(h.checked_usable_size(inside), Err(Error::ForeignPointer));
+    let mut other = [0u128; 4];
+    let outside = core::ptr::NonNull::new(other.as_mut_ptr().cast::<u8>()).unwrap();
+    assert_eq!(h.checked_usable_size(outside), Err(Error::ForeignPointer));
+    assert_eq!(h.stats().refused_frees, 0);
+    h.check().unwrap();
+}

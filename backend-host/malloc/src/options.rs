@@ -1,0 +1,105 @@
+//! What the environment asks for, read once, before the first allocation is served if
+//! possible, without allocating.
+//!
+//! - `TAGALLOC_CHECKED`: set (to anything but `0` or nothing), every `free` and `realloc`
+//!   proves its pointer a live block before it touches anything (`InlineHeap::
+//!   checked_usable_size`, a walk of the block's region); a foreign pointer or a double free
+//!   is refused, counted and reported once on stderr. Without it a double free is still
+//!   refused when the block's tag says it is free, but a foreign pointer is not detected.
+//! - `TAGALLOC_STATS`: set likewise, the heap's figures are written to stderr when the
+//!   process exits (an `atexit` handler).
+//!
+//! **No allocation, no recursion.** The pool needs no initialisation at all (it is a `const`
+//! in a `static`: nothing is mapped until the first allocation), so the allocator works before
+//! and while this runs. Starting means reading two variables with libc's `getenv` (no
+//! allocation, unlike `std::env`), registering the fork handlers and, for the statistics,
+//! the exit handler. `pthread_atfork` and `atexit` may themselves call `malloc` (when their
+//! preallocated tables are full); such a call, and any call made by another thread meanwhile,
+//! finds the start under way and is served at once with the defaults, instead of waiting for
+//! a start that is waiting for it. Nothing here uses `dlsym`, Rust's `std::env`, formatting
+//! or thread-local destructors.
+
+use core::ffi::CStr;
+use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+
+use crate::lock::register_fork_handlers;
+use crate::report;
+
+const NOT_STARTED: u8 = 0;
+const STARTING: u8 = 1;
+const READY: u8 = 2;
+
+/// Where the start is: `NOT_STARTED`, then `STARTING` (one thread is reading the environment
+/// and registering handlers), then `READY`.
+static STATE: AtomicU8 = AtomicU8::new(NOT_STARTED);
+static CHECKED: AtomicBool = AtomicBool::new(false);
+static STATS: AtomicBool = AtomicBool::new(false);
+
+/// Starts the library if it has not started: reads the environment, registers the handlers.
+/// Returns at once if another call (this thread's, further up the stack, or another thread's)
+/// is starting it.
+#[inline]
+pub(crate) fn start() {
+    if STATE.load(Ordering::Acquire) != READY {
+        start_now();
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn start_now() {
+    if STATE
+        .compare_exchange(NOT_STARTED, STARTING, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return;
+    }
+    CHECKED.store(flag(c"TAGALLOC_CHECKED"), Ordering::Relaxed);
+    let stats = flag(c"TAGALLOC_STATS");
+    STATS.store(stats, Ordering::Relaxed);
+    if !register_fork_handlers() {
+        report::line(format_args!(
+            "tagalloc: pthread_atfork refused; a child forked while another thread allocates \
+             may hang"
+        ));
+    }
+    if stats {
+        // SAFETY: `report::at_exit` is an `extern "C"` function without arguments that stays
+        // loaded for the life of the process.
+        if unsafe { libc::atexit(report::at_exit) } != 0 {
+            report::line(format_args!(
+                "tagalloc: atexit refused; no statistics will be printed at exit"
+            ));
+        }
+    }
+    STATE.store(READY, Ordering::Release);
+}
+
+/// Whether the environment variable `name` is set to something other than empty or `0`.
+fn flag(name: &CStr) -> bool {
+    // SAFETY: `name` is NUL-terminated; `getenv` returns null or a NUL-terminated string that
+    // stays valid until the environment is changed, and it is read at once.
+    let value = unsafe { libc::getenv(name.as_ptr()) };
+    if value.is_null() {
+        return false;
+    }
+    // SAFETY: as above: a NUL-terminated string.
+    let value = unsafe { CStr::from_ptr(value) }.to_bytes();
+    !matches!(value, b"" | b"0")
+}
+
+/// Whether frees and reallocs prove their pointers (`TAGALLOC_CHECKED`).
+#[inline]
+pub(crate) fn checked() -> bool {
+    CHECKED.load(Ordering::Relaxed)
+}
+
+/// Starts the library when it is loaded, in case the program's first allocation comes late:
+/// the loader runs this among the shared libraries' constructors.
+extern "C" fn start_at_load() {
+    start();
+}
+
+#[used]
+#[link_section = ".init_array"]
+static START_AT_LOAD: extern "C" fn() = start_at_load;

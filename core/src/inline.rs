@@ -742,6 +742,19 @@ impl InlineHeap {
         Ok(new)
     }
 
+    /// Resizes the live block at `ptr` in place to serve `size` bytes (shrinking, or growing
+    /// into a free successor); `OutOfMemory`, the block unchanged, if it cannot grow in place.
+    ///
+    /// # Safety
+    /// `ptr` is a live allocation of this heap.
+    pub(crate) unsafe fn resize_in_place(
+        &mut self,
+        ptr: NonNull<u8>,
+        size: usize,
+    ) -> Result<(), Error> {
+        self.heap.resize_in_place(Chunk::of_payload(ptr), size)
+    }
+
     /// Bytes usable at `ptr` (at least what was asked for), with the same checks as
     /// [`InlineHeap::free`] in this build (nothing is counted as refused).
     ///

@@ -184,7 +184,6 @@ impl Layout {
 
     /// The payload bytes of the single chunk that spans a region of `len` bytes (rounded down
     /// to granules), or `None` if no chunk fits.
-    #[cfg(any(test, feature = "model"))]
     pub fn whole_region_request(&self, len: usize) -> Option<usize> {
         let len = len & !(self.granule() - 1);
         (len >= self.region_overhead() + (self.min_chunk << self.shift))

@@ -276,21 +276,42 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
     }
 
     /// Frees a block of `size` bytes (the size it was allocated with: it tells a bypassed
-    /// block, whose region goes back to the source at once).
+    /// block, whose region goes back to the source at once). A block above the bypass
+    /// threshold may be larger than it was asked to be (a bypassed block takes its whole
+    /// region): any size from the request up to its usable size frees it.
     ///
     /// # Time Complexity
-    /// As the heap's `free`; `O(regions)` more for a bypassed block.
+    /// As the heap's `free`; `O(regions)` more for a block above the bypass threshold.
     ///
     /// # Safety
     /// As for the heap's `free` ([`crate::InlineHeap::free`]; nothing for a detached heap,
     /// whose blocks are always checked).
     #[inline]
     pub unsafe fn free(&mut self, block: H::Block, size: usize) -> Result<(), Error> {
-        // SAFETY: forwarded caller contract.
-        unsafe { self.heap.free(block, size)? };
         if self.policy.bypass_above.is_some_and(|t| size > t) {
-            self.release_bypass(H::block_addr(&block));
+            // SAFETY: forwarded caller contract.
+            return unsafe { self.free_large(block, size) };
         }
+        // SAFETY: forwarded caller contract.
+        unsafe { self.heap.free(block, size) }
+    }
+
+    /// [`Pool::free`] of a block above the bypass threshold: freed with its own size, and its
+    /// region given back if it had one of its own.
+    ///
+    /// # Safety
+    /// As for [`Pool::free`].
+    #[cold]
+    #[inline(never)]
+    unsafe fn free_large(&mut self, block: H::Block, size: usize) -> Result<(), Error> {
+        // SAFETY: forwarded caller contract (the same checks as the heap's `free`).
+        let own = unsafe { self.heap.usable_size(&block)? };
+        if size > own {
+            return Err(Error::WrongSize);
+        }
+        // SAFETY: forwarded caller contract; `own` is the block's size.
+        unsafe { self.heap.free(block, own)? };
+        self.release_bypass(H::block_addr(&block));
         Ok(())
     }
 
@@ -584,30 +605,61 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
     /// Grows the top region in place by at least `space` bytes (within the limit).
     fn grow_top(&mut self, space: usize) -> Result<(), Error> {
         let at = self.top.ok_or(Error::OutOfMemory)?;
-        let (top, len) = self.heap.region_of(at).ok_or(Error::UnknownRegion)?;
         let want = self
             .round(space.max(self.increment))
             .ok_or(Error::SizeOverflow)?;
         let min = self.round(space).ok_or(Error::SizeOverflow)?;
+        self.grow_region(at, want, min).map(|_| ())
+    }
+
+    /// Grows the region at `at` in place by `want` bytes, or at least `min` (within the
+    /// limit); returns the bytes added.
+    fn grow_region(&mut self, at: usize, want: usize, min: usize) -> Result<usize, Error> {
+        let (base, len) = self.heap.region_of(at).ok_or(Error::UnknownRegion)?;
         let add = self.within_limit(want, min)?;
-        let added = self.source.grow(top, len, add)?;
+        let added = self.source.grow(base, len, add)?;
         // SAFETY: the source's contract: the added range continues the region, is the heap's
         // to use, and is reachable through its base.
-        match unsafe { self.heap.extend_region(top, added) } {
+        match unsafe { self.heap.extend_region(base, added) } {
             Ok(()) => {
                 self.reserved += added;
                 self.counts.peak_reserved = self.counts.peak_reserved.max(self.reserved);
                 self.counts.grown += 1;
                 self.counts.hook_calls += 1;
                 self.hooks.grown(at, at + len, added);
-                Ok(())
+                Ok(added)
             }
             Err(e) => {
                 // SAFETY: the tail was added a moment ago and never used; give it back.
-                unsafe { self.source.shrink(top, len + added, len) };
+                unsafe { self.source.shrink(base, len + added, len) };
                 Err(e)
             }
         }
+    }
+
+    /// Grows, in place where the source can, the region of the bypassed block at `addr`, a
+    /// block that spans its whole region, until the region could hold a request of `size`
+    /// bytes; returns the payload bytes of the grown region's one chunk. Refused for a block
+    /// that is not alone in a region of its own.
+    pub(crate) fn grow_bypassed(
+        &mut self,
+        addr: usize,
+        usable: usize,
+        size: usize,
+    ) -> Result<usize, Error> {
+        let (base, len) = self.heap.region_of(addr).ok_or(Error::UnknownRegion)?;
+        let at = S::addr(base);
+        let layout = self.heap.layout();
+        if !self.bypass.contains(&Some(at)) || layout.whole_region_request(len) != Some(usable) {
+            return Err(Error::OutOfMemory);
+        }
+        let (region, _) = self.region_for(size, layout.granule())?;
+        if region > len {
+            let add = region - len;
+            self.grow_region(at, add, add)?;
+        }
+        let (_, len) = self.heap.region_of(at).ok_or(Error::UnknownRegion)?;
+        layout.whole_region_request(len).ok_or(Error::OutOfMemory)
     }
 
     /// The slow path of [`Pool::alloc`]: the heap had no chunk that fits.
@@ -693,9 +745,21 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
         // The bypass region is never grown in place: growth stays with the previous top.
         let own = self.top;
         self.top = top;
+        // The block takes the whole region (at the granule's alignment, where no leading
+        // fragment is split off), so that the end of its last page is not a free chunk that
+        // other blocks could take, keeping the region when the block is freed.
+        let whole = match own.and_then(|at| self.heap.region_of(at)) {
+            Some((_, len)) if align <= self.heap.layout().granule() => self
+                .heap
+                .layout()
+                .whole_region_request(len)
+                .filter(|&w| w >= size)
+                .unwrap_or(size),
+            _ => size,
+        };
         let block = self
             .heap
-            .alloc(size, align)
+            .alloc(whole, align)
             .map_err(|e| self.report(e, size))?;
         let Some(own) = own else { return Ok(block) };
         match self.heap.region_of(H::block_addr(&block)) {

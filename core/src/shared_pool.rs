@@ -237,7 +237,11 @@ fn unlocked_error(error: Error, size: usize) -> PoolError {
 impl<S: RegionSource<Base = NonNull<u8>>, K: Hooks> Pool<InlineHeap, S, K> {
     /// Resizes an allocation of `old_size` bytes to `new_size` (see
     /// [`InlineHeap::realloc`]): in place when the heap can, else moved to a new block the pool
-    /// grows for if it must (and bypassed blocks always move).
+    /// grows for if it must. A block above the bypass threshold that stays above it keeps its
+    /// place when it shrinks to no less than half its usable size, and, when it has a region of
+    /// its own, grows with its region where the source can extend it in place (`mremap`
+    /// without moving, for mappings), instead of being copied into a new region at every step
+    /// (a buffer built up past the threshold a little at a time).
     ///
     /// # Time Complexity
     /// As for [`InlineHeap::realloc`], plus a miss's cost when the pool grows.
@@ -251,7 +255,8 @@ impl<S: RegionSource<Base = NonNull<u8>>, K: Hooks> Pool<InlineHeap, S, K> {
         align: usize,
         new_size: usize,
     ) -> Result<NonNull<u8>, PoolError> {
-        let bypass = |size: usize| self.policy().bypass_above.is_some_and(|t| size > t);
+        let threshold = self.policy().bypass_above;
+        let bypass = |size: usize| threshold.is_some_and(|t| size > t);
         if !bypass(old_size) && !bypass(new_size) {
             // SAFETY: forwarded caller contract.
             match unsafe { self.heap_mut().realloc(ptr, old_size, align, new_size) } {
@@ -265,6 +270,20 @@ impl<S: RegionSource<Base = NonNull<u8>>, K: Hooks> Pool<InlineHeap, S, K> {
         // anything is allocated.
         let usable = unsafe { PoolHeap::usable_size(self.heap(), &ptr) }
             .map_err(|e| self.refusal(e, new_size))?;
+        if bypass(old_size) && bypass(new_size) && align <= self.heap().granule() {
+            if new_size <= usable && new_size >= usable / 2 {
+                return Ok(ptr);
+            }
+            if new_size > usable {
+                if let Ok(whole) = self.grow_bypassed(ptr.addr().get(), usable, new_size) {
+                    // SAFETY: `ptr` is live (checked above); its successor is the region's
+                    // new free end, which the block now takes whole.
+                    if unsafe { self.heap_mut().resize_in_place(ptr, whole) }.is_ok() {
+                        return Ok(ptr);
+                    }
+                }
+            }
+        }
         let new = self.alloc(new_size, align)?;
         // SAFETY: both blocks are live and distinct; the copy fits both.
         unsafe {

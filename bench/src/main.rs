@@ -5,10 +5,12 @@
 //! - `random-actions`: talc's published speed benchmark, so that figures line up with talc's;
 //! - `efficiency`: talc's heap-efficiency benchmark (how full a heap gets before a failure);
 //! - `replay [TRACE...]`: recorded allocation traces replayed through every allocator, with
-//!   time per event and peak footprint against the trace's peak live bytes.
+//!   time per event and peak footprint against the trace's peak live bytes;
+//! - `programs`: real programs (CPython, perl, sqlite3, git, g++) timed with glibc, jemalloc,
+//!   mimalloc, tcmalloc and tagalloc's preload library, wall time and peak resident memory.
 //!
-//! With no subcommand a default suite runs all four, shortened to take about a minute (see
-//! the README for the measurement).
+//! With no subcommand a default suite runs the first four, shortened to take about a minute
+//! (see the README for the measurement); `programs` runs only when asked for.
 //! Results are markdown tables on stdout (`--json` for machines), SVG charts under
 //! `target/tagalloc-bench/`, and a progress bar on stderr when it is a terminal.
 //!
@@ -18,6 +20,7 @@ mod bump;
 mod efficiency;
 mod micro;
 mod plot;
+mod programs;
 mod random_actions;
 mod replay;
 mod report;
@@ -38,12 +41,16 @@ tagalloc-bench: tagalloc against peer allocators
 USAGE:
     tagalloc-bench [OPTIONS] [SUBCOMMAND]
 
-SUBCOMMANDS (none: the default suite, all four shortened, about a minute):
+SUBCOMMANDS (none: the default suite, the first four shortened, about a minute):
     micro               alloc+free of random 8..=512-byte blocks, 1000 live
     random-actions      talc's random-actions benchmark (7 trials x 200 ms per size)
     efficiency          talc's heap-efficiency benchmark (300 rounds)
     replay [TRACE...]   replay allocation traces (files or directories; default: every
                         trace in ../shared/traces, else the bundled tests/data traces)
+    programs            real programs (CPython, perl, sqlite3, git, g++) with glibc,
+                        jemalloc, mimalloc, tcmalloc and tagalloc preloaded: wall time and
+                        peak resident memory, 3 rounds (a few minutes); missing peers are
+                        installed with apt-get when run as root
 
 OPTIONS:
     --quick             a seconds-long smoke run: tiny durations, few rounds, the bundled
@@ -54,6 +61,9 @@ OPTIONS:
     --budget SECONDS    replay: stop one allocator's run on one trace after this long
     --out DIR           where the SVG charts go (default: target/tagalloc-bench)
     --no-plots          write no charts
+    --lib PATH          programs: tagalloc's preload library (default: built now with
+                        cargo, in this tool's profile)
+    --no-install        programs: skip missing peers instead of installing them
     -h, --help          this text
 ";
 
@@ -67,6 +77,8 @@ struct Args {
     budget: Option<f64>,
     out: Option<PathBuf>,
     plots: bool,
+    lib: Option<PathBuf>,
+    install: bool,
 }
 
 /// Why the tool stopped: bad input (exit code 2) or a failure while running (1).
@@ -86,6 +98,8 @@ fn parse_args() -> Result<Option<Args>, String> {
         budget: None,
         out: None,
         plots: true,
+        lib: None,
+        install: true,
     };
     let mut parser = lexopt::Parser::from_env();
     let e = |e: lexopt::Error| e.to_string();
@@ -109,17 +123,19 @@ fn parse_args() -> Result<Option<Args>, String> {
                 args.budget = Some(s);
             }
             Long("out") => args.out = Some(parser.value().map_err(e)?.into()),
+            Long("lib") => args.lib = Some(parser.value().map_err(e)?.into()),
+            Long("no-install") => args.install = false,
             Short('h') | Long("help") => return Ok(None),
             Value(v) if args.command.is_none() => {
                 let name = v.string().map_err(e)?;
                 match name.as_str() {
-                    "micro" | "random-actions" | "efficiency" | "replay" => {
+                    "micro" | "random-actions" | "efficiency" | "replay" | "programs" => {
                         args.command = Some(name)
                     }
                     other => {
                         return Err(format!(
                             "unknown subcommand `{other}` (expected micro, random-actions, \
-                             efficiency or replay)"
+                             efficiency, replay or programs)"
                         ))
                     }
                 }
@@ -419,6 +435,21 @@ fn run(args: &Args) -> Result<(), Failure> {
         }
         bar.finish_and_clear();
         emit(md, "replay", Value::Array(traces));
+    }
+
+    // Only when asked for: it needs the programs installed and takes minutes.
+    if args.command.as_deref() == Some("programs") {
+        let opts = programs::Options {
+            runs: pick(3, 3, 1),
+            quick: mode == Mode::Quick,
+            install: args.install,
+            lib: args.lib.clone(),
+            plots: plots.clone(),
+        };
+        let bar = progress(0);
+        let (md, json) = programs::run(&opts, &bar).map_err(run_err)?;
+        bar.finish_and_clear();
+        emit(md, "programs", json);
     }
 
     if let Some(dir) = &plots {

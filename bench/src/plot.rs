@@ -718,6 +718,240 @@ pub fn bars(path: &Path, chart: &Bars, bars: &[Bar]) -> Result<(), String> {
     root.present().map_err(err)
 }
 
+/// One group of a grouped bar chart: its label (a program) and one bar per allocator, by the
+/// allocator's name (for its look); NaN for no result.
+pub struct Group {
+    pub label: String,
+    pub bars: Vec<(String, f64)>,
+}
+
+/// What a grouped bar chart shows.
+pub struct Grouped<'a> {
+    /// What is shown and which way is better.
+    pub title: &'a str,
+    /// The value axis, with units.
+    pub x_desc: &'a str,
+    /// A value marked by a dashed vertical line across the chart (the reference of ratios), and
+    /// its label.
+    pub reference: Option<(f64, &'a str)>,
+    /// Lines of explanation below the chart.
+    pub notes: &'a [String],
+}
+
+/// A horizontal bar chart in groups (one per program), one bar per allocator in each, in the
+/// order given, each bar with its allocator's colour, its marker at the end and its value; the
+/// legend of allocators beside the plotting area. Bars far beyond the rest (over 3 × the
+/// median, and past 2) are cut as in [`bars`].
+pub fn grouped_bars(path: &Path, chart: &Grouped, groups: &[Group]) -> Result<(), String> {
+    const WIDTH: i32 = 1250;
+    const LEGEND: i32 = 260;
+    const ROW: i32 = 22;
+    let mut names: Vec<&str> = Vec::new();
+    for g in groups {
+        for (n, _) in &g.bars {
+            if !names.contains(&n.as_str()) {
+                names.push(n);
+            }
+        }
+    }
+    // Rows from the top: each group's bars, then a gap row.
+    let rows: usize = groups
+        .iter()
+        .map(|g| g.bars.len() + 1)
+        .sum::<usize>()
+        .max(1);
+    let mut finite: Vec<f64> = groups
+        .iter()
+        .flat_map(|g| g.bars.iter().map(|b| b.1))
+        .filter(|v| v.is_finite() && *v > 0.0)
+        .collect();
+    finite.sort_by(f64::total_cmp);
+    let median = finite.get(finite.len() / 2).copied().unwrap_or(1.0);
+    let limit = (3.0 * median).max(2.0);
+    let shown = finite
+        .iter()
+        .copied()
+        .filter(|v| *v <= limit)
+        .fold(chart.reference.map_or(0.0, |r| r.0), f64::max);
+    let cut = finite.iter().any(|v| *v > limit);
+    let x_keys = ticks(0.0, shown * 1.15, 8);
+    let step = x_keys.get(1).map_or(1.0, |t| t - x_keys[0]);
+    let x_hi = ((shown * 1.15) / step).ceil().max(1.0) * step;
+    let x_keys = ticks(0.0, x_hi, 8);
+    let mut notes: Vec<String> = Vec::new();
+    if cut {
+        notes.push(format!(
+            "Bars broken by a white gap are cut: the axis stops at {}, and each carries its \
+             value.",
+            number(x_hi)
+        ));
+    }
+    notes.extend(chart.notes.iter().cloned());
+    let (title_h, notes_h, title_lines, note_lines) = frame_heights(WIDTH, chart.title, &notes);
+    let plot_h = 20 + ROW * rows as i32 + 70;
+    let height = title_h + plot_h + notes_h;
+    let root = SVGBackend::new(path, (WIDTH as u32, height as u32)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    draw_frame(&root, &title_lines, &note_lines, title_h + plot_h)?;
+    let (_, rest) = root.split_vertically(title_h);
+    let (middle, _) = rest.split_vertically(plot_h);
+    let (plot_area, legend) = middle.split_horizontally(WIDTH - LEGEND);
+
+    // Row r from the top spans y in [rows - 1 - r, rows - r]; a group is labelled at the middle
+    // of its bars.
+    let mut centres: Vec<(f64, String)> = Vec::new();
+    let mut r = 0;
+    for g in groups {
+        let mid = rows as f64 - r as f64 - g.bars.len() as f64 / 2.0;
+        centres.push((mid, g.label.clone()));
+        r += g.bars.len() + 1;
+    }
+    let label = |v: &f64| {
+        centres
+            .iter()
+            .find(|(c, _)| (c - v).abs() < 1e-6)
+            .map_or(String::new(), |(_, l)| l.clone())
+    };
+    let mut ctx = ChartBuilder::on(&plot_area)
+        .margin_top(10)
+        .margin_left(10)
+        .margin_right(20)
+        .margin_bottom(8)
+        .x_label_area_size(58)
+        .y_label_area_size(190)
+        .build_cartesian_2d(
+            Axis {
+                range: 0.0..x_hi,
+                ticks: x_keys,
+            },
+            Axis {
+                range: 0.0..rows as f64,
+                ticks: centres.iter().map(|c| c.0).collect(),
+            },
+        )
+        .map_err(err)?;
+    ctx.configure_mesh()
+        .disable_y_mesh()
+        .x_desc(chart.x_desc)
+        .x_label_formatter(&|v| number(*v))
+        .y_label_formatter(&label)
+        .label_style((FONT, TEXT))
+        .axis_desc_style((FONT, TEXT))
+        .bold_line_style(BLACK.mix(0.12))
+        .light_line_style(TRANSPARENT)
+        .draw()
+        .map_err(err)?;
+    // The reference line first, under the bars and their values.
+    if let Some((at, name)) = chart.reference {
+        let top = ctx.backend_coord(&(at, rows as f64));
+        let bottom = ctx.backend_coord(&(at, 0.0));
+        let dashes = (bottom.1 - top.1) / 12;
+        for k in 0..dashes.max(1) {
+            let y0 = top.1 + k * 12;
+            root.draw(&PathElement::new(
+                vec![(top.0, y0), (top.0, (y0 + 7).min(bottom.1))],
+                BLACK.stroke_width(2),
+            ))
+            .map_err(err)?;
+        }
+        let style = text_style(SMALL, BLACK, HPos::Center, VPos::Bottom);
+        root.draw_text(name, &style, (top.0, top.1 - 2))
+            .map_err(err)?;
+    }
+
+    let value_style = text_style(SMALL, BLACK, HPos::Left, VPos::Center);
+    let inside_style = text_style(SMALL, BLACK, HPos::Right, VPos::Center);
+    let mut r = 0;
+    for g in groups {
+        for (name, value) in &g.bars {
+            let look = style::of(name);
+            let y = (rows - 1 - r) as f64;
+            r += 1;
+            if !value.is_finite() {
+                let at = ctx.backend_coord(&(0.0, y + 0.5));
+                root.draw_text("no result", &value_style, (at.0 + 8, at.1))
+                    .map_err(err)?;
+                continue;
+            }
+            let broken = *value > limit;
+            let end = if broken { x_hi } else { *value };
+            let fill = if look.hollow {
+                look.color.mix(0.45).filled()
+            } else {
+                look.color.filled()
+            };
+            ctx.draw_series([Rectangle::new([(0.0, y + 0.12), (end, y + 0.88)], fill)])
+                .map_err(err)?;
+            let (x1, ym) = ctx.backend_coord(&(end, y + 0.5));
+            let text = format!("{value:.2}");
+            if broken {
+                let (_, top) = ctx.backend_coord(&(end, y + 0.88));
+                let (_, bottom) = ctx.backend_coord(&(end, y + 0.12));
+                let gx = x1 - 30;
+                let gap = vec![
+                    (gx - 4, bottom + 1),
+                    (gx + 4, bottom + 1),
+                    (gx + 10, top - 1),
+                    (gx + 2, top - 1),
+                ];
+                root.draw(&Polygon::new(gap, WHITE.filled())).map_err(err)?;
+                let w = text_width(&text, SMALL);
+                let right = gx - 12;
+                root.draw(&Rectangle::new(
+                    [(right - w - 6, ym - 9), (right + 4, ym + 9)],
+                    WHITE.filled(),
+                ))
+                .map_err(err)?;
+                root.draw_text(&text, &inside_style, (right, ym))
+                    .map_err(err)?;
+            } else {
+                // A white ground under the value, so that the reference line cannot cross it.
+                let w = text_width(&text, SMALL);
+                root.draw(&Rectangle::new(
+                    [(x1 + 8, ym - 8), (x1 + 12 + w, ym + 8)],
+                    WHITE.filled(),
+                ))
+                .map_err(err)?;
+                marker(&root, (x1, ym), &look)?;
+                root.draw_text(&text, &value_style, (x1 + 10, ym))
+                    .map_err(err)?;
+            }
+        }
+        r += 1;
+    }
+    // The legend: a swatch with the marker, and the name.
+    let name_style = text_style(TEXT, BLACK, HPos::Left, VPos::Center);
+    let mut y = 30;
+    for name in names {
+        let look = style::of(name);
+        let fill = if look.hollow {
+            look.color.mix(0.45).filled()
+        } else {
+            look.color.filled()
+        };
+        legend
+            .draw(&Rectangle::new([(6, y - 8), (40, y + 8)], fill))
+            .map_err(err)?;
+        marker(&legend, (40, y), &look)?;
+        legend.draw_text(name, &name_style, (56, y)).map_err(err)?;
+        y += 28;
+    }
+    if let Some((_, name)) = chart.reference {
+        for k in 0..3 {
+            legend
+                .draw(&PathElement::new(
+                    vec![(23, y - 10 + k * 8), (23, y - 5 + k * 8)],
+                    BLACK.stroke_width(2),
+                ))
+                .map_err(err)?;
+        }
+        legend
+            .draw_text(&format!("{name} (= 1)"), &name_style, (56, y))
+            .map_err(err)?;
+    }
+    root.present().map_err(err)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,8 +3,9 @@
 //! and a reader who has learnt it in one chart can find it in the next.
 //!
 //! The colours are Okabe and Ito's colour-blind-safe palette (vermillion, blue, sky blue,
-//! bluish green, orange, reddish purple), with three of Paul Tol's "muted" colours (olive, wine,
-//! indigo) and a grey for the references where more are needed. Ten allocators share a chart,
+//! bluish green, orange, reddish purple), with five of Paul Tol's "muted" colours (olive, wine,
+//! indigo, teal, rose) and his sand darkened to show on white, and a grey for the references
+//! where more are needed. Ten allocators share a chart,
 //! more than any palette keeps apart for every reader, so each also has its own marker shape,
 //! and the address allocators (which hand out ranges, not memory) have hollow markers: a line
 //! can be told from its neighbours by shape alone, in print or in grey.
@@ -49,6 +50,10 @@ const REDDISH_PURPLE: RGBColor = RGBColor(0xCC, 0x79, 0xA7);
 const OLIVE: RGBColor = RGBColor(0x99, 0x99, 0x33);
 const WINE: RGBColor = RGBColor(0x88, 0x22, 0x55);
 const INDIGO: RGBColor = RGBColor(0x33, 0x22, 0x88);
+// More of Paul Tol's "muted" scheme, for the allocators of the programs benchmark.
+const TEAL: RGBColor = RGBColor(0x44, 0xAA, 0x99);
+const ROSE: RGBColor = RGBColor(0xCC, 0x66, 0x77);
+const SAND: RGBColor = RGBColor(0xB8, 0xA1, 0x3A);
 // References: what the allocators are read against.
 const GREY: RGBColor = RGBColor(0x70, 0x70, 0x70);
 const INK: RGBColor = RGBColor(0, 0, 0);
@@ -100,6 +105,15 @@ const LOOKS: &[(&str, Look)] = &[
         "glibc malloc",
         look(ORANGE, Shape::TriangleDown, false, false),
     ),
+    // The programs benchmark: allocators preloaded into real programs. tagalloc there is the
+    // same inline heap (over the host pool), so it keeps its look.
+    (
+        "tagalloc (LD_PRELOAD)",
+        look(VERMILLION, Shape::Circle, false, false),
+    ),
+    ("jemalloc", look(TEAL, Shape::Square, false, false)),
+    ("mimalloc", look(ROSE, Shape::Diamond, false, false)),
+    ("tcmalloc", look(SAND, Shape::Cross, false, false)),
     ("bump (reference)", look(GREY, Shape::Circle, true, true)),
     (
         "bump (reference, addresses)",
@@ -154,9 +168,9 @@ mod tests {
     use super::*;
     use crate::subjects::Peer;
 
-    /// The allocators that share a chart: host traces and the speed benchmarks, and the device
-    /// trace.
-    fn charts() -> [Vec<String>; 2] {
+    /// The allocators that share a chart: host traces and the speed benchmarks, the device
+    /// trace, and the real programs.
+    fn charts() -> [Vec<String>; 3] {
         let host = Peer::HOST.iter().chain(&Peer::ADDRESSES);
         [
             host.map(|p| p.name()).chain([LIVE.to_string()]).collect(),
@@ -165,7 +179,38 @@ mod tests {
                 .map(|p| p.name())
                 .chain([LIVE.to_string()])
                 .collect(),
+            crate::programs::allocator_names()
+                .into_iter()
+                .map(String::from)
+                .collect(),
         ]
+    }
+
+    /// One colour per allocator across all charts: no two allocators share a colour, except
+    /// tagalloc's inline heap and its preload library (the same heap), and the references.
+    #[test]
+    fn no_two_allocators_share_a_colour() {
+        let tagalloc = ["tagalloc inline", "tagalloc (LD_PRELOAD)"];
+        fn family<'a>(tagalloc: &[&str], n: &'a str) -> &'a str {
+            if tagalloc.contains(&n) {
+                "tagalloc inline"
+            } else if n.starts_with("tagalloc detached") {
+                "tagalloc detached"
+            } else if n.starts_with("offset-allocator") {
+                "offset-allocator"
+            } else if n.starts_with("bump") {
+                "bump"
+            } else {
+                n
+            }
+        }
+        for (i, (a, la)) in LOOKS.iter().enumerate() {
+            for (b, lb) in &LOOKS[..i] {
+                if family(&tagalloc, a) != family(&tagalloc, b) {
+                    assert!(la.color != lb.color, "{a} and {b} share a colour");
+                }
+            }
+        }
     }
 
     #[test]

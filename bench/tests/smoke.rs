@@ -169,3 +169,34 @@ fn bad_arguments_exit_2() {
         assert!(!text(&out.stderr).contains("panicked"), "{args:?}");
     }
 }
+
+/// Real programs with every allocator preloaded: the tool builds tagalloc's library, runs the
+/// programs that are installed (skipping, with a line saying so, those that are not, and any
+/// peer allocator not installed: `--quick` installs nothing) and checks each run's output
+/// against glibc's. What must hold anywhere: glibc's and tagalloc's rows, no failed run, the
+/// two charts.
+#[test]
+fn programs() {
+    let args = ["--quick", "programs"];
+    let out = bench(&args);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}\n{stdout}");
+    assert!(stdout.contains("## Real programs"), "{stdout}");
+    assert!(
+        stdout.contains("### tagalloc against each allocator"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("| glibc malloc |") && stdout.contains("| tagalloc (LD_PRELOAD) |"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("(lower is better)") && !stdout.contains("error:"),
+        "{stdout}"
+    );
+    for chart in ["programs-time.svg", "programs-rss.svg"] {
+        let path = out_dir(&args).join(chart);
+        let svg = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+        assert!(svg.contains("<svg") && svg.contains("better") && svg.contains("tagalloc"));
+    }
+}

@@ -1,9 +1,11 @@
-# Prints a `git fast-import` stream of a history of N commits (awk -v n=N -f history.awk) on
-# one branch: a few source files whose lines change from commit to commit, with fixed authors
-# and dates, so that `git log -p` prints the same bytes on every run.
+# Prints a `git fast-import` stream of a history of N commits (awk -v n=N [-v lines=L] -f
+# history.awk) on one branch: six files of about L lines (40 by default) whose lines change from
+# commit to commit, with fixed authors and dates, so that `git log -p` prints the same bytes
+# on every run.
 function line(f, k, c) { return sprintf("%s line %d of commit %d: %d", f, k, c, (k * 7919 + c * 104729) % 1000003) }
 BEGIN {
     if (n == "") n = 200
+    if (lines == "") lines = 40
     files = 6
     for (c = 1; c <= n; c++) {
         print "commit refs/heads/main"
@@ -13,8 +15,8 @@ BEGIN {
         # Every commit rewrites one file: some lines kept, some changed, one added.
         f = c % files
         body = ""
-        lines = 40 + (c % 30)
-        for (k = 1; k <= lines; k++) {
+        count = lines + (c % 30)
+        for (k = 1; k <= count; k++) {
             if ((k + c) % 5 == 0) body = body line("f" f, k, c) "\n"
             else body = body line("f" f, k, 0) "\n"
         }

@@ -5,10 +5,19 @@
 //! Every function behaves as glibc's does for valid calls, and for the invalid ones as C
 //! programs expect: `free(NULL)` does nothing, a failure returns NULL with `errno` set to
 //! `ENOMEM` (no memory, or a size that overflows) or `EINVAL` (a bad alignment),
-//! `posix_memalign` returns the error number instead; nothing aborts. None of them can unwind:
-//! the pool's paths return errors as values and this module uses no operation that panics
-//! (no indexing, no unchecked arithmetic, no `unwrap`); and Rust aborts rather than unwind out
-//! of an `extern "C"` function.
+//! `posix_memalign` returns the error number instead; nothing aborts.
+//!
+//! **No unwinding.** None of them can unwind into C: the pool's paths return errors as values,
+//! this module uses no operation that panics (no indexing, no unchecked arithmetic, no
+//! `unwrap`), and Rust aborts rather than unwind out of an `extern "C"` function (the compiler
+//! puts that guard at every one). `catch_unwind` would not help: a panic allocates its message
+//! and its exception object, from this allocator, whose lock the panicking thread may hold.
+//! `tools/reachable_panics.py` lists, from the built library's call graph, every place where a
+//! panic could start below these functions; in the release build they are the compiler's abort
+//! guards and three checks that the pool's own invariants keep from failing (a bin index in
+//! the core, computed from a chunk size the heap keeps in range; a division by the source's
+//! page size in `malloc_trim`, never zero; the parsing of `/proc/meminfo` for huge pages,
+//! which this library's source does not use). Were one to fail, the process would abort.
 //!
 //! Exported beyond the standard ones: glibc's `__libc_*` aliases (`__libc_malloc`,
 //! `__libc_free`, `__libc_calloc`, `__libc_realloc`, `__libc_memalign`, `__libc_valloc`,

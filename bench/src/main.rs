@@ -467,6 +467,12 @@ fn run(args: &Args) -> Result<(), Failure> {
 }
 
 fn main() -> ExitCode {
+    // Started by `programs` to run and measure one program (not for people: see
+    // `programs::runner_main`).
+    let raw: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if raw.get(1).is_some_and(|a| a == programs::RUNNER) {
+        return ExitCode::from(programs::runner_main(&raw[2..]));
+    }
     let args = match parse_args() {
         Ok(Some(args)) => args,
         Ok(None) => {

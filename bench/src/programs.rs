@@ -5,9 +5,10 @@
 //! (`backend-host/malloc/programs/`), larger.
 //!
 //! Each measurement is one process tree started with `LD_PRELOAD` set (children inherit it:
-//! g++'s cc1plus and as, git's helpers), waited for with `wait4`, whose resource usage gives
-//! the peak resident memory (`ru_maxrss`: the largest of the tree's processes) and the CPU
-//! time; wall time is measured around it. Every program runs once untimed on glibc first (its
+//! g++'s cc1plus and as, git's helpers) by a small runner (this tool, run again: see
+//! [`measure`]), which waits for it with `wait4`, whose resource usage gives the peak resident
+//! memory (`ru_maxrss`: the largest of the tree's processes) and the CPU time, and measures the
+//! wall time around it. Every program runs once untimed on glibc first (its
 //! output is the reference every other run must reproduce, and its files are then in the page
 //! cache), then `runs` rounds, each running every allocator once in an order that rotates from
 //! round to round; the tables give medians.
@@ -329,7 +330,7 @@ fn workloads(quick: bool, work: &Path) -> Result<(Vec<Workload>, Vec<String>), S
         Some(py) => {
             let script = |f: &str| path_arg(&src.join(f));
             let with_malloc = vec![("PYTHONMALLOC", "malloc".to_string())];
-            let n = pick(30_000, 1_000).to_string();
+            let n = pick(15_000, 1_000).to_string();
             list.push(Workload {
                 name: "python json",
                 threaded: false,
@@ -352,7 +353,7 @@ fn workloads(quick: bool, work: &Path) -> Result<(Vec<Workload>, Vec<String>), S
                 stdin: None,
                 dir: work.to_path_buf(),
             });
-            let n = pick(300_000, 10_000).to_string();
+            let n = pick(200_000, 10_000).to_string();
             list.push(Workload {
                 name: "python dicts",
                 threaded: false,
@@ -363,7 +364,7 @@ fn workloads(quick: bool, work: &Path) -> Result<(Vec<Workload>, Vec<String>), S
                 stdin: None,
                 dir: work.to_path_buf(),
             });
-            let n = pick(600, 20).to_string();
+            let n = pick(300, 20).to_string();
             list.push(Workload {
                 name: "python threads",
                 threaded: true,
@@ -380,7 +381,7 @@ fn workloads(quick: bool, work: &Path) -> Result<(Vec<Workload>, Vec<String>), S
 
     match on_path("perl") {
         Some(perl) => {
-            let n = pick(400_000, 10_000).to_string();
+            let n = pick(300_000, 10_000).to_string();
             list.push(Workload {
                 name: "perl",
                 threaded: false,
@@ -397,7 +398,7 @@ fn workloads(quick: bool, work: &Path) -> Result<(Vec<Workload>, Vec<String>), S
 
     match on_path("sqlite3") {
         Some(sqlite) => {
-            let rows = pick(200_000, 2_000);
+            let rows = pick(120_000, 2_000);
             let sql = fs::read_to_string(src.join("queries.sql"))
                 .map_err(|e| format!("queries.sql: {e}"))?;
             let input = work.join("queries.sql");
@@ -419,7 +420,7 @@ fn workloads(quick: bool, work: &Path) -> Result<(Vec<Workload>, Vec<String>), S
 
     match (on_path("git"), on_path("awk")) {
         (Some(git), Some(_)) => {
-            let commits = pick(15_000, 50);
+            let commits = pick(10_000, 50);
             let repo = work.join("repo");
             build_repository(&repo, &src.join("history.awk"), commits)?;
             let git_env = vec![
@@ -557,15 +558,31 @@ fn hash_file(path: &Path) -> Result<u64, String> {
     }
 }
 
+/// The hidden first argument that makes this tool a runner (see [`runner_main`]).
+pub const RUNNER: &str = "--measure-child";
+
 /// Runs `w` once with `a` preloaded: the sample and a hash of its stdout, or why it failed.
+///
+/// The program is started by a fresh copy of this tool (a runner, [`runner_main`]), not by the
+/// tool itself: Linux keeps a process's peak resident memory across `exec`, and a child that
+/// this tool spawned would start with the tool's own (about 40 MiB, its data and charts
+/// library), which would hide every program that stays below it. The runner is small when it
+/// spawns the program, and it measures the program's tree with `wait4` as `/usr/bin/time` does.
 fn measure(w: &Workload, a: &Allocator, out: &Path) -> Result<(Sample, u64), String> {
     let stdin = match &w.stdin {
         Some(p) => Stdio::from(File::open(p).map_err(|e| format!("{}: {e}", p.display()))?),
         None => Stdio::null(),
     };
     let stdout = File::create(out).map_err(|e| format!("{}: {e}", out.display()))?;
-    let mut cmd = Command::new(&w.cmd);
-    cmd.args(&w.args)
+    let result = out.with_extension("measured");
+    let _ = fs::remove_file(&result);
+    let me = std::env::current_exe().map_err(|e| format!("this tool's path: {e}"))?;
+    let mut cmd = Command::new(me);
+    cmd.arg(RUNNER)
+        .arg(&result)
+        .arg(a.preload.as_deref().unwrap_or(Path::new("")))
+        .arg(&w.cmd)
+        .args(&w.args)
         .current_dir(&w.dir)
         .env_remove("LD_PRELOAD")
         .env_remove("TAGALLOC_STATS")
@@ -576,17 +593,16 @@ fn measure(w: &Workload, a: &Allocator, out: &Path) -> Result<(Sample, u64), Str
         .stdin(stdin)
         .stdout(stdout)
         .stderr(Stdio::null());
+    // Its own process group, so that a run past the limit is killed with all its processes.
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     for (k, v) in &w.env {
         cmd.env(k, v);
     }
-    if let Some(lib) = &a.preload {
-        cmd.env("LD_PRELOAD", lib);
-    }
     let started = Instant::now();
-    let child = cmd
+    let mut child = cmd
         .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", w.cmd.display()))?;
-    let pid = child.id() as libc::pid_t;
+        .map_err(|e| format!("cannot start the runner for {}: {e}", w.cmd.display()))?;
+    let group = child.id() as libc::pid_t;
     // A watchdog kills a run that hangs, so that one bad allocator cannot stall the tool.
     let done = Arc::new(AtomicBool::new(false));
     let watch = {
@@ -594,41 +610,96 @@ fn measure(w: &Workload, a: &Allocator, out: &Path) -> Result<(Sample, u64), Str
         std::thread::spawn(move || {
             while !done.load(Ordering::Relaxed) {
                 if started.elapsed() > LIMIT {
-                    // SAFETY: `pid` is our child, not yet reaped (`done` is still false).
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                    // SAFETY: `group` is the process group of our child, not yet reaped
+                    // (`done` is still false); killing it touches nothing else.
+                    unsafe { libc::kill(-group, libc::SIGKILL) };
                     return;
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
         })
     };
-    let mut status = 0;
-    // SAFETY: plain data, for which all zeros is a valid value.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `pid` is our child; `status` and `usage` are valid for writes. The `Child` is
-    // dropped without waiting, so the child is reaped only here.
-    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    let wall = started.elapsed().as_secs_f64();
+    let status = child.wait();
     done.store(true, Ordering::Relaxed);
     let _ = watch.join();
-    drop(child);
-    if r != pid {
-        return Err(format!("wait4: {}", std::io::Error::last_os_error()));
+    let status = status.map_err(|e| format!("waiting for the runner: {e}"))?;
+    if started.elapsed() > LIMIT {
+        return Err(format!("killed after {} s", LIMIT.as_secs()));
     }
-    if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
-        return Err(if libc::WIFSIGNALED(status) {
-            format!("killed by signal {}", libc::WTERMSIG(status))
-        } else {
-            format!("exit status {}", libc::WEXITSTATUS(status))
-        });
+    let text = fs::read_to_string(&result).map_err(|_| format!("the runner failed ({status})"))?;
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    let field = |i: usize| fields.get(i).copied().unwrap_or("");
+    match field(0) {
+        "exit" if field(1) == "0" => {}
+        "exit" => return Err(format!("exit status {}", field(1))),
+        "signal" => return Err(format!("killed by signal {}", field(1))),
+        _ => return Err(format!("the runner says: {}", text.trim())),
     }
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    let num = |i: usize| {
+        field(i)
+            .parse::<f64>()
+            .map_err(|_| format!("runner output `{text}`"))
+    };
     let sample = Sample {
-        wall,
-        cpu: secs(usage.ru_utime) + secs(usage.ru_stime),
-        rss_kib: usage.ru_maxrss.max(0) as u64,
+        wall: num(2)?,
+        cpu: num(3)?,
+        rss_kib: num(4)? as u64,
     };
     Ok((sample, hash_file(out)?))
+}
+
+/// The runner: `tagalloc-bench --measure-child RESULT PRELOAD PROGRAM ARGS...` starts PROGRAM
+/// (with `LD_PRELOAD=PRELOAD` unless PRELOAD is empty; stdin, stdout and stderr inherited),
+/// waits for it with `wait4`, and writes to the file RESULT one line: `exit CODE` or
+/// `signal NUMBER`, then the wall time and the CPU time in seconds and the peak resident
+/// memory in KiB of the program's process tree. Returns the exit code for the runner.
+pub fn runner_main(args: &[std::ffi::OsString]) -> u8 {
+    let [result, preload, program, rest @ ..] = args else {
+        eprintln!("{RUNNER} RESULT PRELOAD PROGRAM [ARGS...]");
+        return 2;
+    };
+    let mut cmd = Command::new(program);
+    cmd.args(rest);
+    if !preload.is_empty() {
+        cmd.env("LD_PRELOAD", preload);
+    }
+    let started = Instant::now();
+    let line = match cmd.spawn() {
+        Err(e) => format!("error cannot start {}: {e}", Path::new(program).display()),
+        Ok(child) => {
+            let pid = child.id() as libc::pid_t;
+            let mut status = 0;
+            // SAFETY: plain data, for which all zeros is a valid value.
+            let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+            // SAFETY: `pid` is our child; `status` and `usage` are valid for writes. The
+            // `Child` is dropped without waiting, so the child is reaped only here.
+            let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+            let wall = started.elapsed().as_secs_f64();
+            drop(child);
+            let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+            if r != pid {
+                format!("error wait4: {}", std::io::Error::last_os_error())
+            } else {
+                let how = if libc::WIFEXITED(status) {
+                    format!("exit {}", libc::WEXITSTATUS(status))
+                } else {
+                    format!("signal {}", libc::WTERMSIG(status))
+                };
+                format!(
+                    "{how} {wall:.6} {:.6} {}",
+                    secs(usage.ru_utime) + secs(usage.ru_stime),
+                    usage.ru_maxrss
+                )
+            }
+        }
+    };
+    match fs::write(result, line + "\n") {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("{}: {e}", Path::new(result).display());
+            1
+        }
+    }
 }
 
 /// The load average (1, 5, 15 minutes), as the kernel reports it.
@@ -768,6 +839,13 @@ fn render(
         ),
         true,
     ));
+    cols.push((
+        format!(
+            "CPU: tagalloc {}",
+            ratio_header("least of the others", Better::Lower)
+        ),
+        true,
+    ));
     for &i in &others {
         cols.push((
             format!(
@@ -810,6 +888,8 @@ fn render(
         }
         let fastest = best(&|o| o.wall());
         row.push(mine_time.map_or("—".into(), |m| ratio(m, Some(fastest))));
+        let least_cpu = best(&|o| o.cpu());
+        row.push(of(mine, &|o| o.cpu()).map_or("—".into(), |m| ratio(m, Some(least_cpu))));
         for &i in &others {
             row.push(match (mine_rss, of(&r[i], &|o| o.rss())) {
                 (Some(m), b) => ratio(m, b),
@@ -825,7 +905,7 @@ fn render(
 
     let mut json_programs = Vec::new();
     for (w, r) in loads.iter().zip(results) {
-        let base = r[0].usable().then(|| (r[0].wall(), r[0].rss()));
+        let base = r[0].usable().then(|| (r[0].wall(), r[0].rss(), r[0].cpu()));
         let mut table = Table::new(&[
             ("allocator", false),
             ("wall (s)", true),
@@ -833,6 +913,7 @@ fn render(
             ("peak RSS", true),
             (&ratio_header("glibc", Better::Lower), true),
             ("CPU (s)", true),
+            (&ratio_header("glibc", Better::Lower), true),
         ]);
         let mut json_allocs = Vec::new();
         for (a, o) in allocs.iter().zip(r) {
@@ -846,6 +927,7 @@ fn render(
                     report::bytes(o.rss() as u64),
                     ratio(o.rss(), base.map(|b| b.1)),
                     format!("{:.3}", o.cpu()),
+                    ratio(o.cpu(), base.map(|b| b.2)),
                 ]);
             }
             json_allocs.push(json!({

@@ -1,0 +1,45 @@
+//! Thread-local storage and the dynamic loader. The library reads a thread-local (to know
+//! which thread holds the pool's lock), and in a shared library that is a call to
+//! `__tls_get_addr`, which may itself allocate: when a program loads and unloads libraries
+//! with thread-local storage, glibc allocates and frees their TLS blocks and resizes each
+//! thread's table of them with `malloc`. glibc 2.36 (this project's Debian) serves the TLS of
+//! a library loaded at start-up, as a preloaded one is, without allocating, and later versions
+//! say so explicitly for interposed allocators; this test holds it to that: threads that
+//! `dlopen` and `dlclose` such a library while allocating must neither hang nor crash.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::{compile_c, scratch, source, Program};
+
+#[cfg_attr(
+    not(tagalloc_has_cc),
+    ignore = "needs cc on PATH when the tests were built (CI installs it)"
+)]
+#[test]
+fn dlopen_and_dlclose_of_tls_libraries_while_allocating() {
+    let dir = scratch("tls");
+    let module = dir.join("libtls_module.so");
+    let cc = Command::new("cc")
+        .args(["-shared", "-fPIC", "-O2", "-o"])
+        .arg(&module)
+        .arg(source("tests/c/tls_module.c"))
+        .output()
+        .expect("run cc");
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let exe = compile_c("tests/c/dlopen_tls.c", &dir, &[]);
+    let module = module.to_str().expect("a UTF-8 path").to_string();
+    let mut p = Program::new(exe.to_str().expect("a UTF-8 path"), &[&module, "300"], &dir);
+    p.limit = Duration::from_secs(120);
+    let (_, ours) = common::same_output(&p, 1000);
+    assert_eq!(
+        ours.stdout_text(),
+        "4 threads x 300 dlopen/dlclose rounds done\n"
+    );
+}

@@ -5,19 +5,25 @@
 //! - `random-actions`: talc's published speed benchmark, so that figures line up with talc's;
 //! - `efficiency`: talc's heap-efficiency benchmark (how full a heap gets before a failure);
 //! - `replay [TRACE...]`: recorded allocation traces replayed through every allocator, with
-//!   time per event and peak footprint against the trace's peak live bytes.
+//!   time per event and peak footprint against the trace's peak live bytes;
+//! - `pool [TRACE...]`: traces replayed through tagalloc's pool under several growth and trim
+//!   policies: peak reserved against peak live, what trimming gives back, and the policy
+//!   layer's time over the bare heap.
 //!
-//! With no subcommand a default suite runs all four, shortened to take about a minute (see
+//! With no subcommand a default suite runs the first four, shortened to take about a minute (see
 //! the README for the measurement).
 //! Results are markdown tables on stdout (`--json` for machines), SVG charts under
 //! `target/tagalloc-bench/`, and a progress bar on stderr when it is a terminal.
 //!
 //! Run: `cargo run --release -p tagalloc-bench [-- SUBCOMMAND] [OPTIONS]`
 
+mod arena_source;
 mod bump;
+mod clock;
 mod efficiency;
 mod micro;
 mod plot;
+mod pool;
 mod random_actions;
 mod replay;
 mod report;
@@ -38,12 +44,16 @@ tagalloc-bench: tagalloc against peer allocators
 USAGE:
     tagalloc-bench [OPTIONS] [SUBCOMMAND]
 
-SUBCOMMANDS (none: the default suite, all four shortened, about a minute):
+SUBCOMMANDS (none: the default suite, the first four shortened, about a minute):
     micro               alloc+free of random 8..=512-byte blocks, 1000 live
     random-actions      talc's random-actions benchmark (7 trials x 200 ms per size)
     efficiency          talc's heap-efficiency benchmark (300 rounds)
     replay [TRACE...]   replay allocation traces (files or directories; default: every
                         trace in ../shared/traces, else the bundled tests/data traces)
+    pool [TRACE...]     replay traces through tagalloc's pool under growth and trim
+                        policies: peak reserved / peak live, trim, ns/event over the
+                        bare heap (default: python-json, sqlite, android-systemui from
+                        ../shared/traces, else the bundled traces)
 
 OPTIONS:
     --quick             a seconds-long smoke run: tiny durations, few rounds, the bundled
@@ -113,18 +123,20 @@ fn parse_args() -> Result<Option<Args>, String> {
             Value(v) if args.command.is_none() => {
                 let name = v.string().map_err(e)?;
                 match name.as_str() {
-                    "micro" | "random-actions" | "efficiency" | "replay" => {
+                    "micro" | "random-actions" | "efficiency" | "replay" | "pool" => {
                         args.command = Some(name)
                     }
                     other => {
                         return Err(format!(
                             "unknown subcommand `{other}` (expected micro, random-actions, \
-                             efficiency or replay)"
+                             efficiency, replay or pool)"
                         ))
                     }
                 }
             }
-            Value(v) if args.command.as_deref() == Some("replay") => args.traces.push(v.into()),
+            Value(v) if matches!(args.command.as_deref(), Some("replay" | "pool")) => {
+                args.traces.push(v.into())
+            }
             other => return Err(other.unexpected().to_string()),
         }
     }
@@ -152,8 +164,9 @@ struct TraceSet {
 }
 
 /// The trace files to replay: those named (directories expanded), or the default collection:
-/// `../shared/traces`, else (and always with `--quick`) the bundled `tests/data` traces.
-fn trace_set(args: &Args, mode: Mode) -> Result<TraceSet, Failure> {
+/// `../shared/traces` (only the traces called `wanted`, if given), else (and always with
+/// `--quick`) the bundled `tests/data` traces.
+fn trace_set(args: &Args, mode: Mode, wanted: Option<&[&str]>) -> Result<TraceSet, Failure> {
     let list = |dir: &Path| {
         trace::trace_files(dir)
             .map_err(|e| Failure::Input(format!("cannot list traces in {}: {e}", dir.display())))
@@ -203,7 +216,36 @@ fn trace_set(args: &Args, mode: Mode) -> Result<TraceSet, Failure> {
     } else {
         match trace::shared_traces_dir() {
             Some(dir) => {
-                let paths = list(&dir)?;
+                let mut paths = list(&dir)?;
+                let mut missing = Vec::new();
+                if let Some(wanted) = wanted {
+                    paths.retain(|p| wanted.contains(&trace::trace_name(p).as_str()));
+                    missing = wanted
+                        .iter()
+                        .filter(|w| !paths.iter().any(|p| trace::trace_name(p) == **w))
+                        .map(|w| w.to_string())
+                        .collect();
+                }
+                if !paths.is_empty() && !missing.is_empty() {
+                    return Ok(TraceSet {
+                        origin: format!(
+                            "{} of the shared collection's traces from {} ({}), WITHOUT {}, \
+                             which {} not there",
+                            paths.len(),
+                            dir.display(),
+                            names(&paths),
+                            missing.join(", "),
+                            if missing.len() == 1 { "is" } else { "are" }
+                        ),
+                        json: json!({
+                            "set": "shared",
+                            "dir": dir.display().to_string(),
+                            "missing": missing,
+                        }),
+                        paths,
+                        fallback: true,
+                    });
+                }
                 if !paths.is_empty() {
                     return Ok(TraceSet {
                         origin: format!(
@@ -217,7 +259,10 @@ fn trace_set(args: &Args, mode: Mode) -> Result<TraceSet, Failure> {
                         fallback: false,
                     });
                 }
-                format!("{} holds no traces", dir.display())
+                match wanted {
+                    Some(w) => format!("{} holds none of {}", dir.display(), w.join(", ")),
+                    None => format!("{} holds no traces", dir.display()),
+                }
             }
             None => format!("no shared trace collection at {}", shared.display()),
         }
@@ -271,6 +316,7 @@ fn run(args: &Args) -> Result<(), Failure> {
         (false, false) => Mode::Suite,
     };
     let wants = |name: &str| args.command.is_none() || args.command.as_deref() == Some(name);
+    let only = |name: &str| args.command.as_deref() == Some(name);
     let pick = |full: usize, suite: usize, quick: usize| {
         args.runs.unwrap_or(match mode {
             Mode::Full => full,
@@ -291,8 +337,9 @@ fn run(args: &Args) -> Result<(), Failure> {
     // Traces first, so that a bad one stops the tool before any long measurement.
     let mut prepared = Vec::new();
     let mut traces = None;
-    if wants("replay") {
-        let set = trace_set(args, mode)?;
+    if wants("replay") || only("pool") {
+        let wanted = only("pool").then_some(&pool::DEFAULT_TRACES[..]);
+        let set = trace_set(args, mode, wanted)?;
         if set.paths.is_empty() {
             return Err(Failure::Input(format!(
                 "no traces to replay in {}",
@@ -419,6 +466,33 @@ fn run(args: &Args) -> Result<(), Failure> {
         }
         bar.finish_and_clear();
         emit(md, "replay", Value::Array(traces));
+    }
+
+    if only("pool") {
+        let opts = pool::Options {
+            runs: pick(7, 3, 1),
+        };
+        let host: Vec<&replay::Prepared> = prepared.iter().filter(|p| !p.device).collect();
+        let items = host.len() * pool::ROWS * (opts.runs + 1);
+        let bar = progress(items as u64);
+        let mut md = pool::heading(opts.runs);
+        let mut traces = Vec::new();
+        for p in &prepared {
+            if p.device {
+                md.push_str(&format!(
+                    "\n### {}\n\nNot replayed: a device-memory trace, which a pool of host \
+                     memory cannot hold.\n",
+                    p.name
+                ));
+                continue;
+            }
+            let r = pool::run(p, &opts, &bar).map_err(run_err)?;
+            md.push('\n');
+            md.push_str(&r.markdown());
+            traces.push(r.json());
+        }
+        bar.finish_and_clear();
+        emit(md, "pool", Value::Array(traces));
     }
 
     if let Some(dir) = &plots {

@@ -169,3 +169,51 @@ fn bad_arguments_exit_2() {
         assert!(!text(&out.stderr).contains("panicked"), "{args:?}");
     }
 }
+
+/// The pool subcommand: both tables for every bundled trace, every pool checked clean.
+#[test]
+fn pool() {
+    let args = ["--quick", "pool"];
+    let out = bench(&args);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}\n{stdout}");
+    assert!(stdout.contains("## Pools"), "{stdout}");
+    for trace in ["### perl-words", "### python-dicts"] {
+        assert!(stdout.contains(trace), "no {trace} in\n{stdout}");
+    }
+    for row in [
+        "| pool policy | source | trim |",
+        "| 64 KiB regions | separate regions | — |",
+        "| doubling 1 → 64 MiB | grows in place | trimmed |",
+        "| bare InlineHeap (A) |",
+        "| bare InlineHeap (B) |",
+        "| 2 MiB regions, separate regions, trimmed |",
+    ] {
+        assert!(stdout.contains(row), "no `{row}` in\n{stdout}");
+    }
+    assert!(!stdout.contains("check failed"), "{stdout}");
+    assert!(stderr.contains("bundled traces from"), "{stderr}");
+}
+
+#[test]
+fn pool_as_json() {
+    let out = bench(&["--quick", "--json", "--no-plots", "pool"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("--json prints one JSON document");
+    let traces = json["pool"].as_array().expect("a list of traces");
+    assert_eq!(traces.len(), 2);
+    for t in traces {
+        let rows = t["rows"].as_array().expect("rows");
+        assert_eq!(rows.len(), 14, "bare A, bare B and 12 pools");
+        let peak = t["peak_live_bytes"].as_u64().expect("peak live");
+        for r in rows {
+            assert!(r["check"].is_null(), "{r}");
+            assert_eq!(r["failures"], 0, "{r}");
+            if r["policy"] != "bare" {
+                let reserved = r["peak_reserved_bytes"].as_u64().expect("peak reserved");
+                assert!(reserved >= peak, "{r}");
+            }
+        }
+    }
+}

@@ -8,7 +8,8 @@
 //!   time per event and peak footprint against the trace's peak live bytes;
 //! - `pool [TRACE...]`: traces replayed through tagalloc's pool under several growth and trim
 //!   policies: peak reserved against peak live, what trimming gives back, and the policy
-//!   layer's time over the bare heap.
+//!   layer's time over the bare heap;
+//! - `snapshot TRACE`: the pool's heap at one moment of a trace, drawn region by region.
 //!
 //! With no subcommand a default suite runs the first four, shortened to take about a minute (see
 //! the README for the measurement).
@@ -21,12 +22,14 @@ mod arena_source;
 mod bump;
 mod clock;
 mod efficiency;
+mod heapmap;
 mod micro;
 mod plot;
 mod pool;
 mod random_actions;
 mod replay;
 mod report;
+mod snapshot;
 mod style;
 mod subjects;
 
@@ -54,6 +57,8 @@ SUBCOMMANDS (none: the default suite, the first four shortened, about a minute):
                         policies: peak reserved / peak live, trim, ns/event over the
                         bare heap (default: python-json, sqlite, android-systemui from
                         ../shared/traces, else the bundled traces)
+    snapshot TRACE      replay a trace through a pool up to --at and draw its heap as an
+                        SVG: regions, chunks in use and free, fragmentation
 
 OPTIONS:
     --quick             a seconds-long smoke run: tiny durations, few rounds, the bundled
@@ -62,8 +67,13 @@ OPTIONS:
     --runs N            repetitions: micro and replay runs, random-actions trials,
                         efficiency rounds
     --budget SECONDS    replay: stop one allocator's run on one trace after this long
-    --out DIR           where the SVG charts go (default: target/tagalloc-bench)
+    --out DIR           where the SVG charts go (default: target/tagalloc-bench);
+                        for snapshot, the SVG file to write
     --no-plots          write no charts
+    --at EVENT|peak     snapshot: after this many events, or when live bytes peak
+                        (default: peak)
+    --policy NAME       snapshot: the pool's growth, fixed-64k, fixed-2m (default) or
+                        doubling (1 MiB to 64 MiB)
     -h, --help          this text
 ";
 
@@ -77,6 +87,8 @@ struct Args {
     budget: Option<f64>,
     out: Option<PathBuf>,
     plots: bool,
+    at: Option<snapshot::At>,
+    policy: Option<pool::Growing>,
 }
 
 /// Why the tool stopped: bad input (exit code 2) or a failure while running (1).
@@ -96,6 +108,8 @@ fn parse_args() -> Result<Option<Args>, String> {
         budget: None,
         out: None,
         plots: true,
+        at: None,
+        policy: None,
     };
     let mut parser = lexopt::Parser::from_env();
     let e = |e: lexopt::Error| e.to_string();
@@ -119,26 +133,52 @@ fn parse_args() -> Result<Option<Args>, String> {
                 args.budget = Some(s);
             }
             Long("out") => args.out = Some(parser.value().map_err(e)?.into()),
+            Long("at") => {
+                let v = parser.value().map_err(e)?.string().map_err(e)?;
+                args.at = Some(snapshot::At::parse(&v)?);
+            }
+            Long("policy") => {
+                let v = parser.value().map_err(e)?.string().map_err(e)?;
+                let keys: Vec<&str> = pool::GROWTHS.iter().map(|g| g.key).collect();
+                args.policy = Some(pool::growth_named(&v).ok_or_else(|| {
+                    format!("unknown --policy `{v}` (expected {})", keys.join(", "))
+                })?);
+            }
             Short('h') | Long("help") => return Ok(None),
             Value(v) if args.command.is_none() => {
                 let name = v.string().map_err(e)?;
                 match name.as_str() {
-                    "micro" | "random-actions" | "efficiency" | "replay" | "pool" => {
+                    "micro" | "random-actions" | "efficiency" | "replay" | "pool" | "snapshot" => {
                         args.command = Some(name)
                     }
                     other => {
                         return Err(format!(
                             "unknown subcommand `{other}` (expected micro, random-actions, \
-                             efficiency, replay or pool)"
+                             efficiency, replay, pool or snapshot)"
                         ))
                     }
                 }
             }
-            Value(v) if matches!(args.command.as_deref(), Some("replay" | "pool")) => {
+            Value(v)
+                if matches!(
+                    args.command.as_deref(),
+                    Some("replay" | "pool" | "snapshot")
+                ) =>
+            {
                 args.traces.push(v.into())
             }
             other => return Err(other.unexpected().to_string()),
         }
+    }
+    let snapshot = args.command.as_deref() == Some("snapshot");
+    if !snapshot && (args.at.is_some() || args.policy.is_some()) {
+        return Err("--at and --policy belong to the snapshot subcommand".into());
+    }
+    if snapshot && args.traces.len() != 1 {
+        return Err("snapshot takes exactly one trace file".into());
+    }
+    if snapshot && args.out.as_ref().is_some_and(|o| o.file_name().is_none()) {
+        return Err("snapshot: --out takes the SVG file to write".into());
     }
     Ok(Some(args))
 }
@@ -324,8 +364,15 @@ fn run(args: &Args) -> Result<(), Failure> {
             Mode::Quick => quick,
         })
     };
+    // For snapshot, `--out` names the picture's file; its directory is made here.
     let plots = if args.plots {
-        let dir = args.out.clone().unwrap_or_else(default_out);
+        let dir = match (&args.out, only("snapshot")) {
+            (Some(file), true) => file
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .map_or_else(|| PathBuf::from("."), Path::to_path_buf),
+            (out, _) => out.clone().unwrap_or_else(default_out),
+        };
         std::fs::create_dir_all(&dir)
             .map_err(|e| Failure::Run(format!("cannot create {}: {e}", dir.display())))?;
         Some(std::fs::canonicalize(&dir).unwrap_or(dir))
@@ -337,13 +384,20 @@ fn run(args: &Args) -> Result<(), Failure> {
     // Traces first, so that a bad one stops the tool before any long measurement.
     let mut prepared = Vec::new();
     let mut traces = None;
-    if wants("replay") || only("pool") {
+    if wants("replay") || only("pool") || only("snapshot") {
         let wanted = only("pool").then_some(&pool::DEFAULT_TRACES[..]);
         let set = trace_set(args, mode, wanted)?;
         if set.paths.is_empty() {
             return Err(Failure::Input(format!(
                 "no traces to replay in {}",
                 set.origin
+            )));
+        }
+        if only("snapshot") && set.paths.len() != 1 {
+            return Err(Failure::Input(format!(
+                "snapshot takes one trace, and {} holds {}",
+                args.traces[0].display(),
+                set.paths.len()
             )));
         }
         eprintln!(
@@ -493,6 +547,27 @@ fn run(args: &Args) -> Result<(), Failure> {
         }
         bar.finish_and_clear();
         emit(md, "pool", Value::Array(traces));
+    }
+
+    if only("snapshot") {
+        let p = &prepared[0];
+        let when = args.at.unwrap_or(snapshot::At::Peak);
+        let at = when.resolve(p).map_err(Failure::Input)?;
+        let growing = args.policy.unwrap_or(pool::GROWTHS[1]);
+        let svg = plots.as_ref().map(|dir| match &args.out {
+            Some(file) => dir.join(file.file_name().unwrap_or_default()),
+            None => dir.join(format!(
+                "snapshot-{}-{}.svg",
+                p.name,
+                match when {
+                    snapshot::At::Peak => "peak".to_string(),
+                    snapshot::At::Events(n) => n.to_string(),
+                }
+            )),
+        });
+        let s = snapshot::run(p, at, when == snapshot::At::Peak, growing, svg.as_deref())
+            .map_err(run_err)?;
+        emit(s.markdown(), "snapshot", s.json());
     }
 
     if let Some(dir) = &plots {

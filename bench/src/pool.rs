@@ -71,6 +71,11 @@ pub const GROWTHS: [Growing; 3] = [
     },
 ];
 
+/// The growth policy called `key` on the command line.
+pub fn growth_named(key: &str) -> Option<Growing> {
+    GROWTHS.iter().copied().find(|g| g.key == key)
+}
+
 /// One pool configuration: a growth policy, whether the source grows regions in place, and
 /// whether the pool is trimmed.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -368,6 +373,25 @@ fn live_after(ops: &[Op]) -> impl Iterator<Item = u64> + '_ {
         }
         live
     })
+}
+
+/// The live bytes after the first `events` events.
+pub fn live_at(ops: &[Op], events: usize) -> u64 {
+    live_after(&ops[..events.min(ops.len())])
+        .last()
+        .unwrap_or(0)
+}
+
+/// The moment of peak live bytes: the number of events up to and including the first event
+/// that reached it, and the bytes.
+pub fn peak_moment(ops: &[Op]) -> (usize, u64) {
+    let mut best = (0, 0);
+    for (i, live) in live_after(ops).enumerate() {
+        if live > best.1 {
+            best = (i + 1, live);
+        }
+    }
+    best
 }
 
 /// The events before which a trimming pool trims: every [`TRIM_EVERY`] events, and after an
@@ -815,6 +839,11 @@ mod tests {
         // at each trim, so further halvings trim again, down to the 1 MiB floor).
         assert!(!s.is_empty());
         assert!(s.windows(2).all(|w| w[0] < w[1]));
+        // No zero-size requests here, so the replay's live bytes are the trace's.
+        let (at, peak) = peak_moment(&p.ops);
+        assert_eq!(peak, p.stats.peak_live_bytes);
+        assert_eq!(live_at(&p.ops, at), peak);
+        assert!(live_at(&p.ops, at - 1) < peak);
         assert!(s.iter().all(|&i| i < p.ops.len()));
     }
 

@@ -16,7 +16,7 @@ use std::fmt::Write as _;
 
 use indicatif::ProgressBar;
 use serde_json::{json, Value};
-use tagalloc::{Growth, InlineHeap, Policy, Pool, PoolStats};
+use tagalloc::{Growth, InlineHeap, Policy, Pool, PoolStats, Reserve};
 
 use crate::arena_source::ArenaSource;
 use crate::clock::{Elapsed, Stopwatch};
@@ -116,8 +116,9 @@ impl Config {
     }
 }
 
-/// Rows measured per trace: the bare heap twice and every configuration.
-pub const ROWS: usize = 2 + 2 * GROWTHS.len() * 2;
+/// Rows measured per trace: the bare heap twice, the pool over the whole arena, and every
+/// configuration.
+pub const ROWS: usize = 3 + 2 * GROWTHS.len() * 2;
 
 /// Every configuration, in table order: separate regions first (what `mmap` gives), then
 /// growth in place; for each growth policy, without and with trimming.
@@ -238,6 +239,18 @@ impl<'a> PoolTarget<'a> {
             pool: Pool::new(InlineHeap::new(), source, config.policy()),
             refused: 0,
         }
+    }
+
+    /// A pool that reserves the whole arena up front, as one region: the bare heap's region
+    /// exactly, so that the two differ by the pool's layer alone.
+    pub fn whole_arena(arena: &'a mut Arena) -> Result<Self, String> {
+        let len = arena.len();
+        let source = ArenaSource::new(arena, false);
+        let policy = Policy::new().reserve(Reserve::Bytes(len));
+        let mut pool = Pool::new(InlineHeap::new(), source, policy);
+        pool.reserve_now()
+            .map_err(|e| format!("reserving the whole arena: {e}"))?;
+        Ok(PoolTarget { pool, refused: 0 })
     }
 
     /// The pool's and the source's invariants, and the frees refused.
@@ -429,10 +442,11 @@ pub struct Options {
     pub runs: usize,
 }
 
-/// One row: the bare heap (A or B) or a pool configuration.
+/// One row: the bare heap (A or B), the pool holding the whole arena, or a pool configuration.
 #[derive(Clone, Copy, PartialEq)]
 enum Row {
     Bare(char),
+    Whole,
     Pool(Config),
 }
 
@@ -440,6 +454,7 @@ impl Row {
     fn name(&self) -> String {
         match self {
             Row::Bare(c) => format!("bare InlineHeap ({c})"),
+            Row::Whole => "pool, whole arena reserved up front".into(),
             Row::Pool(c) if c.trim => format!("{}, {}, trimmed", c.growing.name, c.source_name()),
             Row::Pool(c) => format!("{}, {}", c.growing.name, c.source_name()),
         }
@@ -477,7 +492,7 @@ pub struct TraceResult {
 pub fn run(p: &Prepared, opts: &Options, bar: &ProgressBar) -> Result<TraceResult, String> {
     let mut arena = Arena::new(arena_len(p))?;
     let schedule = trim_schedule(&p.ops);
-    let mut rows: Vec<RowResult> = [Row::Bare('A'), Row::Bare('B')]
+    let mut rows: Vec<RowResult> = [Row::Bare('A'), Row::Bare('B'), Row::Whole]
         .into_iter()
         .chain(configs().into_iter().map(Row::Pool))
         .map(|row| RowResult {
@@ -501,6 +516,11 @@ pub fn run(p: &Prepared, opts: &Options, bar: &ProgressBar) -> Result<TraceResul
             let (out, check) = match r.row {
                 Row::Bare(_) => {
                     let mut t = Bare::new(&mut arena)?;
+                    let out = replay(&mut t, &p.ops, p.slots, &[]);
+                    (out, t.check())
+                }
+                Row::Whole => {
+                    let mut t = PoolTarget::whole_arena(&mut arena)?;
                     let out = replay(&mut t, &p.ops, p.slots, &[]);
                     (out, t.check())
                 }
@@ -713,7 +733,7 @@ impl TraceResult {
                 },
                 report::nanos(report::median(&r.wall_ns)),
             ]);
-            if let (Row::Bare(_), Err(e)) = (r.row, &r.check) {
+            if let (Row::Bare(_) | Row::Whole, Err(e)) = (r.row, &r.check) {
                 notes.push(format!("- {}: check failed: {e}", r.row.name()));
             }
             if r.ns.len() < r.wall_ns.len() {
@@ -727,9 +747,11 @@ impl TraceResult {
         out.push_str(&t.render());
         notes.push(
             "- Bare A and B: the same bare heap run twice per round; B ÷ A shows the noise. The \
-             rows without trim measure the policy layer on the hot path (and the regions' layout \
-             under the heap); the trimmed rows add the trims, each of which walks every region \
-             and every chunk."
+             pool with the whole arena reserved up front has the bare heap's one region at the \
+             same address, so the heap inside does exactly what the bare heap does: its ratio is \
+             the pool layer's own cost. The growth rows add what growing does (misses, and a \
+             different layout of regions under the heap, so different placements); the trimmed \
+             rows add the trims, each of which walks every region and every chunk."
                 .into(),
         );
         report::push_notes(&mut out, &notes);
@@ -778,6 +800,8 @@ impl TraceResult {
                     v["trim_released_bytes_all_trims"] = json!(r.trims.released);
                     v["trim_released_bytes_last_trim"] = json!(r.trims.last_released);
                     v["arena_high_water_bytes"] = json!(r.high_water);
+                } else if r.row == Row::Whole {
+                    v["policy"] = json!("whole_arena_reserved");
                 } else {
                     v["policy"] = json!("bare");
                 }

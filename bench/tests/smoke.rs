@@ -187,6 +187,7 @@ fn pool() {
         "| doubling 1 → 64 MiB | grows in place | trimmed |",
         "| bare InlineHeap (A) |",
         "| bare InlineHeap (B) |",
+        "| pool, whole arena reserved up front |",
         "| 2 MiB regions, separate regions, trimmed |",
     ] {
         assert!(stdout.contains(row), "no `{row}` in\n{stdout}");
@@ -205,12 +206,16 @@ fn pool_as_json() {
     assert_eq!(traces.len(), 2);
     for t in traces {
         let rows = t["rows"].as_array().expect("rows");
-        assert_eq!(rows.len(), 14, "bare A, bare B and 12 pools");
+        assert_eq!(
+            rows.len(),
+            15,
+            "bare A, bare B, the pool over the whole arena and 12 pools"
+        );
         let peak = t["peak_live_bytes"].as_u64().expect("peak live");
         for r in rows {
             assert!(r["check"].is_null(), "{r}");
             assert_eq!(r["failures"], 0, "{r}");
-            if r["policy"] != "bare" {
+            if r["policy"] != "bare" && r["policy"] != "whole_arena_reserved" {
                 let reserved = r["peak_reserved_bytes"].as_u64().expect("peak reserved");
                 assert!(reserved >= peak, "{r}");
             }

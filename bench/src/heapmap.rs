@@ -386,10 +386,21 @@ pub fn draw(path: &Path, picture: &Picture) -> Result<Drawn, String> {
     )
     .map_err(err)?;
 
-    // Axis: ticks and labels above and below the rows, faint lines between the rows.
+    // Axis: ticks and labels above and below the rows, faint lines between the rows; none
+    // for a pool that holds nothing yet.
     let left = 20 + LABEL_W;
     let (scale, unit_name) = unit(max_len);
-    let ticks = plot::ticks(0.0, max_len as f64 / scale, 10);
+    let ticks = if shown.is_empty() {
+        root.draw_text(
+            "The pool holds no region at this moment.",
+            &text_style(TEXT, DARK, HPos::Left, VPos::Center),
+            (left, plot_top + 4),
+        )
+        .map_err(err)?;
+        Vec::new()
+    } else {
+        plot::ticks(0.0, max_len as f64 / scale, 10)
+    };
     let rows_bottom = plot_top + rows_h;
     let tick_style = text_style(SMALL, BLACK, HPos::Center, VPos::Bottom);
     let tick_style_below = text_style(SMALL, BLACK, HPos::Center, VPos::Top);
@@ -416,16 +427,18 @@ pub fn draw(path: &Path, picture: &Picture) -> Result<Drawn, String> {
         root.draw_text(&label, &tick_style_below, (x, rows_bottom + 7))
             .map_err(err)?;
     }
-    let desc = format!("offset from the region's base ({unit_name})");
-    let desc_style = TextStyle::from(FontDesc::new(FONT, TEXT, FontStyle::Normal))
-        .color(&BLACK)
-        .pos(Pos::new(HPos::Center, VPos::Top));
-    root.draw_text(
-        &desc,
-        &desc_style,
-        (left + PLOT_W / 2, rows_bottom + axis_h),
-    )
-    .map_err(err)?;
+    if !shown.is_empty() {
+        let desc = format!("offset from the region's base ({unit_name})");
+        let desc_style = TextStyle::from(FontDesc::new(FONT, TEXT, FontStyle::Normal))
+            .color(&BLACK)
+            .pos(Pos::new(HPos::Center, VPos::Top));
+        root.draw_text(
+            &desc,
+            &desc_style,
+            (left + PLOT_W / 2, rows_bottom + axis_h),
+        )
+        .map_err(err)?;
+    }
 
     // Rows: label every row when they are tall enough, else every few.
     // Labels in a font that fits the row pitch (plotters' sizes are 1.24 × the pixel height);
@@ -646,6 +659,24 @@ mod tests {
             4,
             "every 2nd region: #1 and #3"
         );
+    }
+
+    #[test]
+    fn an_empty_pool_draws_a_sentence_not_an_axis() {
+        let path =
+            std::env::temp_dir().join(format!("tagalloc-heapmap-{}.svg", std::process::id()));
+        let picture = Picture {
+            title: "empty",
+            figures: &[],
+            regions: &[],
+            notes: &[],
+        };
+        let d = draw(&path, &picture).unwrap();
+        assert_eq!((d.rows, d.alone, d.merged), (0, 0, 0));
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.contains("holds no region"));
+        assert!(!svg.contains("offset from the region"));
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]

@@ -64,7 +64,7 @@ OPTIONS:
     --quick             a seconds-long smoke run: tiny durations, few rounds, the bundled
                         traces only (their first 20,000 events)
     --json              print the results as JSON instead of markdown tables
-    --runs N            repetitions: micro and replay runs, random-actions trials,
+    --runs N            repetitions: micro, replay and pool runs, random-actions trials,
                         efficiency rounds
     --budget SECONDS    replay: stop one allocator's run on one trace after this long
     --out DIR           where the SVG charts go (default: target/tagalloc-bench);

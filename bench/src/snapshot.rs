@@ -261,15 +261,11 @@ impl Snapshot {
             ),
             format!(
                 "Largest free chunk {} · fragmentation {:.3} (1 − largest free ÷ free; 0: all \
-                 free bytes in one chunk) · the trace's live bytes {} (reserved ÷ live {:.2})",
+                 free bytes in one chunk) · the trace's live bytes {} (reserved ÷ live {})",
                 b(f.largest_free),
                 f.fragmentation(),
                 report::bytes(f.live),
-                if f.live > 0 {
-                    f.reserved as f64 / f.live as f64
-                } else {
-                    f64::NAN
-                },
+                report::ratio(f.reserved as f64, Some(f.live as f64)),
             ),
         ]
     }

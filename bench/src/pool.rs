@@ -27,10 +27,10 @@ use crate::subjects::Arena;
 /// The traces `pool` replays by default, from the shared collection.
 pub const DEFAULT_TRACES: [&str; 3] = ["python-json", "sqlite", "android-systemui"];
 
-/// A pool with trimming trims every this many events: a few times per trace (a trim walks
-/// every chunk of the heap, so one every few thousand events would cost more than the replay
-/// itself)...
-pub const TRIM_EVERY: usize = 1 << 20;
+/// A pool with trimming trims every this many events: a few times on every trace, the
+/// Android one included, whose live bytes never halve (a trim walks every chunk of the heap, so
+/// one every few thousand events would cost more than the replay itself)...
+pub const TRIM_EVERY: usize = 1 << 18;
 /// ...and whenever the live bytes fall to half their highest value since the last trim, once
 /// that high is at least this many bytes (a phase of the program has ended).
 pub const TRIM_DROP_MIN: u64 = 1 << 20;

@@ -570,14 +570,15 @@ fn run(args: &Args) -> Result<(), Failure> {
         emit(s.markdown(), "snapshot", s.json());
     }
 
-    if let Some(dir) = &plots {
+    if let Some(dir) = plots.as_ref().filter(|_| !only("pool")) {
         out_json.insert("plots_dir".into(), json!(dir.display().to_string()));
     }
     if args.json {
         let text = serde_json::to_string_pretty(&Value::Object(out_json))
             .map_err(|e| Failure::Run(e.to_string()))?;
         println!("{text}");
-    } else if let Some(dir) = &plots {
+    } else if let Some(dir) = plots.as_ref().filter(|_| !only("pool")) {
+        // `pool` writes tables only; `snapshot` names its picture in its section.
         println!("Charts: {}", dir.display());
     }
     eprintln!("finished in {:.1} s", started.elapsed().as_secs_f64());

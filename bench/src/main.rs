@@ -5,22 +5,31 @@
 //! - `random-actions`: talc's published speed benchmark, so that figures line up with talc's;
 //! - `efficiency`: talc's heap-efficiency benchmark (how full a heap gets before a failure);
 //! - `replay [TRACE...]`: recorded allocation traces replayed through every allocator, with
-//!   time per event and peak footprint against the trace's peak live bytes.
+//!   time per event and peak footprint against the trace's peak live bytes;
+//! - `pool [TRACE...]`: traces replayed through tagalloc's pool under several growth and trim
+//!   policies: peak reserved against peak live, what trimming gives back, and the policy
+//!   layer's time over the bare heap;
+//! - `snapshot TRACE`: the pool's heap at one moment of a trace, drawn region by region.
 //!
-//! With no subcommand a default suite runs all four, shortened to take about a minute (see
+//! With no subcommand a default suite runs the first four, shortened to take about a minute (see
 //! the README for the measurement).
 //! Results are markdown tables on stdout (`--json` for machines), SVG charts under
 //! `target/tagalloc-bench/`, and a progress bar on stderr when it is a terminal.
 //!
 //! Run: `cargo run --release -p tagalloc-bench [-- SUBCOMMAND] [OPTIONS]`
 
+mod arena_source;
 mod bump;
+mod clock;
 mod efficiency;
+mod heapmap;
 mod micro;
 mod plot;
+mod pool;
 mod random_actions;
 mod replay;
 mod report;
+mod snapshot;
 mod style;
 mod subjects;
 
@@ -38,22 +47,33 @@ tagalloc-bench: tagalloc against peer allocators
 USAGE:
     tagalloc-bench [OPTIONS] [SUBCOMMAND]
 
-SUBCOMMANDS (none: the default suite, all four shortened, about a minute):
+SUBCOMMANDS (none: the default suite, the first four shortened, about a minute):
     micro               alloc+free of random 8..=512-byte blocks, 1000 live
     random-actions      talc's random-actions benchmark (7 trials x 200 ms per size)
     efficiency          talc's heap-efficiency benchmark (300 rounds)
     replay [TRACE...]   replay allocation traces (files or directories; default: every
                         trace in ../shared/traces, else the bundled tests/data traces)
+    pool [TRACE...]     replay traces through tagalloc's pool under growth and trim
+                        policies: peak reserved / peak live, trim, ns/event over the
+                        bare heap (default: python-json, sqlite, android-systemui from
+                        ../shared/traces, else the bundled traces)
+    snapshot TRACE      replay a trace through a pool up to --at and draw its heap as an
+                        SVG: regions, chunks in use and free, fragmentation
 
 OPTIONS:
     --quick             a seconds-long smoke run: tiny durations, few rounds, the bundled
                         traces only (their first 20,000 events)
     --json              print the results as JSON instead of markdown tables
-    --runs N            repetitions: micro and replay runs, random-actions trials,
+    --runs N            repetitions: micro, replay and pool runs, random-actions trials,
                         efficiency rounds
     --budget SECONDS    replay: stop one allocator's run on one trace after this long
-    --out DIR           where the SVG charts go (default: target/tagalloc-bench)
+    --out DIR           where the SVG charts go (default: target/tagalloc-bench);
+                        for snapshot, the SVG file to write
     --no-plots          write no charts
+    --at EVENT|peak     snapshot: after this many events, or when live bytes peak
+                        (default: peak)
+    --policy NAME       snapshot: the pool's growth, fixed-64k, fixed-2m (default) or
+                        doubling (1 MiB to 64 MiB)
     -h, --help          this text
 ";
 
@@ -67,6 +87,8 @@ struct Args {
     budget: Option<f64>,
     out: Option<PathBuf>,
     plots: bool,
+    at: Option<snapshot::At>,
+    policy: Option<pool::Growing>,
 }
 
 /// Why the tool stopped: bad input (exit code 2) or a failure while running (1).
@@ -86,6 +108,8 @@ fn parse_args() -> Result<Option<Args>, String> {
         budget: None,
         out: None,
         plots: true,
+        at: None,
+        policy: None,
     };
     let mut parser = lexopt::Parser::from_env();
     let e = |e: lexopt::Error| e.to_string();
@@ -109,24 +133,52 @@ fn parse_args() -> Result<Option<Args>, String> {
                 args.budget = Some(s);
             }
             Long("out") => args.out = Some(parser.value().map_err(e)?.into()),
+            Long("at") => {
+                let v = parser.value().map_err(e)?.string().map_err(e)?;
+                args.at = Some(snapshot::At::parse(&v)?);
+            }
+            Long("policy") => {
+                let v = parser.value().map_err(e)?.string().map_err(e)?;
+                let keys: Vec<&str> = pool::GROWTHS.iter().map(|g| g.key).collect();
+                args.policy = Some(pool::growth_named(&v).ok_or_else(|| {
+                    format!("unknown --policy `{v}` (expected {})", keys.join(", "))
+                })?);
+            }
             Short('h') | Long("help") => return Ok(None),
             Value(v) if args.command.is_none() => {
                 let name = v.string().map_err(e)?;
                 match name.as_str() {
-                    "micro" | "random-actions" | "efficiency" | "replay" => {
+                    "micro" | "random-actions" | "efficiency" | "replay" | "pool" | "snapshot" => {
                         args.command = Some(name)
                     }
                     other => {
                         return Err(format!(
                             "unknown subcommand `{other}` (expected micro, random-actions, \
-                             efficiency or replay)"
+                             efficiency, replay, pool or snapshot)"
                         ))
                     }
                 }
             }
-            Value(v) if args.command.as_deref() == Some("replay") => args.traces.push(v.into()),
+            Value(v)
+                if matches!(
+                    args.command.as_deref(),
+                    Some("replay" | "pool" | "snapshot")
+                ) =>
+            {
+                args.traces.push(v.into())
+            }
             other => return Err(other.unexpected().to_string()),
         }
+    }
+    let snapshot = args.command.as_deref() == Some("snapshot");
+    if !snapshot && (args.at.is_some() || args.policy.is_some()) {
+        return Err("--at and --policy belong to the snapshot subcommand".into());
+    }
+    if snapshot && args.traces.len() != 1 {
+        return Err("snapshot takes exactly one trace file".into());
+    }
+    if snapshot && args.out.as_ref().is_some_and(|o| o.file_name().is_none()) {
+        return Err("snapshot: --out takes the SVG file to write".into());
     }
     Ok(Some(args))
 }
@@ -152,8 +204,9 @@ struct TraceSet {
 }
 
 /// The trace files to replay: those named (directories expanded), or the default collection:
-/// `../shared/traces`, else (and always with `--quick`) the bundled `tests/data` traces.
-fn trace_set(args: &Args, mode: Mode) -> Result<TraceSet, Failure> {
+/// `../shared/traces` (only the traces called `wanted`, if given), else (and always with
+/// `--quick`) the bundled `tests/data` traces.
+fn trace_set(args: &Args, mode: Mode, wanted: Option<&[&str]>) -> Result<TraceSet, Failure> {
     let list = |dir: &Path| {
         trace::trace_files(dir)
             .map_err(|e| Failure::Input(format!("cannot list traces in {}: {e}", dir.display())))
@@ -203,7 +256,36 @@ fn trace_set(args: &Args, mode: Mode) -> Result<TraceSet, Failure> {
     } else {
         match trace::shared_traces_dir() {
             Some(dir) => {
-                let paths = list(&dir)?;
+                let mut paths = list(&dir)?;
+                let mut missing = Vec::new();
+                if let Some(wanted) = wanted {
+                    paths.retain(|p| wanted.contains(&trace::trace_name(p).as_str()));
+                    missing = wanted
+                        .iter()
+                        .filter(|w| !paths.iter().any(|p| trace::trace_name(p) == **w))
+                        .map(|w| w.to_string())
+                        .collect();
+                }
+                if !paths.is_empty() && !missing.is_empty() {
+                    return Ok(TraceSet {
+                        origin: format!(
+                            "{} of the shared collection's traces from {} ({}), WITHOUT {}, \
+                             which {} not there",
+                            paths.len(),
+                            dir.display(),
+                            names(&paths),
+                            missing.join(", "),
+                            if missing.len() == 1 { "is" } else { "are" }
+                        ),
+                        json: json!({
+                            "set": "shared",
+                            "dir": dir.display().to_string(),
+                            "missing": missing,
+                        }),
+                        paths,
+                        fallback: true,
+                    });
+                }
                 if !paths.is_empty() {
                     return Ok(TraceSet {
                         origin: format!(
@@ -217,7 +299,10 @@ fn trace_set(args: &Args, mode: Mode) -> Result<TraceSet, Failure> {
                         fallback: false,
                     });
                 }
-                format!("{} holds no traces", dir.display())
+                match wanted {
+                    Some(w) => format!("{} holds none of {}", dir.display(), w.join(", ")),
+                    None => format!("{} holds no traces", dir.display()),
+                }
             }
             None => format!("no shared trace collection at {}", shared.display()),
         }
@@ -271,6 +356,7 @@ fn run(args: &Args) -> Result<(), Failure> {
         (false, false) => Mode::Suite,
     };
     let wants = |name: &str| args.command.is_none() || args.command.as_deref() == Some(name);
+    let only = |name: &str| args.command.as_deref() == Some(name);
     let pick = |full: usize, suite: usize, quick: usize| {
         args.runs.unwrap_or(match mode {
             Mode::Full => full,
@@ -278,8 +364,15 @@ fn run(args: &Args) -> Result<(), Failure> {
             Mode::Quick => quick,
         })
     };
+    // For snapshot, `--out` names the picture's file; its directory is made here.
     let plots = if args.plots {
-        let dir = args.out.clone().unwrap_or_else(default_out);
+        let dir = match (&args.out, only("snapshot")) {
+            (Some(file), true) => file
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .map_or_else(|| PathBuf::from("."), Path::to_path_buf),
+            (out, _) => out.clone().unwrap_or_else(default_out),
+        };
         std::fs::create_dir_all(&dir)
             .map_err(|e| Failure::Run(format!("cannot create {}: {e}", dir.display())))?;
         Some(std::fs::canonicalize(&dir).unwrap_or(dir))
@@ -291,12 +384,20 @@ fn run(args: &Args) -> Result<(), Failure> {
     // Traces first, so that a bad one stops the tool before any long measurement.
     let mut prepared = Vec::new();
     let mut traces = None;
-    if wants("replay") {
-        let set = trace_set(args, mode)?;
+    if wants("replay") || only("pool") || only("snapshot") {
+        let wanted = only("pool").then_some(&pool::DEFAULT_TRACES[..]);
+        let set = trace_set(args, mode, wanted)?;
         if set.paths.is_empty() {
             return Err(Failure::Input(format!(
                 "no traces to replay in {}",
                 set.origin
+            )));
+        }
+        if only("snapshot") && set.paths.len() != 1 {
+            return Err(Failure::Input(format!(
+                "snapshot takes one trace, and {} holds {}",
+                args.traces[0].display(),
+                set.paths.len()
             )));
         }
         eprintln!(
@@ -421,14 +522,63 @@ fn run(args: &Args) -> Result<(), Failure> {
         emit(md, "replay", Value::Array(traces));
     }
 
-    if let Some(dir) = &plots {
+    if only("pool") {
+        let opts = pool::Options {
+            runs: pick(7, 3, 1),
+        };
+        let host: Vec<&replay::Prepared> = prepared.iter().filter(|p| !p.device).collect();
+        let items = host.len() * pool::ROWS * (opts.runs + 1);
+        let bar = progress(items as u64);
+        let mut md = pool::heading(opts.runs);
+        let mut traces = Vec::new();
+        for p in &prepared {
+            if p.device {
+                md.push_str(&format!(
+                    "\n### {}\n\nNot replayed: a device-memory trace, which a pool of host \
+                     memory cannot hold.\n",
+                    p.name
+                ));
+                continue;
+            }
+            let r = pool::run(p, &opts, &bar).map_err(run_err)?;
+            md.push('\n');
+            md.push_str(&r.markdown());
+            traces.push(r.json());
+        }
+        bar.finish_and_clear();
+        emit(md, "pool", Value::Array(traces));
+    }
+
+    if only("snapshot") {
+        let p = &prepared[0];
+        let when = args.at.unwrap_or(snapshot::At::Peak);
+        let at = when.resolve(p).map_err(Failure::Input)?;
+        let growing = args.policy.unwrap_or(pool::GROWTHS[1]);
+        let svg = plots.as_ref().map(|dir| match &args.out {
+            Some(file) => dir.join(file.file_name().unwrap_or_default()),
+            None => dir.join(format!(
+                "snapshot-{}-{}.svg",
+                p.name,
+                match when {
+                    snapshot::At::Peak => "peak".to_string(),
+                    snapshot::At::Events(n) => n.to_string(),
+                }
+            )),
+        });
+        let s = snapshot::run(p, at, when == snapshot::At::Peak, growing, svg.as_deref())
+            .map_err(run_err)?;
+        emit(s.markdown(), "snapshot", s.json());
+    }
+
+    if let Some(dir) = plots.as_ref().filter(|_| !only("pool")) {
         out_json.insert("plots_dir".into(), json!(dir.display().to_string()));
     }
     if args.json {
         let text = serde_json::to_string_pretty(&Value::Object(out_json))
             .map_err(|e| Failure::Run(e.to_string()))?;
         println!("{text}");
-    } else if let Some(dir) = &plots {
+    } else if let Some(dir) = plots.as_ref().filter(|_| !only("pool")) {
+        // `pool` writes tables only; `snapshot` names its picture in its section.
         println!("Charts: {}", dir.display());
     }
     eprintln!("finished in {:.1} s", started.elapsed().as_secs_f64());

@@ -477,6 +477,53 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         best
     }
 
+    /// Calls `each(chunk, size)` for every free chunk of at least `min` granules (`min ≥ 1`),
+    /// walking only the bins that can hold one: `O(such chunks + bins)`, not a walk of every
+    /// chunk. The order is by bin, not by address.
+    pub fn each_at_least<T: Tags<Chunk = C>>(&self, t: &T, min: usize, mut each: impl FnMut(C, usize)) {
+        let first = bin_of(min);
+        for b in first..BIN_COUNT {
+            let Some(head) = self.heads[b] else { continue };
+            if b < EXACT_BINS {
+                let mut c = Some(head);
+                while let Some(ch) = c {
+                    each(ch, b + 1);
+                    c = t.link(ch, Link::Next);
+                }
+                continue;
+            }
+            // Depth-first over the trie (its depth is bounded by the bits of a size), each
+            // node's ring with it.
+            const DEPTH: usize = 2 * usize::BITS as usize + 2;
+            let mut stack: [Option<C>; DEPTH] = [None; DEPTH];
+            stack[0] = Some(head);
+            let mut top = 1;
+            while top > 0 {
+                top -= 1;
+                let Some(n) = stack[top] else { continue };
+                let size = t.size(n);
+                if size >= min {
+                    let mut r = n;
+                    loop {
+                        each(r, size);
+                        match t.link(r, Link::Next) {
+                            Some(next) if next != n => r = next,
+                            _ => break,
+                        }
+                    }
+                }
+                for side in [Link::Left, Link::Right] {
+                    if let Some(child) = t.link(n, side) {
+                        if top < DEPTH {
+                            stack[top] = Some(child);
+                            top += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// The size in granules of the largest free chunk, if any.
     pub fn largest<T: Tags<Chunk = C>>(&self, t: &T) -> Option<usize> {
         if self.log != 0 {

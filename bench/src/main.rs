@@ -6,6 +6,9 @@
 //! - `efficiency`: talc's heap-efficiency benchmark (how full a heap gets before a failure);
 //! - `replay [TRACE...]`: recorded allocation traces replayed through every allocator, with
 //!   time per event and peak footprint against the trace's peak live bytes.
+//! - `plan [CSV...]`: static memory planning (`tagalloc::plan`) on problems with known
+//!   lifetimes: lower bound, greedy and exact-search arenas, proof of optimality, time. Not
+//!   part of the default suite.
 //!
 //! With no subcommand a default suite runs all four, shortened to finish in under two minutes.
 //! Results are markdown tables on stdout (`--json` for machines), SVG charts under
@@ -16,6 +19,7 @@
 mod bump;
 mod efficiency;
 mod micro;
+mod plan;
 mod plot;
 mod random_actions;
 mod replay;
@@ -42,6 +46,9 @@ SUBCOMMANDS (none: the default suite, all four shortened, under two minutes):
     efficiency          talc's heap-efficiency benchmark (300 rounds)
     replay [TRACE...]   replay allocation traces (files or directories; default: every
                         trace in ../shared/traces, else the bundled tests/data traces)
+    plan [CSV...]       static memory planning problems (files or directories; default:
+                        ../shared/plans/*.csv, else the bundled bench/data/plans); not in
+                        the default suite
 
 OPTIONS:
     --quick             a seconds-long smoke run: tiny durations, few rounds, the bundled
@@ -49,7 +56,8 @@ OPTIONS:
     --json              print the results as JSON instead of markdown tables
     --runs N            repetitions: micro and replay runs, random-actions trials,
                         efficiency rounds
-    --budget SECONDS    replay: stop one allocator's run on one trace after this long
+    --budget SECONDS    replay: stop one allocator's run on one trace after this long;
+                        plan: time for the exact search on each problem (default 10)
     --out DIR           where the SVG charts go (default: target/tagalloc-bench)
     --no-plots          write no charts
     -h, --help          this text
@@ -59,6 +67,7 @@ OPTIONS:
 struct Args {
     command: Option<String>,
     traces: Vec<PathBuf>,
+    problems: Vec<PathBuf>,
     quick: bool,
     json: bool,
     runs: Option<usize>,
@@ -78,6 +87,7 @@ fn parse_args() -> Result<Option<Args>, String> {
     let mut args = Args {
         command: None,
         traces: Vec::new(),
+        problems: Vec::new(),
         quick: false,
         json: false,
         runs: None,
@@ -111,18 +121,19 @@ fn parse_args() -> Result<Option<Args>, String> {
             Value(v) if args.command.is_none() => {
                 let name = v.string().map_err(e)?;
                 match name.as_str() {
-                    "micro" | "random-actions" | "efficiency" | "replay" => {
+                    "micro" | "random-actions" | "efficiency" | "replay" | "plan" => {
                         args.command = Some(name)
                     }
                     other => {
                         return Err(format!(
                             "unknown subcommand `{other}` (expected micro, random-actions, \
-                             efficiency or replay)"
+                             efficiency, replay or plan)"
                         ))
                     }
                 }
             }
             Value(v) if args.command.as_deref() == Some("replay") => args.traces.push(v.into()),
+            Value(v) if args.command.as_deref() == Some("plan") => args.problems.push(v.into()),
             other => return Err(other.unexpected().to_string()),
         }
     }
@@ -170,6 +181,36 @@ fn trace_paths(args: &Args, mode: Mode) -> Result<Vec<PathBuf>, Failure> {
     list(&trace::bundled_traces_dir())
 }
 
+/// The planning problems to solve: those named (directories expanded), or the shared
+/// collection, or (for `--quick`, or without it) the bundled ones.
+fn problem_paths(args: &Args, mode: Mode) -> Result<Vec<PathBuf>, Failure> {
+    if !args.problems.is_empty() {
+        let mut paths = Vec::new();
+        for p in &args.problems {
+            if p.is_dir() {
+                paths.extend(plan::csv_files(p).map_err(Failure::Input)?);
+            } else if p.is_file() {
+                paths.push(p.clone());
+            } else {
+                return Err(Failure::Input(format!(
+                    "cannot read problem {}: no such file or directory",
+                    p.display()
+                )));
+            }
+        }
+        return Ok(paths);
+    }
+    if mode != Mode::Quick {
+        if let Some(dir) = plan::shared_dir() {
+            let files = plan::csv_files(&dir).map_err(Failure::Input)?;
+            if !files.is_empty() {
+                return Ok(files);
+            }
+        }
+    }
+    plan::csv_files(&plan::bundled_dir()).map_err(Failure::Input)
+}
+
 fn progress(len: u64) -> ProgressBar {
     let bar = ProgressBar::new(len);
     if let Ok(style) =
@@ -195,6 +236,8 @@ fn run(args: &Args) -> Result<(), Failure> {
         (false, false) => Mode::Suite,
     };
     let wants = |name: &str| args.command.is_none() || args.command.as_deref() == Some(name);
+    // Planning is a different job from the allocator benchmarks: only when asked for.
+    let wants_only = |name: &str| args.command.as_deref() == Some(name);
     let pick = |full: usize, suite: usize, quick: usize| {
         args.runs.unwrap_or(match mode {
             Mode::Full => full,
@@ -227,6 +270,16 @@ fn run(args: &Args) -> Result<(), Failure> {
             bar.inc(1);
         }
         bar.finish_and_clear();
+    }
+    let mut problems = Vec::new();
+    if wants_only("plan") {
+        let paths = problem_paths(args, mode)?;
+        if paths.is_empty() {
+            return Err(Failure::Input("no planning problems to solve".into()));
+        }
+        for p in &paths {
+            problems.push(plan::load(p).map_err(Failure::Input)?);
+        }
     }
 
     let mut out_json = serde_json::Map::new();
@@ -326,6 +379,19 @@ fn run(args: &Args) -> Result<(), Failure> {
         }
         bar.finish_and_clear();
         emit(md, "replay", Value::Array(traces));
+    }
+
+    if wants_only("plan") {
+        let opts = plan::Options {
+            budget: Duration::from_secs_f64(args.budget.unwrap_or(match mode {
+                Mode::Quick => 0.2,
+                _ => 10.0,
+            })),
+        };
+        let bar = progress(problems.len() as u64);
+        let (md, json) = plan::run(&problems, &opts, &bar).map_err(run_err)?;
+        bar.finish_and_clear();
+        emit(md, "plan", json);
     }
 
     if let Some(dir) = &plots {

@@ -65,6 +65,8 @@ mod lock;
 #[cfg(any(test, feature = "model"))]
 #[doc(hidden)]
 pub mod model;
+#[cfg(feature = "alloc")]
+pub mod plan;
 mod records;
 mod remote_ring;
 mod remote_stack;

@@ -33,7 +33,6 @@
 
 use alloc::vec;
 use alloc::vec::Vec;
-use core::cmp::Reverse;
 
 use super::buffer::{align_up, check_buffers};
 use super::greedy::{greedy_by_breadth, greedy_by_size};
@@ -159,7 +158,7 @@ pub fn search<M: Monitor + ?Sized>(
     let mut lo = inst.lower_bound;
     let by_size = greedy_by_size(buffers)?;
     let by_breadth = greedy_by_breadth(buffers)?;
-    let mut best = if by_breadth.arena < by_size.arena {
+    let best = if by_breadth.arena < by_size.arena {
         by_breadth
     } else {
         by_size
@@ -176,8 +175,13 @@ pub fn search<M: Monitor + ?Sized>(
         return Ok(done(best, lo, nodes));
     }
 
-    let orders = preorders(&inst);
+    let orders: Vec<Vec<u32>> = match options.experiment >> 8 {
+        0 => PORTFOLIO.iter().map(|k| preorder(&inst, k)).collect(),
+        i => vec![preorder(&inst, EXPERIMENT_KEYS[(i as usize - 1) % EXPERIMENT_KEYS.len()])],
+    };
+    let mut parts = Part::all(&inst, &best);
     let mut engine = Engine::new(&inst);
+    engine.experiment = options.experiment;
     // Node limit of one attempt, doubled each round (MiniMalloc starts at the buffer count).
     let mut limit = (inst.len() as u64).max(64);
     let mut budget = Budget {
@@ -185,53 +189,80 @@ pub fn search<M: Monitor + ?Sized>(
         monitor,
         stopped: false,
     };
-    // One attempt at a capacity: every preorder in turn under `limit` nodes each.
-    // Returns the plan's arena if one was found (and stores it in `best`), or whether the
-    // capacity was proven infeasible.
-    let mut attempt = |cap: u64, limit: u64, best: &mut Plan, budget: &mut Budget<'_, M>, nodes: &mut u64| {
-        for order in &orders {
-            let n = limit.min(budget.left);
-            if n == 0 || budget.stopped {
-                return Attempt::Stopped;
-            }
-            let (outcome, used) = engine.decide(cap, order, n, budget);
-            *nodes += used;
-            budget.left = budget.left.saturating_sub(used);
-            match outcome {
-                Outcome::Found => {
-                    *best = engine.plan(buffers);
-                    return Attempt::Found;
+    let arena = |parts: &[Part]| parts.iter().map(|p| p.arena).max().unwrap_or(0);
+    // Every part whose plan exceeds `cap`, under every preorder in turn, `limit` nodes each.
+    let mut attempt = |cap: u64, limit: u64, parts: &mut [Part], budget: &mut Budget<'_, M>, nodes: &mut u64| {
+        let mut reached = true;
+        for part in parts.iter_mut().filter(|p| p.arena > cap) {
+            let mut solved = false;
+            for order in &orders {
+                let n = limit.min(budget.left);
+                if n == 0 || budget.stopped {
+                    return Attempt::Stopped;
                 }
-                Outcome::Infeasible => return Attempt::Infeasible,
-                Outcome::Aborted => {}
+                let (outcome, used) = engine.decide(cap, order, part, n, budget);
+                *nodes += used;
+                budget.left = budget.left.saturating_sub(used);
+                match outcome {
+                    Outcome::Found => {
+                        engine.store(part);
+                        solved = true;
+                        break;
+                    }
+                    Outcome::Infeasible => {
+                        part.bound = part.bound.max(cap + 1);
+                        return Attempt::Infeasible;
+                    }
+                    Outcome::Aborted => {}
+                }
             }
+            reached &= solved;
         }
-        if budget.stopped || budget.left == 0 {
+        if reached {
+            Attempt::Found
+        } else if budget.stopped || budget.left == 0 {
             Attempt::Stopped
         } else {
             Attempt::Unknown
         }
     };
+    let mut best_arena = best.arena;
     loop {
-        if best.arena <= lo {
+        if best_arena <= lo {
             break;
         }
         // The bound itself first: most hard instances are tight.
-        match attempt(lo, limit, &mut best, &mut budget, &mut nodes) {
-            Attempt::Found => {
-                budget.monitor.improved(best.arena, lo);
-                break;
-            }
+        let before = nodes;
+        let outcome = attempt(lo, limit, &mut parts, &mut budget, &mut nodes);
+        if arena(&parts) < best_arena {
+            best_arena = arena(&parts);
+            budget.monitor.improved(best_arena, lo);
+        }
+        match outcome {
+            Attempt::Found => break,
             Attempt::Infeasible => lo += 1,
             Attempt::Stopped => break,
             Attempt::Unknown => {}
         }
-        // Then bisect between the bound and the best plan, with a quarter of the limit.
-        let mut probe = lo;
-        while options.experiment & 1 == 0 && probe < best.arena && !budget.stopped && budget.left > 0 {
-            let cap = probe + (best.arena - 1 - probe) / 2;
-            match attempt(cap, (limit / 4).max(64), &mut best, &mut budget, &mut nodes) {
-                Attempt::Found => budget.monitor.improved(best.arena, lo),
+        // Then bisect between the bound and the best plan, spending at most half the nodes
+        // the bound took this round, each probe with a quarter of the limit.
+        let share = (nodes - before) / 2;
+        let spent_before = nodes;
+        let mut probe = lo + 1;
+        while options.experiment & 1 == 0
+            && probe < best_arena
+            && nodes - spent_before < share
+            && !budget.stopped
+            && budget.left > 0
+        {
+            let cap = probe + (best_arena - 1 - probe) / 2;
+            let outcome = attempt(cap, (limit / 4).max(64), &mut parts, &mut budget, &mut nodes);
+            if arena(&parts) < best_arena {
+                best_arena = arena(&parts);
+                budget.monitor.improved(best_arena, lo);
+            }
+            match outcome {
+                Attempt::Found => {}
                 Attempt::Infeasible => {
                     lo = cap + 1;
                     probe = cap + 1;
@@ -245,8 +276,69 @@ pub fn search<M: Monitor + ?Sized>(
         }
         limit = limit.saturating_mul(2);
     }
+    let best = Part::plan(&parts, &inst, buffers);
+    debug_assert_eq!(best.arena, best_arena);
     let lo = lo.min(best.arena);
     Ok(done(best, lo, nodes))
+}
+
+/// An independent part of the problem: a run of sections that no buffer crosses into the
+/// next, with its buffers and the best placement found for them. Parts are searched one at a
+/// time, and a part that fits a capacity keeps its placement when the others are retried.
+struct Part {
+    sec_lo: u32,
+    sec_hi: u32,
+    /// Its buffers (instance indices).
+    buffers: Vec<u32>,
+    /// Their offsets in the best placement found.
+    offsets: Vec<u64>,
+    /// The end of its highest buffer there.
+    arena: u64,
+    /// No placement of the part has a smaller arena.
+    bound: u64,
+}
+
+impl Part {
+    /// The parts of `inst`, each starting from its buffers' offsets in `plan`.
+    fn all(inst: &Instance, plan: &Plan) -> Vec<Part> {
+        let cuts = inst.cuts();
+        let mut parts = Vec::new();
+        let mut lo = 0;
+        for s in 0..inst.sections() {
+            if s + 1 == inst.sections() || cuts[s] == 0 {
+                parts.push(Part {
+                    sec_lo: lo as u32,
+                    sec_hi: s as u32 + 1,
+                    buffers: Vec::new(),
+                    offsets: Vec::new(),
+                    arena: 0,
+                    bound: inst.sec_total[lo..=s].iter().copied().max().unwrap_or(0),
+                });
+                lo = s + 1;
+            }
+        }
+        for b in 0..inst.len() {
+            let p = parts.partition_point(|p| p.sec_hi <= inst.lo[b]);
+            let part = &mut parts[p];
+            let off = plan.offsets[inst.orig[b] as usize];
+            part.buffers.push(b as u32);
+            part.offsets.push(off);
+            part.arena = part.arena.max(off + inst.size[b]);
+        }
+        parts
+    }
+
+    /// The whole plan from the parts' placements (zero-size buffers at 0).
+    fn plan(parts: &[Part], inst: &Instance, buffers: &[Buffer]) -> Plan {
+        let mut offsets = vec![0u64; buffers.len()];
+        for part in parts {
+            for (&b, &o) in part.buffers.iter().zip(&part.offsets) {
+                offsets[inst.orig[b as usize] as usize] = o;
+            }
+        }
+        let arena = parts.iter().map(|p| p.arena).max().unwrap_or(0);
+        Plan { offsets, arena }
+    }
 }
 
 /// The result of one capacity tried under every preorder.
@@ -267,34 +359,56 @@ struct Budget<'m, M: Monitor + ?Sized> {
 /// Nodes between two calls of [`Monitor::stop`].
 const POLL: u64 = 256;
 
-/// The three static preorders (ranks per buffer) of MiniMalloc's round robin: `WAT` (longest
-/// lifetime, then area, then section total), `TAW` and `TWA`, all descending, ties by index.
-fn preorders(inst: &Instance) -> Vec<Vec<u32>> {
+/// The preorders tried in turn, MiniMalloc's default round robin: `WAT` (longest lifetime,
+/// then largest area, then largest section total), `TAW` and `TWA`.
+const PORTFOLIO: [&str; 3] = ["WAT", "TAW", "TWA"];
+
+/// Preorders for tuning experiments (`SearchOptions::experiment`).
+const EXPERIMENT_KEYS: [&str; 12] = [
+    "WAT", "TAW", "TWA", "ZWT", "AWT", "WZT", "TZW", "CAT", "OAT", "TOA", "ZTW", "LAT",
+];
+
+/// A static preorder as ranks per buffer: buffers sorted by the keys named, each descending,
+/// ties by index. Keys (MiniMalloc's letters): `W` lifetime length, `A` area (size × length),
+/// `T` largest section total over the lifetime, `Z` size, `C` sections spanned, `O`
+/// conflicts, `L` start, `U` end.
+fn preorder(inst: &Instance, keys: &str) -> Vec<u32> {
     let n = inst.len();
     let total = inst.breadth();
-    let area: Vec<u128> = (0..n)
-        .map(|b| inst.size[b] as u128 * inst.length[b] as u128)
-        .collect();
-    let keys: [fn(&Instance, &[u64], &[u128], usize) -> (u128, u128, u128); 3] = [
-        |i, t, a, b| (i.length[b] as u128, a[b], t[b] as u128),
-        |i, t, a, b| (t[b] as u128, a[b], i.length[b] as u128),
-        |i, t, a, b| (t[b] as u128, i.length[b] as u128, a[b]),
-    ];
-    keys.iter()
-        .map(|key| {
-            let mut order: Vec<u32> = (0..n as u32).collect();
-            order.sort_by_key(|&b| (Reverse(key(inst, &total, &area, b as usize)), b));
-            let mut rank = vec![0u32; n];
-            for (r, &b) in order.iter().enumerate() {
-                rank[b as usize] = r as u32;
+    let key = |b: usize, k: u8| -> u128 {
+        match k {
+            b'W' => inst.length[b] as u128,
+            b'A' => inst.size[b] as u128 * inst.length[b] as u128,
+            b'T' => total[b] as u128,
+            b'Z' => inst.size[b] as u128,
+            b'C' => (inst.hi[b] - inst.lo[b]) as u128,
+            b'O' if inst.has_graph() => inst.conflicts(b).len() as u128,
+            b'L' => inst.lo[b] as u128,
+            b'U' => inst.hi[b] as u128,
+            _ => 0,
+        }
+    };
+    let mut order: Vec<u32> = (0..n as u32).collect();
+    order.sort_by(|&a, &b| {
+        for &k in keys.as_bytes() {
+            let (ka, kb) = (key(a as usize, k), key(b as usize, k));
+            if ka != kb {
+                return kb.cmp(&ka);
             }
-            rank
-        })
-        .collect()
+        }
+        a.cmp(&b)
+    });
+    let mut rank = vec![0u32; n];
+    for (r, &b) in order.iter().enumerate() {
+        rank[b as usize] = r as u32;
+    }
+    rank
 }
 
 /// No buffer, goal or frame.
 const NONE: u32 = u32::MAX;
+/// Marks a section rescanned in this placement (`Engine::sec_seen`, above every epoch).
+const STALE: u32 = 1 << 31;
 /// The offset of a buffer not placed yet.
 const UNPLACED: u64 = u64::MAX;
 
@@ -317,8 +431,8 @@ enum Undo {
     Placed(u32),
     /// A buffer's minimum offset was raised from this value.
     MinOffset(u32, u64),
-    /// A section's floor was raised from this value.
-    Floor(u32, u64),
+    /// A section's lowest minimum offset and its holder count had these values.
+    Low(u32, u64, u32),
 }
 
 /// A part of the problem still to solve: the unplaced buffers of `pool[list]` (placed ones
@@ -361,8 +475,10 @@ struct Frame {
 /// Invariants between nodes: `off[b]` is `UNPLACED` or `b`'s offset; for an unplaced `b`,
 /// `minoff[b]` is the aligned top of the highest placed buffer conflicting with it; `total[s]`
 /// is the size of the unplaced buffers live in section `s`; `cuts[s]` counts the unplaced
-/// buffers live in both `s` and `s + 1`; `floor[s]` is a lower bound on the offset of every
-/// unplaced buffer live in `s`, at least the top of every placed one. Every change since a
+/// buffers live in both `s` and `s + 1`; `low[s]` is the lowest minimum offset of the
+/// unplaced buffers live in `s` (the section's floor: no placed buffer there reaches above
+/// it) and `low_count[s]` how many of them have it, except for sections listed in `stale`
+/// during a placement. Every change since a
 /// frame was opened is on the trail above its `trail_mark`.
 struct Engine<'i> {
     inst: &'i Instance,
@@ -372,7 +488,8 @@ struct Engine<'i> {
     off: Vec<u64>,
     minoff: Vec<u64>,
     total: Vec<u64>,
-    floor: Vec<u64>,
+    low: Vec<u64>,
+    low_count: Vec<u32>,
     cuts: Vec<u32>,
     /// Unplaced buffers conflicting with each buffer.
     free_deg: Vec<u32>,
@@ -386,6 +503,7 @@ struct Engine<'i> {
     affected: Vec<u32>,
     cutpoints: Vec<u32>,
     scratch: Vec<(u64, u32, u32)>,
+    experiment: u32,
     counts: Vec<u32>,
     fill: Vec<u32>,
     nodes: u64,
@@ -402,7 +520,8 @@ impl<'i> Engine<'i> {
             off: vec![UNPLACED; n],
             minoff: vec![0; n],
             total: inst.sec_total.clone(),
-            floor: vec![0; s],
+            low: vec![0; s],
+            low_count: vec![0; s],
             cuts: Vec::new(),
             free_deg: (0..n).map(|b| inst.conflicts(b).len() as u32).collect(),
             trail: Vec::new(),
@@ -415,26 +534,25 @@ impl<'i> Engine<'i> {
             affected: Vec::new(),
             cutpoints: Vec::new(),
             scratch: Vec::new(),
+            experiment: 0,
             counts: Vec::new(),
             fill: Vec::new(),
             nodes: 0,
         }
     }
 
-    /// The plan of the last successful search, for the caller's buffer slice.
-    fn plan(&self, buffers: &[Buffer]) -> Plan {
-        let mut offsets = vec![0u64; buffers.len()];
-        let mut arena = 0;
-        for (b, &o) in self.inst.orig.iter().enumerate() {
-            offsets[o as usize] = self.off[b];
-            arena = arena.max(self.off[b] + self.inst.size[b]);
+    /// Stores the placement of the last successful search into `part`.
+    fn store(&self, part: &mut Part) {
+        part.arena = 0;
+        for (&b, o) in part.buffers.iter().zip(part.offsets.iter_mut()) {
+            *o = self.off[b as usize];
+            part.arena = part.arena.max(*o + self.inst.size[b as usize]);
         }
-        Plan { offsets, arena }
     }
 
-    /// Resets the state for a search at capacity `cap` under preorder `pre`, and returns the
-    /// first of the goals made of the problem's independent parts.
-    fn reset(&mut self, cap: u64, pre: &[u32]) -> u32 {
+    /// Resets the state for a search of `part` at capacity `cap` under preorder `pre`, and
+    /// returns its goal.
+    fn reset(&mut self, cap: u64, pre: &[u32], part: &Part) -> u32 {
         let inst = self.inst;
         self.cap = cap;
         self.pre.clear();
@@ -443,7 +561,10 @@ impl<'i> Engine<'i> {
         self.minoff.fill(0);
         self.total.clear();
         self.total.extend_from_slice(&inst.sec_total);
-        self.floor.fill(0);
+        self.low.fill(0);
+        for s in 0..inst.sections() {
+            self.low_count[s] = inst.members(s).len() as u32;
+        }
         self.cuts.clear();
         self.cuts.extend_from_slice(&self.init_cuts);
         for b in 0..inst.len() {
@@ -455,25 +576,18 @@ impl<'i> Engine<'i> {
         self.goals.clear();
         self.pool.clear();
         self.nodes = 0;
-        // The parts: runs of sections between zero cuts.
-        self.cutpoints.clear();
-        for (s, &c) in self.cuts.iter().enumerate() {
-            if c == 0 {
-                self.cutpoints.push(s as u32 + 1);
-            }
-        }
-        self.pool.extend(0..inst.len() as u32);
-        let whole = Goal {
+        self.pool.extend_from_slice(&part.buffers);
+        self.goals.push(Goal {
             list_lo: 0,
-            list_hi: inst.len() as u32,
-            sec_lo: 0,
-            sec_hi: inst.sections() as u32,
+            list_hi: part.buffers.len() as u32,
+            sec_lo: part.sec_lo,
+            sec_hi: part.sec_hi,
             floor_off: 0,
             floor_pre: 0,
             next: NONE,
             creator: NONE,
-        };
-        self.split(0, inst.len() as u32, &whole, NONE)
+        });
+        0
     }
 
     /// Makes one goal per run of sections of `[parent.sec_lo, parent.sec_hi)` between the
@@ -545,10 +659,11 @@ impl<'i> Engine<'i> {
         &mut self,
         cap: u64,
         pre: &[u32],
+        part: &Part,
         limit: u64,
         budget: &mut Budget<'_, M>,
     ) -> (Outcome, u64) {
-        let mut head = self.reset(cap, pre);
+        let mut head = self.reset(cap, pre, part);
         let mut poll_at = POLL;
         let outcome = 'search: loop {
             if !self.open(head) {
@@ -708,21 +823,17 @@ impl<'i> Engine<'i> {
         self.off[b] = o;
         self.trail.push(Undo::Placed(b as u32));
         let (blo, bhi) = (inst.lo[b] as usize, inst.hi[b] as usize);
-        self.epoch = self.epoch.wrapping_add(1);
-        if self.epoch == 0 {
+        self.epoch += 1;
+        if self.epoch == STALE {
             self.sec_seen.fill(0);
             self.epoch = 1;
         }
         let epoch = self.epoch;
+        // `b` leaves its sections' unplaced sets.
         self.affected.clear();
         for s in blo..bhi {
             self.total[s] -= size;
-            if self.floor[s] != top {
-                self.trail.push(Undo::Floor(s as u32, self.floor[s]));
-                self.floor[s] = top;
-            }
-            self.sec_seen[s] = epoch;
-            self.affected.push(s as u32);
+            self.leave(s, o, epoch);
         }
         self.cutpoints.clear();
         for s in blo..bhi - 1 {
@@ -739,42 +850,70 @@ impl<'i> Engine<'i> {
             if self.off[c] != UNPLACED || self.minoff[c] >= top {
                 continue;
             }
+            let old = self.minoff[c];
             let m = align_up(top, inst.align[c]);
-            self.trail.push(Undo::MinOffset(c as u32, self.minoff[c]));
+            self.trail.push(Undo::MinOffset(c as u32, old));
             self.minoff[c] = m;
             if m + inst.size[c] > cap {
                 return false;
             }
             for s in inst.lo[c] as usize..inst.hi[c] as usize {
-                if self.sec_seen[s] != epoch {
-                    self.sec_seen[s] = epoch;
-                    self.affected.push(s as u32);
-                }
+                self.leave(s, old, epoch);
             }
         }
-        // A section's floor is at least the lowest minimum offset of its unplaced buffers.
+        // Sections whose lowest minimum offset lost its last holder: rescan them.
         for i in 0..self.affected.len() {
             let s = self.affected[i] as usize;
-            let mut low = u64::MAX;
+            let (mut low, mut count) = (u64::MAX, 0u32);
             for &c in inst.members(s) {
                 let c = c as usize;
                 if self.off[c] == UNPLACED {
-                    low = low.min(self.minoff[c]);
+                    let m = self.minoff[c];
+                    if m < low {
+                        (low, count) = (m, 1);
+                    } else if m == low {
+                        count += 1;
+                    }
                 }
             }
-            if low != u64::MAX && low > self.floor[s] {
-                self.trail.push(Undo::Floor(s as u32, self.floor[s]));
-                self.floor[s] = low;
-            }
+            self.low[s] = low;
+            self.low_count[s] = count;
         }
         // Every section of the goal must hold its unplaced buffers above its floor, and no
         // later placement in the goal goes below `o`.
         for s in goal.sec_lo as usize..goal.sec_hi as usize {
-            if self.floor[s].max(o) + self.total[s] > cap {
+            let t = self.total[s];
+            if t > 0 && self.low[s].max(o) + t > cap {
                 return false;
             }
         }
         true
+    }
+
+    /// A buffer whose minimum offset was `m` leaves the unplaced set of section `s` (placed, or
+    /// its minimum offset raised): if it held the section's lowest minimum offset, one holder
+    /// fewer, and the section is rescanned when none is left. The section's values go on
+    /// the trail once per placement (`sec_seen[s] == epoch` afterwards, `epoch | STALE` once
+    /// it is to be rescanned).
+    #[inline(always)]
+    fn leave(&mut self, s: usize, m: u64, epoch: u32) {
+        if self.low[s] != m {
+            return;
+        }
+        let seen = self.sec_seen[s];
+        if seen == epoch | STALE {
+            return;
+        }
+        if seen != epoch {
+            self.trail
+                .push(Undo::Low(s as u32, self.low[s], self.low_count[s]));
+            self.sec_seen[s] = epoch;
+        }
+        self.low_count[s] -= 1;
+        if self.low_count[s] == 0 {
+            self.sec_seen[s] = epoch | STALE;
+            self.affected.push(s as u32);
+        }
     }
 
     /// Undoes the trail down to `mark` entries.
@@ -797,7 +936,10 @@ impl<'i> Engine<'i> {
                     }
                 }
                 Some(Undo::MinOffset(c, m)) => self.minoff[c as usize] = m,
-                Some(Undo::Floor(s, f)) => self.floor[s as usize] = f,
+                Some(Undo::Low(s, low, count)) => {
+                    self.low[s as usize] = low;
+                    self.low_count[s as usize] = count;
+                }
                 None => break,
             }
         }

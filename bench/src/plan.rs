@@ -145,8 +145,11 @@ impl Monitor for Watch {
         Instant::now() >= self.deadline
     }
 
-    fn improved(&mut self, _arena: u64, _lower_bound: u64) {
+    fn improved(&mut self, arena: u64, lower_bound: u64) {
         self.best_at = self.start.elapsed();
+        if std::env::var_os("PLAN_TRACE").is_some() {
+            eprintln!("  {:8.3} s  arena {arena}  bound {lower_bound}", self.best_at.as_secs_f64());
+        }
     }
 }
 

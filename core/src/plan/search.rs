@@ -180,101 +180,75 @@ pub fn search<M: Monitor + ?Sized>(
         i => vec![preorder(&inst, EXPERIMENT_KEYS[(i as usize - 1) % EXPERIMENT_KEYS.len()])],
     };
     let mut parts = Part::all(&inst, &best);
-    let mut engine = Engine::new(&inst);
-    engine.experiment = options.experiment;
-    // Node limit of one attempt, doubled each round (MiniMalloc starts at the buffer count).
-    let mut limit = (inst.len() as u64).max(64);
+    let n = inst.len() as u64;
     let mut budget = Budget {
         left: options.node_limit,
         monitor,
         stopped: false,
     };
     let arena = |parts: &[Part]| parts.iter().map(|p| p.arena).max().unwrap_or(0);
-    // Every part whose plan exceeds `cap`, under every preorder in turn, `limit` nodes each.
-    let mut attempt = |cap: u64, limit: u64, parts: &mut [Part], budget: &mut Budget<'_, M>, nodes: &mut u64| {
-        let mut reached = true;
-        for part in parts.iter_mut().filter(|p| p.arena > cap) {
-            let mut solved = false;
-            for order in &orders {
-                let n = limit.min(budget.left);
-                if n == 0 || budget.stopped {
-                    return Attempt::Stopped;
-                }
-                let (outcome, used) = engine.decide(cap, order, part, n, budget);
-                *nodes += used;
-                budget.left = budget.left.saturating_sub(used);
-                match outcome {
-                    Outcome::Found => {
-                        engine.store(part);
-                        solved = true;
-                        break;
-                    }
-                    Outcome::Infeasible => {
-                        part.bound = part.bound.max(cap + 1);
-                        return Attempt::Infeasible;
-                    }
-                    Outcome::Aborted => {}
-                }
-            }
-            reached &= solved;
-        }
-        if reached {
-            Attempt::Found
-        } else if budget.stopped || budget.left == 0 {
-            Attempt::Stopped
-        } else {
-            Attempt::Unknown
-        }
-    };
     let mut best_arena = best.arena;
-    loop {
-        if best_arena <= lo {
-            break;
-        }
-        // The bound itself first: most hard instances are tight.
+    // Every offset and arena is a multiple of the grain (sizes are, alignment keeps it), so
+    // the bound rounds up to one and capacities step by it.
+    let grain = inst.grain;
+    lo = lo.div_ceil(grain) * grain;
+    // The bound itself, searched under every preorder at once (slices in turn), never
+    // restarted: most hard instances are tight.
+    let mut at_bound = Probe::new(lo);
+    // Probes below the best plan, with half the nodes: at `best - step`, the step doubling
+    // after a success and halving after a probe finds nothing within `patience` nodes; when it
+    // cannot halve any more, it starts again from half the gap with twice the patience.
+    let mut probe: Option<Probe<'_>> = None;
+    let gap = |best: u64, lo: u64| ((best - lo) / 2 / grain).max(1) * grain;
+    let mut step = gap(best_arena, lo);
+    let mut patience = 16 * n.max(64);
+    let bisect = options.experiment & 1 == 0;
+    while best_arena > lo && !budget.stopped && budget.left > 0 {
         let before = nodes;
-        let outcome = attempt(lo, limit, &mut parts, &mut budget, &mut nodes);
-        if arena(&parts) < best_arena {
-            best_arena = arena(&parts);
-            budget.monitor.improved(best_arena, lo);
-        }
-        match outcome {
-            Attempt::Found => break,
-            Attempt::Infeasible => lo += 1,
-            Attempt::Stopped => break,
-            Attempt::Unknown => {}
-        }
-        // Then bisect between the bound and the best plan, spending at most half the nodes
-        // the bound took this round, each probe with a quarter of the limit.
-        let share = (nodes - before) / 2;
-        let spent_before = nodes;
-        let mut probe = lo + 1;
-        while options.experiment & 1 == 0
-            && probe < best_arena
-            && nodes - spent_before < share
-            && !budget.stopped
-            && budget.left > 0
-        {
-            let cap = probe + (best_arena - 1 - probe) / 2;
-            let outcome = attempt(cap, (limit / 4).max(64), &mut parts, &mut budget, &mut nodes);
-            if arena(&parts) < best_arena {
+        match at_bound.step(SLICE, &inst, &orders, &mut parts, &mut budget, &mut nodes) {
+            Step::Found => {
                 best_arena = arena(&parts);
                 budget.monitor.improved(best_arena, lo);
+                break;
             }
-            match outcome {
-                Attempt::Found => {}
-                Attempt::Infeasible => {
-                    lo = cap + 1;
-                    probe = cap + 1;
+            Step::Infeasible => {
+                lo += grain;
+                at_bound = Probe::new(lo);
+            }
+            Step::Running => {}
+        }
+        if !bisect || best_arena <= lo + grain {
+            continue;
+        }
+        let share = (nodes - before) / 2;
+        let p = probe.get_or_insert_with(|| {
+            Probe::new(best_arena.saturating_sub(step).max(lo + grain))
+        });
+        let cap = p.cap;
+        match p.step(share, &inst, &orders, &mut parts, &mut budget, &mut nodes) {
+            Step::Found => {
+                best_arena = arena(&parts);
+                budget.monitor.improved(best_arena, lo);
+                step = step.saturating_mul(2).min(gap(best_arena, lo));
+                probe = None;
+            }
+            Step::Infeasible => {
+                lo = lo.max(cap + grain);
+                at_bound = Probe::new(lo);
+                step = gap(best_arena, lo);
+                probe = None;
+            }
+            Step::Running if p.spent > patience => {
+                if step > grain {
+                    step = (step / 2 / grain).max(1) * grain;
+                } else {
+                    step = gap(best_arena, lo);
+                    patience = patience.saturating_mul(2);
                 }
-                Attempt::Unknown => probe = cap + 1,
-                Attempt::Stopped => break,
+                probe = None;
             }
+            Step::Running => {}
         }
-        if budget.stopped || budget.left == 0 {
-            break;
-        }
-        limit = limit.saturating_mul(2);
     }
     let best = Part::plan(&parts, &inst, buffers);
     debug_assert_eq!(best.arena, best_arena);
@@ -341,12 +315,90 @@ impl Part {
     }
 }
 
-/// The result of one capacity tried under every preorder.
-enum Attempt {
+/// Nodes each search of a probe runs before the next one's turn.
+const SLICE: u64 = 4096;
+
+/// Where a probe stands after a step.
+enum Step {
+    /// Every part fits the capacity.
     Found,
+    /// Some part was proven not to fit.
     Infeasible,
-    Unknown,
-    Stopped,
+    /// Neither yet.
+    Running,
+}
+
+/// The question "does every part fit in `cap`?", searched for each part that does not yet,
+/// under every preorder at once: one resumable search per part and preorder, run in slices in
+/// turn, so that the preorder that suits a part is not held up by the others and no search is
+/// ever restarted.
+struct Probe<'i> {
+    cap: u64,
+    started: bool,
+    /// (part, search) for the parts that still exceed `cap`.
+    searches: Vec<(usize, Engine<'i>)>,
+    /// Nodes spent so far.
+    spent: u64,
+}
+
+impl<'i> Probe<'i> {
+    fn new(cap: u64) -> Self {
+        Probe {
+            cap,
+            started: false,
+            searches: Vec::new(),
+            spent: 0,
+        }
+    }
+
+    /// Runs the searches for about `nodes` nodes in all (a slice each at least), storing what
+    /// they find in `parts`.
+    fn step<M: Monitor + ?Sized>(
+        &mut self,
+        nodes: u64,
+        inst: &'i Instance,
+        orders: &[Vec<u32>],
+        parts: &mut [Part],
+        budget: &mut Budget<'_, M>,
+        total: &mut u64,
+    ) -> Step {
+        let cap = self.cap;
+        if !self.started {
+            self.started = true;
+            for (i, part) in parts.iter().enumerate().filter(|(_, p)| p.arena > cap) {
+                for order in orders {
+                    let mut engine = Engine::new(inst);
+                    engine.start(cap, order, part);
+                    self.searches.push((i, engine));
+                }
+            }
+        }
+        let slice = (nodes / self.searches.len().max(1) as u64).max(POLL);
+        for (i, engine) in self.searches.iter_mut() {
+            if parts[*i].arena <= cap {
+                continue;
+            }
+            let (outcome, used) = engine.resume(slice.min(budget.left), budget);
+            *total += used;
+            self.spent += used;
+            budget.left = budget.left.saturating_sub(used);
+            match outcome {
+                Outcome::Found => engine.store(&mut parts[*i]),
+                Outcome::Infeasible => {
+                    parts[*i].bound = parts[*i].bound.max(cap + 1);
+                    return Step::Infeasible;
+                }
+                Outcome::Aborted if budget.stopped || budget.left == 0 => break,
+                Outcome::Aborted => {}
+            }
+        }
+        self.searches.retain(|(i, _)| parts[*i].arena > cap);
+        if self.searches.is_empty() {
+            Step::Found
+        } else {
+            Step::Running
+        }
+    }
 }
 
 /// Nodes left and the caller's monitor, polled every [`POLL`] nodes.
@@ -486,13 +538,18 @@ struct Engine<'i> {
     cap: u64,
     pre: Vec<u32>,
     off: Vec<u64>,
-    minoff: Vec<u64>,
+    /// `minoff` of an unplaced buffer, `UNPLACED` for a placed one: one load tells both.
+    avail: Vec<u64>,
     total: Vec<u64>,
     low: Vec<u64>,
     low_count: Vec<u32>,
     cuts: Vec<u32>,
     /// Unplaced buffers conflicting with each buffer.
     free_deg: Vec<u32>,
+    /// The buffer interchangeable with each one (same size, alignment and sections) that
+    /// precedes it in the preorder, or `NONE`: placed first, so that of two plans that differ
+    /// by swapping them only one is explored.
+    twin: Vec<u32>,
     trail: Vec<Undo>,
     frames: Vec<Frame>,
     cands: Vec<u32>,
@@ -504,6 +561,11 @@ struct Engine<'i> {
     cutpoints: Vec<u32>,
     scratch: Vec<(u64, u32, u32)>,
     experiment: u32,
+    /// Where a paused search goes on: the goal to open next (if `opening`), or the top frame.
+    head: u32,
+    opening: bool,
+    outcome: Option<Outcome>,
+    poll_at: u64,
     counts: Vec<u32>,
     fill: Vec<u32>,
     nodes: u64,
@@ -518,12 +580,13 @@ impl<'i> Engine<'i> {
             cap: 0,
             pre: vec![0; n],
             off: vec![UNPLACED; n],
-            minoff: vec![0; n],
+            avail: vec![0; n],
             total: inst.sec_total.clone(),
             low: vec![0; s],
             low_count: vec![0; s],
             cuts: Vec::new(),
             free_deg: (0..n).map(|b| inst.conflicts(b).len() as u32).collect(),
+            twin: vec![NONE; n],
             trail: Vec::new(),
             frames: Vec::new(),
             cands: Vec::new(),
@@ -535,6 +598,10 @@ impl<'i> Engine<'i> {
             cutpoints: Vec::new(),
             scratch: Vec::new(),
             experiment: 0,
+            head: NONE,
+            opening: false,
+            outcome: None,
+            poll_at: POLL,
             counts: Vec::new(),
             fill: Vec::new(),
             nodes: 0,
@@ -557,8 +624,22 @@ impl<'i> Engine<'i> {
         self.cap = cap;
         self.pre.clear();
         self.pre.extend_from_slice(pre);
+        // Interchangeable buffers, chained in preorder.
+        let mut by_shape: Vec<u32> = (0..inst.len() as u32).collect();
+        let shape = |b: u32| {
+            let b = b as usize;
+            (inst.lo[b], inst.hi[b], inst.size[b], inst.align[b], pre[b])
+        };
+        by_shape.sort_unstable_by_key(|&b| shape(b));
+        self.twin.fill(NONE);
+        for w in by_shape.windows(2) {
+            let (a, b) = (shape(w[0]), shape(w[1]));
+            if (a.0, a.1, a.2, a.3) == (b.0, b.1, b.2, b.3) {
+                self.twin[w[1] as usize] = w[0];
+            }
+        }
         self.off.fill(UNPLACED);
-        self.minoff.fill(0);
+        self.avail.fill(0);
         self.total.clear();
         self.total.extend_from_slice(&inst.sec_total);
         self.low.fill(0);
@@ -576,6 +657,7 @@ impl<'i> Engine<'i> {
         self.goals.clear();
         self.pool.clear();
         self.nodes = 0;
+        self.poll_at = POLL;
         self.pool.extend_from_slice(&part.buffers);
         self.goals.push(Goal {
             list_lo: 0,
@@ -653,36 +735,49 @@ impl<'i> Engine<'i> {
         head
     }
 
-    /// Is there a plan within `cap`? Depth-first search under preorder `pre`, at most `limit`
-    /// nodes. Returns the outcome and the nodes used; after `Found`, `off` holds the plan.
-    fn decide<M: Monitor + ?Sized>(
+    /// Starts a search for a placement of `part` within `cap` under preorder `pre`; run it with
+    /// [`Engine::resume`].
+    fn start(&mut self, cap: u64, pre: &[u32], part: &Part) {
+        self.head = self.reset(cap, pre, part);
+        self.opening = true;
+        self.outcome = None;
+    }
+
+    /// Continues the search for at most `limit` more nodes (or until the monitor says stop).
+    /// Returns the outcome and the nodes used. After `Aborted` it can be resumed where it
+    /// stopped; after `Found`, `off` holds the placement; `Found` and `Infeasible` are final.
+    fn resume<M: Monitor + ?Sized>(
         &mut self,
-        cap: u64,
-        pre: &[u32],
-        part: &Part,
         limit: u64,
         budget: &mut Budget<'_, M>,
     ) -> (Outcome, u64) {
-        let mut head = self.reset(cap, pre, part);
-        let mut poll_at = POLL;
+        let first = self.nodes;
+        if let Some(done) = self.outcome {
+            return (done, 0);
+        }
+        let stop_at = first.saturating_add(limit);
         let outcome = 'search: loop {
-            if !self.open(head) {
-                break Outcome::Found;
+            if self.opening {
+                if !self.open(self.head) {
+                    break Outcome::Found;
+                }
+                self.opening = false;
             }
             loop {
-                let f = self.frames.len() - 1;
-                if self.nodes >= limit {
-                    break 'search Outcome::Aborted;
+                if self.nodes >= stop_at {
+                    return (Outcome::Aborted, self.nodes - first);
                 }
-                if self.nodes >= poll_at {
-                    poll_at = self.nodes + POLL;
+                if self.nodes >= self.poll_at {
+                    self.poll_at = self.nodes + POLL;
                     if budget.monitor.stop() {
                         budget.stopped = true;
-                        break 'search Outcome::Aborted;
+                        return (Outcome::Aborted, self.nodes - first);
                     }
                 }
+                let f = self.frames.len() - 1;
                 if let Some(child) = self.advance(f) {
-                    head = child;
+                    self.head = child;
+                    self.opening = true;
                     break;
                 }
                 // Every candidate failed: resume at the frame that made this goal.
@@ -695,7 +790,8 @@ impl<'i> Engine<'i> {
                 self.cands.truncate(self.frames[c].cand_hi as usize);
             }
         };
-        (outcome, self.nodes)
+        self.outcome = Some(outcome);
+        (outcome, self.nodes - first)
     }
 
     /// Opens a frame on the first goal from `g` on that has unplaced buffers, with its
@@ -714,11 +810,12 @@ impl<'i> Engine<'i> {
             let mut hatless = (u64::MAX, u32::MAX);
             for &b in &self.pool[goal.list_lo as usize..goal.list_hi as usize] {
                 let b = b as usize;
-                if self.off[b] == UNPLACED {
+                let m = self.avail[b];
+                if m != UNPLACED {
                     unplaced += 1;
-                    min_top = min_top.min(self.minoff[b] + inst.size[b]);
+                    min_top = min_top.min(m + inst.size[b]);
                     if self.free_deg[b] == 0 {
-                        hatless = hatless.min((self.minoff[b], self.pre[b]));
+                        hatless = hatless.min((m, self.pre[b]));
                     }
                 }
             }
@@ -732,7 +829,7 @@ impl<'i> Engine<'i> {
                 let base = self.pool.len();
                 for i in list_lo..list_hi {
                     let b = self.pool[i as usize];
-                    if self.off[b as usize] == UNPLACED {
+                    if self.avail[b as usize] != UNPLACED {
                         self.pool.push(b);
                     }
                 }
@@ -747,10 +844,14 @@ impl<'i> Engine<'i> {
             if hatless == none || (hatless >= floor && hatless.0 < min_top) {
                 for &b in &self.pool[list_lo as usize..list_hi as usize] {
                     let bu = b as usize;
-                    if self.off[bu] != UNPLACED {
+                    let key = (self.avail[bu], self.pre[bu]);
+                    if key.0 == UNPLACED {
                         continue;
                     }
-                    let key = (self.minoff[bu], self.pre[bu]);
+                    let t = self.twin[bu];
+                    if t != NONE && self.avail[t as usize] != UNPLACED {
+                        continue;
+                    }
                     if key.0 >= min_top || key < floor || key > hatless {
                         continue;
                     }
@@ -817,10 +918,11 @@ impl<'i> Engine<'i> {
     fn place(&mut self, b: usize, goal: &Goal) -> bool {
         let inst = self.inst;
         let cap = self.cap;
-        let o = self.minoff[b];
+        let o = self.avail[b];
         let size = inst.size[b];
         let top = o + size;
         self.off[b] = o;
+        self.avail[b] = UNPLACED;
         self.trail.push(Undo::Placed(b as u32));
         let (blo, bhi) = (inst.lo[b] as usize, inst.hi[b] as usize);
         self.epoch += 1;
@@ -847,13 +949,13 @@ impl<'i> Engine<'i> {
         }
         for &c in inst.conflicts(b) {
             let c = c as usize;
-            if self.off[c] != UNPLACED || self.minoff[c] >= top {
-                continue;
+            let old = self.avail[c];
+            if old >= top {
+                continue; // placed (UNPLACED is the largest value), or high enough
             }
-            let old = self.minoff[c];
             let m = align_up(top, inst.align[c]);
             self.trail.push(Undo::MinOffset(c as u32, old));
-            self.minoff[c] = m;
+            self.avail[c] = m;
             if m + inst.size[c] > cap {
                 return false;
             }
@@ -866,15 +968,15 @@ impl<'i> Engine<'i> {
             let s = self.affected[i] as usize;
             let (mut low, mut count) = (u64::MAX, 0u32);
             for &c in inst.members(s) {
-                let c = c as usize;
-                if self.off[c] == UNPLACED {
-                    let m = self.minoff[c];
-                    if m < low {
-                        (low, count) = (m, 1);
-                    } else if m == low {
-                        count += 1;
-                    }
+                let m = self.avail[c as usize];
+                if m < low {
+                    (low, count) = (m, 1);
+                } else if m == low {
+                    count += 1;
                 }
+            }
+            if low == UNPLACED {
+                count = 0;
             }
             self.low[s] = low;
             self.low_count[s] = count;
@@ -923,6 +1025,7 @@ impl<'i> Engine<'i> {
             match self.trail.pop() {
                 Some(Undo::Placed(b)) => {
                     let b = b as usize;
+                    self.avail[b] = self.off[b];
                     self.off[b] = UNPLACED;
                     let (lo, hi) = (inst.lo[b] as usize, inst.hi[b] as usize);
                     for s in lo..hi {
@@ -935,7 +1038,7 @@ impl<'i> Engine<'i> {
                         self.free_deg[c as usize] += 1;
                     }
                 }
-                Some(Undo::MinOffset(c, m)) => self.minoff[c as usize] = m,
+                Some(Undo::MinOffset(c, m)) => self.avail[c as usize] = m,
                 Some(Undo::Low(s, low, count)) => {
                     self.low[s as usize] = low;
                     self.low_count[s as usize] = count;

@@ -38,6 +38,9 @@ pub(super) struct Instance {
     pub mem: Vec<u32>,
     /// The largest section total: no plan's arena is smaller.
     pub lower_bound: u64,
+    /// The greatest common divisor of the sizes and of the alignments above 1: every offset
+    /// a solver builds (tops of buffers, aligned up) and so every arena is a multiple of it.
+    pub grain: u64,
 }
 
 /// Start and end events, ends first at equal times, as `(time, 0 = end / 1 = start, index)`.
@@ -96,6 +99,11 @@ impl Instance {
             }
         }
         let lower_bound = sec_total.iter().copied().max().unwrap_or(0);
+        let grain = size
+            .iter()
+            .chain(align.iter().filter(|&&a| a > 1))
+            .fold(0, |g, &x| gcd(g, x))
+            .max(1);
         let members: usize = sec_len.iter().sum();
         let mut inst = Instance {
             orig: kept,
@@ -110,6 +118,7 @@ impl Instance {
             mem_start: Vec::new(),
             mem: Vec::new(),
             lower_bound,
+            grain,
         };
         let fits = graph_limit
             .is_some_and(|limit| pairs.saturating_mul(2).saturating_add(members) <= limit);
@@ -251,4 +260,12 @@ fn remove(active: &mut Vec<u32>, pos: &mut [usize], i: usize) {
     active.swap(p, last);
     pos[active[p] as usize] = p;
     active.pop();
+}
+
+/// Greatest common divisor (`gcd(0, x) = x`).
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
 }

@@ -837,11 +837,11 @@ impl<'i> Engine<'i> {
             }
             // Candidates: at or above the canonical floor, below the lowest reachable top
             // (dominance), not after a hatless buffer, in (offset, preorder) order. A hatless
-            // buffer that can never be placed (below the floor, or dominated) leaves none.
+            // buffer below the floor can never be placed: then there are none.
             self.scratch.clear();
             let floor = (goal.floor_off, goal.floor_pre);
             let none = (u64::MAX, u32::MAX);
-            if hatless == none || (hatless >= floor && hatless.0 < min_top) {
+            if hatless == none || hatless >= floor {
                 for &b in &self.pool[list_lo as usize..list_hi as usize] {
                     let bu = b as usize;
                     let key = (self.avail[bu], self.pre[bu]);

@@ -5,5 +5,7 @@ mod inline;
 #[cfg(loom)]
 mod loom;
 mod model;
+#[cfg(feature = "alloc")]
+mod plan;
 #[cfg(not(loom))]
 mod shared;

@@ -69,7 +69,10 @@ pub fn load(path: &Path) -> Result<Problem, String> {
 
 /// Parses a problem from CSV text.
 pub fn parse(name: &str, text: &str) -> Result<Problem, String> {
-    let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty());
     let (_, header) = lines.next().ok_or("empty file: no header line")?;
     let columns: Vec<&str> = header.split(',').map(str::trim).collect();
     let find = |want: &[&str]| columns.iter().position(|c| want.contains(c));
@@ -102,18 +105,22 @@ pub fn parse(name: &str, text: &str) -> Result<Problem, String> {
                 .parse::<u64>()
                 .map_err(|_| format!("line {}: {what} `{}` is not a number", i + 1, cells[col]))
         };
-        let (start, end, bytes) = (num(lower, "lower")?, num(upper, "upper")?, num(size, "size")?);
+        let (start, end, bytes) = (
+            num(lower, "lower")?,
+            num(upper, "upper")?,
+            num(size, "size")?,
+        );
         if start >= end {
-            return Err(format!(
-                "line {}: empty lifetime [{start}, {end})",
-                i + 1
-            ));
+            return Err(format!("line {}: empty lifetime [{start}, {end})", i + 1));
         }
         let mut b = Buffer::new(buffers.len() as u64, bytes, start, end);
         if let Some(col) = align {
             let a = num(col, "alignment")?.max(1);
             if !a.is_power_of_two() {
-                return Err(format!("line {}: alignment {a} is not a power of two", i + 1));
+                return Err(format!(
+                    "line {}: alignment {a} is not a power of two",
+                    i + 1
+                ));
             }
             b = b.with_align(a);
         }
@@ -145,11 +152,8 @@ impl Monitor for Watch {
         Instant::now() >= self.deadline
     }
 
-    fn improved(&mut self, arena: u64, lower_bound: u64) {
+    fn improved(&mut self, _arena: u64, _lower_bound: u64) {
         self.best_at = self.start.elapsed();
-        if std::env::var_os("PLAN_TRACE").is_some() {
-            eprintln!("  {:8.3} s  arena {arena}  bound {lower_bound}", self.best_at.as_secs_f64());
-        }
     }
 }
 
@@ -177,7 +181,11 @@ fn checked(p: &Problem, plan: &Plan, solver: &str) -> Result<u64, String> {
 fn solve(p: &Problem, opts: &Options) -> Result<Row, String> {
     let err = |e: plan::PlanError| format!("{}: {e}", p.name);
     let lower_bound = plan::lower_bound(&p.buffers).map_err(err)?;
-    let by_size = checked(p, &plan::greedy_by_size(&p.buffers).map_err(err)?, "greedy-by-size")?;
+    let by_size = checked(
+        p,
+        &plan::greedy_by_size(&p.buffers).map_err(err)?,
+        "greedy-by-size",
+    )?;
     let by_breadth = checked(
         p,
         &plan::greedy_by_breadth(&p.buffers).map_err(err)?,
@@ -189,11 +197,7 @@ fn solve(p: &Problem, opts: &Options) -> Result<Row, String> {
         deadline: start + opts.budget,
         best_at: Duration::ZERO,
     };
-    let options = SearchOptions {
-        experiment: std::env::var("PLAN_EXPERIMENT").ok().and_then(|v| v.parse().ok()).unwrap_or(0),
-        ..SearchOptions::default()
-    };
-    let found = plan::search(&p.buffers, &options, &mut watch).map_err(err)?;
+    let found = plan::search(&p.buffers, &SearchOptions::default(), &mut watch).map_err(err)?;
     let seconds = start.elapsed().as_secs_f64();
     let arena = checked(p, &found.plan, "search")?;
     if found.lower_bound < lower_bound || found.optimal != (arena == found.lower_bound) {
@@ -218,7 +222,11 @@ fn solve(p: &Problem, opts: &Options) -> Result<Row, String> {
 }
 
 /// Solves every problem; returns the markdown section and the JSON array.
-pub fn run(problems: &[Problem], opts: &Options, bar: &ProgressBar) -> Result<(String, Value), String> {
+pub fn run(
+    problems: &[Problem],
+    opts: &Options,
+    bar: &ProgressBar,
+) -> Result<(String, Value), String> {
     let mut rows = Vec::new();
     for p in problems {
         bar.set_message(format!("plan {}", p.name));

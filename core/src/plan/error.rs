@@ -68,7 +68,10 @@ impl fmt::Display for PlanError {
                 write!(f, "{offsets} offsets for {buffers} buffers")
             }
             PlanError::Misaligned { index } => {
-                write!(f, "buffer {index}: offset is not a multiple of its alignment")
+                write!(
+                    f,
+                    "buffer {index}: offset is not a multiple of its alignment"
+                )
             }
             PlanError::Overlap { first, second } => write!(
                 f,

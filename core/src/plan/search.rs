@@ -1,11 +1,11 @@
 //! Exact search: branch and bound over canonical placements, after MiniMalloc.
 //!
 //! The search answers one question at a time, "is there a plan whose arena is at most
-//! `cap`?", by depth-first search; [`search`] asks it for a falling sequence of capacities to
-//! close the gap between the lower bound and the best plan known. What it takes from MiniMalloc
-//! (M. Moffitt, "MiniMalloc: A Lightweight Memory Allocator for Hardware-Accelerated Machine
-//! Learning", ASPLOS 2023; google/minimalloc `src/solver.cc`), rebuilt here in its own
-//! structure:
+//! `cap`?", by depth-first search; [`search`] asks it at the lower bound and at a falling
+//! sequence of capacities below the best plan known. What it takes from MiniMalloc (M. D.
+//! Moffitt, "MiniMalloc: A Lightweight Memory Allocator for Hardware-Accelerated Machine
+//! Learning", ASPLOS 2023; google/minimalloc `src/solver.cc` and `src/sweeper.cc`), rebuilt
+//! here in its own structure:
 //!
 //! - **Canonical placements.** Every buffer is placed at its *minimum offset*: the top of the
 //!   highest conflicting buffer placed so far (aligned). Buffers are placed in non-decreasing
@@ -14,18 +14,28 @@
 //! - **Dominance.** A buffer is never placed at or above the lowest *top* any unplaced buffer
 //!   could reach: that buffer would fit below, in a gap nothing later can fill, so the same
 //!   plan with it slid down is explored in another branch.
-//! - **Inference per section.** In every section of time, the unplaced buffers must all fit
-//!   between the section's floor and the capacity. The floor is the highest of: the top of the
-//!   buffers placed there, the offset of the last placement (offsets never decrease), and the
-//!   lowest minimum offset of its unplaced buffers. A branch where some section overflows is
-//!   cut at once, as is one where a buffer's minimum offset leaves it no room.
+//! - **Hatless buffers.** A buffer with no unplaced conflicts can never move, so nothing
+//!   ordered after it may be placed before it (MiniMalloc's "hatless pruning", applied here
+//!   before the candidates are tried rather than after).
+//! - **Inference per section.** In every section of time (each interval between two events),
+//!   the unplaced buffers must all fit between the section's floor and the capacity. The floor
+//!   is the higher of the offset of the last placement (offsets never decrease) and the lowest
+//!   minimum offset of the section's unplaced buffers, which is kept exact with a count of the
+//!   buffers holding it. A branch where some section overflows is cut at once, as is one where
+//!   a buffer's minimum offset leaves it no room.
 //! - **Decomposition.** Where no unplaced buffer spans the boundary between two sections, the
 //!   two sides are independent problems: they are solved one after the other, and when one
 //!   has no solution the search jumps straight back to the placement that split them instead
-//!   of retrying the other side.
-//! - **Preorders tried in turn** (MiniMalloc's round robin): longest lifetime first (`W`), then
-//!   area, then the largest section total (`T`), and the two other arrangements of those
-//!   keys, each under a node limit that doubles every round.
+//!   of retrying the other side. The problem's own independent parts are searched separately,
+//!   and each keeps its placement while the others are retried.
+//! - **Preorders** `WAT` (longest lifetime, then area, then largest section total), `TAW` and
+//!   `TWA`, MiniMalloc's defaults. Where MiniMalloc tries them in turn under a node limit
+//!   that doubles every round, restarting each time, the searches here are paused and resumed:
+//!   all three run in slices side by side, none is ever restarted.
+//!
+//! Beyond MiniMalloc: interchangeable buffers (same size, alignment and sections) are placed
+//! in preorder only, and every capacity is a multiple of the grain (the gcd of the sizes and
+//! alignments), which also rounds the lower bound up.
 //!
 //! The search keeps no recursion (a frame stack, a goal list in an arena, and an undo trail),
 //! so its depth is not limited by the call stack, and it allocates nothing per node once its
@@ -57,8 +67,6 @@ pub struct SearchOptions {
     /// is not searched: the best heuristic plan is returned, not proven optimal unless it
     /// meets the lower bound.
     pub graph_limit: usize,
-    #[doc(hidden)]
-    pub experiment: u32,
 }
 
 impl Default for SearchOptions {
@@ -67,7 +75,6 @@ impl Default for SearchOptions {
         SearchOptions {
             node_limit: u64::MAX,
             graph_limit: 1 << 26,
-            experiment: 0,
         }
     }
 }
@@ -123,12 +130,12 @@ impl<F: FnMut() -> bool> Monitor for F {
 ///
 /// Starts from the better of [`greedy_by_size`] and [`greedy_by_breadth`]; if that misses
 /// the lower bound, runs the branch-and-bound search described in this module's source
-/// (MiniMalloc's canonical placements, dominance, section inference and decomposition) for a
-/// falling sequence of capacities: first the lower bound itself, then halfway between the
-/// bound and the best plan, each under a node limit that doubles round by round. It stops when
-/// the plan meets the proven bound, when `options.node_limit` nodes are spent, or when
-/// `monitor.stop()` says so, and always returns the best plan found, never worse than the
-/// heuristics'.
+/// (MiniMalloc's canonical placements, dominance, section inference and decomposition): two
+/// thirds of the nodes go to the lower bound itself, one third to probes just below the best
+/// plan (a step below it that doubles after a success and halves after a probe runs out of
+/// patience). It stops when the plan meets the proven bound, when `options.node_limit` nodes
+/// are spent, or when `monitor.stop()` says so, and always returns the best plan found, never
+/// worse than the heuristics'.
 ///
 /// Time: exponential in the worst case (the problem is NP-hard), bounded by the node limit and
 /// the monitor; each node costs `O(n + s)` for `n` buffers and `s` sections in its part of the
@@ -175,10 +182,7 @@ pub fn search<M: Monitor + ?Sized>(
         return Ok(done(best, lo, nodes));
     }
 
-    let orders: Vec<Vec<u32>> = match options.experiment >> 8 {
-        0 => PORTFOLIO.iter().map(|k| preorder(&inst, k)).collect(),
-        i => vec![preorder(&inst, EXPERIMENT_KEYS[(i as usize - 1) % EXPERIMENT_KEYS.len()])],
-    };
+    let orders: Vec<Vec<u32>> = PORTFOLIO.iter().map(|k| preorder(&inst, k)).collect();
     let mut parts = Part::all(&inst, &best);
     let n = inst.len() as u64;
     let mut budget = Budget {
@@ -202,7 +206,6 @@ pub fn search<M: Monitor + ?Sized>(
     let gap = |best: u64, lo: u64| ((best - lo) / 2 / grain).max(1) * grain;
     let mut step = gap(best_arena, lo);
     let mut patience = 16 * n.max(64);
-    let bisect = options.experiment & 1 == 0;
     while best_arena > lo && !budget.stopped && budget.left > 0 {
         let before = nodes;
         match at_bound.step(SLICE, &inst, &orders, &mut parts, &mut budget, &mut nodes) {
@@ -217,13 +220,12 @@ pub fn search<M: Monitor + ?Sized>(
             }
             Step::Running => {}
         }
-        if !bisect || best_arena <= lo + grain {
+        if best_arena <= lo + grain {
             continue;
         }
         let share = (nodes - before) / 2;
-        let p = probe.get_or_insert_with(|| {
-            Probe::new(best_arena.saturating_sub(step).max(lo + grain))
-        });
+        let p = probe
+            .get_or_insert_with(|| Probe::new(best_arena.saturating_sub(step).max(lo + grain)));
         let cap = p.cap;
         match p.step(share, &inst, &orders, &mut parts, &mut budget, &mut nodes) {
             Step::Found => {
@@ -415,11 +417,6 @@ const POLL: u64 = 256;
 /// then largest area, then largest section total), `TAW` and `TWA`.
 const PORTFOLIO: [&str; 3] = ["WAT", "TAW", "TWA"];
 
-/// Preorders for tuning experiments (`SearchOptions::experiment`).
-const EXPERIMENT_KEYS: [&str; 12] = [
-    "WAT", "TAW", "TWA", "ZWT", "AWT", "WZT", "TZW", "CAT", "OAT", "TOA", "ZTW", "LAT",
-];
-
 /// A static preorder as ranks per buffer: buffers sorted by the keys named, each descending,
 /// ties by index. Keys (MiniMalloc's letters): `W` lifetime length, `A` area (size × length),
 /// `T` largest section total over the lifetime, `Z` size, `C` sections spanned, `O`
@@ -459,6 +456,12 @@ fn preorder(inst: &Instance, keys: &str) -> Vec<u32> {
 
 /// No buffer, goal or frame.
 const NONE: u32 = u32::MAX;
+/// Above this many buffers, the search keeps section floors as the tops of the placed
+/// buffers only, without raising them to the lowest minimum offset of the unplaced ones: on
+/// large graphs a long-lived buffer conflicts with thousands of others, each spanning
+/// thousands of sections, and keeping the exact floors would cost millions of steps a node.
+const LIGHT: usize = 4096;
+
 /// Marks a section rescanned in this placement (`Engine::sec_seen`, above every epoch).
 const STALE: u32 = 1 << 31;
 /// The offset of a buffer not placed yet.
@@ -525,20 +528,22 @@ struct Frame {
 /// once.
 ///
 /// Invariants between nodes: `off[b]` is `UNPLACED` or `b`'s offset; for an unplaced `b`,
-/// `minoff[b]` is the aligned top of the highest placed buffer conflicting with it; `total[s]`
+/// `avail[b]` is its minimum offset, the aligned top of the highest placed buffer conflicting
+/// with it (and `UNPLACED` for a placed one); `total[s]`
 /// is the size of the unplaced buffers live in section `s`; `cuts[s]` counts the unplaced
 /// buffers live in both `s` and `s + 1`; `low[s]` is the lowest minimum offset of the
 /// unplaced buffers live in `s` (the section's floor: no placed buffer there reaches above
-/// it) and `low_count[s]` how many of them have it, except for sections listed in `stale`
-/// during a placement. Every change since a
-/// frame was opened is on the trail above its `trail_mark`.
+/// it) and `low_count[s]` how many of them have it; in `light` mode, `low[s]` is instead the
+/// top of the buffers placed in `s`, a weaker floor. Every change since a frame was opened is
+/// on the trail above its `trail_mark`.
 struct Engine<'i> {
     inst: &'i Instance,
     init_cuts: Vec<u32>,
     cap: u64,
     pre: Vec<u32>,
     off: Vec<u64>,
-    /// `minoff` of an unplaced buffer, `UNPLACED` for a placed one: one load tells both.
+    /// The minimum offset of an unplaced buffer, `UNPLACED` for a placed one: one load
+    /// tells both.
     avail: Vec<u64>,
     total: Vec<u64>,
     low: Vec<u64>,
@@ -546,6 +551,8 @@ struct Engine<'i> {
     cuts: Vec<u32>,
     /// Unplaced buffers conflicting with each buffer.
     free_deg: Vec<u32>,
+    /// Large instance: section floors are the tops of placed buffers only (see `LIGHT`).
+    light: bool,
     /// The buffer interchangeable with each one (same size, alignment and sections) that
     /// precedes it in the preorder, or `NONE`: placed first, so that of two plans that differ
     /// by swapping them only one is explored.
@@ -560,7 +567,6 @@ struct Engine<'i> {
     affected: Vec<u32>,
     cutpoints: Vec<u32>,
     scratch: Vec<(u64, u32, u32)>,
-    experiment: u32,
     /// Where a paused search goes on: the goal to open next (if `opening`), or the top frame.
     head: u32,
     opening: bool,
@@ -587,6 +593,7 @@ impl<'i> Engine<'i> {
             cuts: Vec::new(),
             free_deg: (0..n).map(|b| inst.conflicts(b).len() as u32).collect(),
             twin: vec![NONE; n],
+            light: n > LIGHT,
             trail: Vec::new(),
             frames: Vec::new(),
             cands: Vec::new(),
@@ -597,7 +604,6 @@ impl<'i> Engine<'i> {
             affected: Vec::new(),
             cutpoints: Vec::new(),
             scratch: Vec::new(),
-            experiment: 0,
             head: NONE,
             opening: false,
             outcome: None,
@@ -935,7 +941,16 @@ impl<'i> Engine<'i> {
         self.affected.clear();
         for s in blo..bhi {
             self.total[s] -= size;
-            self.leave(s, o, epoch);
+            if self.light {
+                // The floor is only the top of the placed buffers (see `LIGHT`).
+                if self.low[s] != top {
+                    self.trail
+                        .push(Undo::Low(s as u32, self.low[s], self.low_count[s]));
+                    self.low[s] = top;
+                }
+            } else {
+                self.leave(s, o, epoch);
+            }
         }
         self.cutpoints.clear();
         for s in blo..bhi - 1 {
@@ -959,8 +974,10 @@ impl<'i> Engine<'i> {
             if m + inst.size[c] > cap {
                 return false;
             }
-            for s in inst.lo[c] as usize..inst.hi[c] as usize {
-                self.leave(s, old, epoch);
+            if !self.light {
+                for s in inst.lo[c] as usize..inst.hi[c] as usize {
+                    self.leave(s, old, epoch);
+                }
             }
         }
         // Sections whose lowest minimum offset lost its last holder: rescan them.

@@ -75,7 +75,10 @@ fn tflite_offsets_with_alignment() {
     let found = search(&b, &exhaustive(), &mut || false).unwrap();
     validate(&b, &found.plan).unwrap();
     assert_eq!(found.plan.arena, 160);
-    assert!(found.optimal, "160 is the lower bound rounded up to the grain");
+    assert!(
+        found.optimal,
+        "160 is the lower bound rounded up to the grain"
+    );
 }
 
 #[test]
@@ -121,12 +124,22 @@ fn empty_and_zero_sized() {
         assert_eq!(plan.arena, 0);
         validate(&none, &plan).unwrap();
     }
-    let b = [Buffer::new(0, 0, 0, 5), Buffer::new(1, 8, 0, 5).with_align(8)];
+    let b = [
+        Buffer::new(0, 0, 0, 5),
+        Buffer::new(1, 8, 0, 5).with_align(8),
+    ];
     let found = search(&b, &exhaustive(), &mut || false).unwrap();
     assert_eq!(found.plan.arena, 8);
     validate(&b, &found.plan).unwrap();
     // A zero-size buffer may sit anywhere, even inside a live one.
-    validate(&b, &Plan { offsets: vec![3, 0], arena: 8 }).unwrap();
+    validate(
+        &b,
+        &Plan {
+            offsets: vec![3, 0],
+            arena: 8,
+        },
+    )
+    .unwrap();
 }
 
 #[test]

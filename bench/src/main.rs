@@ -7,8 +7,9 @@
 //! - `replay [TRACE...]`: recorded allocation traces replayed through every allocator, with
 //!   time per event and peak footprint against the trace's peak live bytes.
 //! - `plan [CSV...]`: static memory planning (`tagalloc::plan`) on problems with known
-//!   lifetimes: lower bound, greedy and exact-search arenas, proof of optimality, time. Not
-//!   part of the default suite.
+//!   lifetimes: lower bound, greedy and exact-search arenas, proof of optimality, time.
+//! - `plan-trace [TRACE...]`: a trace's lifetimes planned offline against tagalloc's dynamic
+//!   footprint on the same events. Neither planning command is part of the default suite.
 //!
 //! With no subcommand a default suite runs all four, shortened to finish in under two minutes.
 //! Results are markdown tables on stdout (`--json` for machines), SVG charts under
@@ -20,6 +21,7 @@ mod bump;
 mod efficiency;
 mod micro;
 mod plan;
+mod plan_trace;
 mod plot;
 mod random_actions;
 mod replay;
@@ -49,6 +51,10 @@ SUBCOMMANDS (none: the default suite, all four shortened, under two minutes):
     plan [CSV...]       static memory planning problems (files or directories; default:
                         ../shared/plans/*.csv, else the bundled bench/data/plans); not in
                         the default suite
+    plan-trace [TRACE...]
+                        plan a trace's lifetimes offline and compare with tagalloc's
+                        dynamic footprint on the same events (traces as for replay); not
+                        in the default suite
 
 OPTIONS:
     --quick             a seconds-long smoke run: tiny durations, few rounds, the bundled
@@ -57,7 +63,10 @@ OPTIONS:
     --runs N            repetitions: micro and replay runs, random-actions trials,
                         efficiency rounds
     --budget SECONDS    replay: stop one allocator's run on one trace after this long;
-                        plan: time for the exact search on each problem (default 10)
+                        plan, plan-trace: time for the exact search on each problem
+                        (default 10)
+    --events N          plan-trace: events used from the start of each trace
+                        (default 50000)
     --out DIR           where the SVG charts go (default: target/tagalloc-bench)
     --no-plots          write no charts
     -h, --help          this text
@@ -72,6 +81,7 @@ struct Args {
     json: bool,
     runs: Option<usize>,
     budget: Option<f64>,
+    events: Option<usize>,
     out: Option<PathBuf>,
     plots: bool,
 }
@@ -92,6 +102,7 @@ fn parse_args() -> Result<Option<Args>, String> {
         json: false,
         runs: None,
         budget: None,
+        events: None,
         out: None,
         plots: true,
     };
@@ -116,23 +127,31 @@ fn parse_args() -> Result<Option<Args>, String> {
                 }
                 args.budget = Some(s);
             }
+            Long("events") => {
+                let n: usize = parser.value().map_err(e)?.parse().map_err(e)?;
+                if n == 0 {
+                    return Err("--events must be at least 1".into());
+                }
+                args.events = Some(n);
+            }
             Long("out") => args.out = Some(parser.value().map_err(e)?.into()),
             Short('h') | Long("help") => return Ok(None),
             Value(v) if args.command.is_none() => {
                 let name = v.string().map_err(e)?;
                 match name.as_str() {
-                    "micro" | "random-actions" | "efficiency" | "replay" | "plan" => {
-                        args.command = Some(name)
-                    }
+                    "micro" | "random-actions" | "efficiency" | "replay" | "plan"
+                    | "plan-trace" => args.command = Some(name),
                     other => {
                         return Err(format!(
                             "unknown subcommand `{other}` (expected micro, random-actions, \
-                             efficiency, replay or plan)"
+                             efficiency, replay, plan or plan-trace)"
                         ))
                     }
                 }
             }
-            Value(v) if args.command.as_deref() == Some("replay") => args.traces.push(v.into()),
+            Value(v) if matches!(args.command.as_deref(), Some("replay" | "plan-trace")) => {
+                args.traces.push(v.into())
+            }
             Value(v) if args.command.as_deref() == Some("plan") => args.problems.push(v.into()),
             other => return Err(other.unexpected().to_string()),
         }
@@ -271,6 +290,19 @@ fn run(args: &Args) -> Result<(), Failure> {
         }
         bar.finish_and_clear();
     }
+    let mut trace_problems = Vec::new();
+    let plan_events = args
+        .events
+        .unwrap_or(if mode == Mode::Quick { 5_000 } else { 50_000 });
+    if wants_only("plan-trace") {
+        let paths = trace_paths(args, mode)?;
+        if paths.is_empty() {
+            return Err(Failure::Input("no traces to plan".into()));
+        }
+        for p in &paths {
+            trace_problems.push(plan_trace::load(p, plan_events).map_err(Failure::Input)?);
+        }
+    }
     let mut problems = Vec::new();
     if wants_only("plan") {
         let paths = problem_paths(args, mode)?;
@@ -392,6 +424,20 @@ fn run(args: &Args) -> Result<(), Failure> {
         let (md, json) = plan::run(&problems, &opts, &bar).map_err(run_err)?;
         bar.finish_and_clear();
         emit(md, "plan", json);
+    }
+
+    if wants_only("plan-trace") {
+        let opts = plan_trace::Options {
+            budget: Duration::from_secs_f64(args.budget.unwrap_or(match mode {
+                Mode::Quick => 0.2,
+                _ => 10.0,
+            })),
+            events: plan_events,
+        };
+        let bar = progress(trace_problems.len() as u64);
+        let (md, json) = plan_trace::run(&trace_problems, &opts, &bar).map_err(run_err)?;
+        bar.finish_and_clear();
+        emit(md, "plan_trace", json);
     }
 
     if let Some(dir) = &plots {

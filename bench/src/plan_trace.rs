@@ -12,7 +12,7 @@
 //! Only the first `--events` events of each trace are used (50,000 by default): the greedy
 //! planners are quadratic in the buffers.
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use indicatif::ProgressBar;
@@ -44,7 +44,7 @@ pub struct Problem {
 const DEFAULT_ALIGN: u64 = 16;
 
 /// Loads a trace and derives its buffers.
-pub fn load(path: &PathBuf, max_events: usize) -> Result<Problem, String> {
+pub fn load(path: &Path, max_events: usize) -> Result<Problem, String> {
     let mut trace = Trace::load(path).map_err(|e| e.to_string())?;
     trace.events.truncate(max_events);
     let stats = trace.stats();

@@ -6,6 +6,13 @@ use core::fmt;
 ///
 /// Indices name positions in the buffer slice the function was given, never ids, so that a
 /// caller with duplicate or meaningless ids can still find the culprit.
+///
+/// ```
+/// use tagalloc::plan::{greedy_by_size, Buffer, PlanError};
+///
+/// let buffers = [Buffer::new(7, 64, 0, 4), Buffer::new(8, 64, 5, 5)];
+/// assert_eq!(greedy_by_size(&buffers), Err(PlanError::EmptyLifetime { index: 1 }));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum PlanError {

@@ -110,6 +110,32 @@ pub struct Solution {
 /// What the search reports to, and asks of, its caller while it runs. The core has no clock,
 /// so a time budget is the caller's: a closure `FnMut() -> bool` is a monitor that answers
 /// [`Monitor::stop`].
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use tagalloc::plan::{search, Buffer, Monitor, SearchOptions};
+///
+/// /// Stops at a deadline and keeps every improvement.
+/// struct Log {
+///     deadline: Instant,
+///     arenas: Vec<u64>,
+/// }
+///
+/// impl Monitor for Log {
+///     fn stop(&mut self) -> bool {
+///         Instant::now() >= self.deadline
+///     }
+///     fn improved(&mut self, arena: u64, _lower_bound: u64) {
+///         self.arenas.push(arena);
+///     }
+/// }
+///
+/// let buffers = [Buffer::new(0, 3, 0, 2), Buffer::new(1, 4, 1, 3), Buffer::new(2, 3, 2, 4)];
+/// let mut log = Log { deadline: Instant::now() + Duration::from_secs(1), arenas: Vec::new() };
+/// let found = search(&buffers, &SearchOptions::default(), &mut log)?;
+/// assert_eq!(log.arenas.last(), Some(&found.plan.arena));
+/// # Ok::<(), tagalloc::plan::PlanError>(())
+/// ```
 pub trait Monitor {
     /// Whether to stop now and return the best plan found. Asked every few hundred nodes.
     fn stop(&mut self) -> bool;
@@ -281,7 +307,8 @@ impl Part {
         let mut parts = Vec::new();
         let mut lo = 0;
         for s in 0..inst.sections() {
-            if s + 1 == inst.sections() || cuts[s] == 0 {
+            // `cuts` has one entry fewer than there are sections: the last one ends a part.
+            if cuts.get(s).is_none_or(|&c| c == 0) {
                 parts.push(Part {
                     sec_lo: lo as u32,
                     sec_hi: s as u32 + 1,

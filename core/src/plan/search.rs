@@ -489,6 +489,43 @@ const NONE: u32 = u32::MAX;
 /// thousands of sections, and keeping the exact floors would cost millions of steps a node.
 const LIGHT: usize = 4096;
 
+/// Slots of a search's no-good table at most (16 bytes each).
+const NOGOODS: usize = 1 << 18;
+
+/// The signature of a search state: the capacity, the goal's sections and canonical floor,
+/// and each unplaced buffer of the goal with its minimum offset. That is all a frame's subtree
+/// depends on: placed buffers act on the goal only through the minimum offsets, and no
+/// unplaced buffer outside the goal shares a section with it. A frame is exhausted only by
+/// failures within its own goal (a failure of a later goal jumps past it), so an exhausted
+/// frame's signature is a state with no placement, and meeting it again the search can fail at
+/// once. 128 bits from two independent multiply-xorshift lanes, so that two different states
+/// sharing a signature is not a practical concern. Signatures depend on the buffers' list
+/// order, which is fixed (ascending) for a given goal.
+struct Sig(u64, u64);
+
+impl Sig {
+    fn new(cap: u64, sec_lo: u32, sec_hi: u32, floor_off: u64, floor_pre: u32) -> Sig {
+        let mut s = Sig(0x243F_6A88_85A3_08D3, 0x1319_8A2E_0370_7344);
+        s.add(cap, floor_off);
+        s.add(((sec_lo as u64) << 32) | sec_hi as u64, floor_pre as u64);
+        s
+    }
+
+    #[inline(always)]
+    fn add(&mut self, b: u64, m: u64) {
+        let x = m ^ b.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(23);
+        self.0 = (self.0 ^ x).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        self.0 ^= self.0 >> 31;
+        self.1 = (self.1 ^ x.rotate_left(41) ^ b).wrapping_mul(0x94D0_49BB_1331_11EB);
+        self.1 ^= self.1 >> 29;
+    }
+
+    /// Never 0, the table's empty slot.
+    fn finish(self) -> u128 {
+        (((self.0 as u128) << 64) | self.1 as u128).max(1)
+    }
+}
+
 /// Marks a section rescanned in this placement (`Engine::sec_seen`, above every epoch).
 const STALE: u32 = 1 << 31;
 /// The offset of a buffer not placed yet.
@@ -549,6 +586,8 @@ struct Frame {
     trail_mark: u32,
     goals_mark: u32,
     pool_mark: u32,
+    /// The state's signature, recorded as a no-good when the frame is exhausted.
+    sig: u128,
 }
 
 /// The state of a decision search, kept between searches so that its vectors are allocated
@@ -601,6 +640,9 @@ struct Engine<'i> {
     poll_at: u64,
     counts: Vec<u32>,
     fill: Vec<u32>,
+    /// Signatures of states proven to have no placement within `cap` (see [`Sig`]), in a
+    /// direct-mapped table (a newer entry replaces an older one in its slot).
+    nogood: Vec<u128>,
     nodes: u64,
 }
 
@@ -637,6 +679,7 @@ impl<'i> Engine<'i> {
             poll_at: POLL,
             counts: Vec::new(),
             fill: Vec::new(),
+            nogood: vec![0; (n * 256).clamp(1 << 10, NOGOODS)],
             nodes: 0,
         }
     }
@@ -657,6 +700,7 @@ impl<'i> Engine<'i> {
         self.cap = cap;
         self.pre.clear();
         self.pre.extend_from_slice(pre);
+        self.nogood.fill(0);
         // Interchangeable buffers, chained in preorder.
         let mut by_shape: Vec<u32> = (0..inst.len() as u32).collect();
         let shape = |b: u32| {
@@ -841,10 +885,13 @@ impl<'i> Engine<'i> {
             // minimum offset can no longer change, so it must be placed before anything with
             // a higher key (MiniMalloc's "hatless" pruning, applied before trying it).
             let mut hatless = (u64::MAX, u32::MAX);
+            // The state this frame searches: everything its subtree depends on.
+            let mut sig = Sig::new(self.cap, goal.sec_lo, goal.sec_hi, goal.floor_off, goal.floor_pre);
             for &b in &self.pool[goal.list_lo as usize..goal.list_hi as usize] {
                 let b = b as usize;
                 let m = self.avail[b];
                 if m != UNPLACED {
+                    sig.add(b as u64, m);
                     unplaced += 1;
                     min_top = min_top.min(m + inst.size[b]);
                     if self.free_deg[b] == 0 {
@@ -874,7 +921,9 @@ impl<'i> Engine<'i> {
             self.scratch.clear();
             let floor = (goal.floor_off, goal.floor_pre);
             let none = (u64::MAX, u32::MAX);
-            if hatless == none || hatless >= floor {
+            let sig = sig.finish();
+            let known = self.nogood[(sig as usize) & (self.nogood.len() - 1)] == sig;
+            if !known && (hatless == none || hatless >= floor) {
                 for &b in &self.pool[list_lo as usize..list_hi as usize] {
                     let bu = b as usize;
                     let key = (self.avail[bu], self.pre[bu]);
@@ -903,6 +952,7 @@ impl<'i> Engine<'i> {
                 trail_mark: self.trail.len() as u32,
                 goals_mark: self.goals.len() as u32,
                 pool_mark: self.pool.len() as u32,
+                sig,
             });
             return true;
         }
@@ -941,6 +991,9 @@ impl<'i> Engine<'i> {
             self.undo_to(fr.trail_mark as usize);
         }
         self.frames[f].next = next;
+        // Every placement from this state failed within its own goal: a no-good.
+        let slot = (fr.sig as usize) & (self.nogood.len() - 1);
+        self.nogood[slot] = fr.sig;
         None
     }
 

@@ -886,7 +886,13 @@ impl<'i> Engine<'i> {
             // a higher key (MiniMalloc's "hatless" pruning, applied before trying it).
             let mut hatless = (u64::MAX, u32::MAX);
             // The state this frame searches: everything its subtree depends on.
-            let mut sig = Sig::new(self.cap, goal.sec_lo, goal.sec_hi, goal.floor_off, goal.floor_pre);
+            let mut sig = Sig::new(
+                self.cap,
+                goal.sec_lo,
+                goal.sec_hi,
+                goal.floor_off,
+                goal.floor_pre,
+            );
             for &b in &self.pool[goal.list_lo as usize..goal.list_hi as usize] {
                 let b = b as usize;
                 let m = self.avail[b];

@@ -17,8 +17,8 @@
 //! - **Hatless buffers.** A buffer with no unplaced conflicts can never move, so nothing
 //!   ordered after it may be placed before it (MiniMalloc's "hatless pruning", applied here
 //!   before the candidates are tried rather than after).
-//! - **Inference per section.** In every section of time (each interval between two events),
-//!   the unplaced buffers must all fit between the section's floor and the capacity. The floor
+//! - **Inference per section.** In every section of time (each maximal set of buffers live
+//!   together), the unplaced buffers must all fit between the section's floor and the capacity. The floor
 //!   is the higher of the offset of the last placement (offsets never decrease) and the lowest
 //!   minimum offset of the section's unplaced buffers, which is kept exact with a count of the
 //!   buffers holding it. A branch where some section overflows is cut at once, as is one where

@@ -235,14 +235,20 @@ pub fn search<M: Monitor + ?Sized>(
     let gap = |best: u64, lo: u64| ((best - lo) / 2 / grain).max(1) * grain;
     let mut step = gap(best_arena, lo);
     let mut patience = 16 * n.max(64);
+    // A part may fit a capacity before the others do: the plan improves as soon as the
+    // highest part comes down.
+    let note = |parts: &[Part], best_arena: &mut u64, lo: u64, budget: &mut Budget<'_, M>| {
+        if arena(parts) < *best_arena {
+            *best_arena = arena(parts);
+            budget.monitor.improved(*best_arena, lo);
+        }
+    };
     while best_arena > lo && !budget.stopped && budget.left > 0 {
         let before = nodes;
-        match at_bound.step(SLICE, &inst, &orders, &mut parts, &mut budget, &mut nodes) {
-            Step::Found => {
-                best_arena = arena(&parts);
-                budget.monitor.improved(best_arena, lo);
-                break;
-            }
+        let outcome = at_bound.step(SLICE, &inst, &orders, &mut parts, &mut budget, &mut nodes);
+        note(&parts, &mut best_arena, lo, &mut budget);
+        match outcome {
+            Step::Found => break,
             Step::Infeasible => {
                 lo += grain;
                 at_bound = Probe::new(lo);
@@ -256,10 +262,11 @@ pub fn search<M: Monitor + ?Sized>(
         let p = probe
             .get_or_insert_with(|| Probe::new(best_arena.saturating_sub(step).max(lo + grain)));
         let cap = p.cap;
-        match p.step(share, &inst, &orders, &mut parts, &mut budget, &mut nodes) {
+        let outcome = p.step(share, &inst, &orders, &mut parts, &mut budget, &mut nodes);
+        let spent = p.spent;
+        note(&parts, &mut best_arena, lo, &mut budget);
+        match outcome {
             Step::Found => {
-                best_arena = arena(&parts);
-                budget.monitor.improved(best_arena, lo);
                 step = step.saturating_mul(2).min(gap(best_arena, lo));
                 probe = None;
             }
@@ -269,7 +276,7 @@ pub fn search<M: Monitor + ?Sized>(
                 step = gap(best_arena, lo);
                 probe = None;
             }
-            Step::Running if p.spent > patience => {
+            Step::Running if spent > patience => {
                 if step > grain {
                     step = (step / 2 / grain).max(1) * grain;
                 } else {

@@ -514,9 +514,11 @@ const LIGHT: usize = 4096;
 const NOGOODS: usize = 1 << 18;
 
 /// The signature of a search state: the capacity, the goal's sections and canonical floor,
-/// and each unplaced buffer of the goal with its minimum offset. That is all a frame's subtree
-/// depends on: placed buffers act on the goal only through the minimum offsets, and no
-/// unplaced buffer outside the goal shares a section with it. A frame is exhausted only by
+/// and each unplaced buffer of the goal with its rank and minimum offset. That is all a
+/// frame's subtree depends on: placed buffers act on the goal only through the minimum
+/// offsets, no unplaced buffer outside the goal shares a section with it, and the ranks give
+/// the canonical floor its meaning (a re-ranked goal can meet the same buffers and offsets
+/// under other ranks). A frame is exhausted only by
 /// failures within its own goal (a failure of a later goal jumps past it), so an exhausted
 /// frame's signature is a state with no placement, and meeting it again the search can fail at
 /// once. 128 bits from two independent multiply-xorshift lanes, so that two different states
@@ -963,7 +965,7 @@ impl<'i> Engine<'i> {
                 let b = b as usize;
                 let m = self.avail[b];
                 if m != UNPLACED {
-                    sig.add(b as u64, m);
+                    sig.add(((self.pre[b] as u64) << 32) | b as u64, m);
                     unplaced += 1;
                     min_top = min_top.min(m + inst.size[b]);
                     if self.free_deg[b] == 0 {

@@ -1113,11 +1113,10 @@ impl<'i> Engine<'i> {
                 self.cutpoints.push(s as u32 + 1);
             }
         }
-        for &c in inst.conflicts(b) {
-            self.free_deg[c as usize] -= 1;
-        }
-        for &c in inst.conflicts(b) {
+        let conflicts = inst.conflicts(b);
+        for (k, &c) in conflicts.iter().enumerate() {
             let c = c as usize;
+            self.free_deg[c] -= 1;
             let old = self.avail[c];
             if old >= top {
                 continue; // placed (UNPLACED is the largest value), or high enough
@@ -1126,6 +1125,10 @@ impl<'i> Engine<'i> {
             self.trail.push(Undo::MinOffset(c as u32, old));
             self.avail[c] = m;
             if m + inst.size[c] > cap {
+                // The undo of `Placed` gives every conflict its count back: take them all.
+                for &d in &conflicts[k + 1..] {
+                    self.free_deg[d as usize] -= 1;
+                }
                 return false;
             }
             if !self.light {

@@ -1156,14 +1156,18 @@ impl<'i> Engine<'i> {
             self.low_count[s] = count;
         }
         // Every section of the goal must hold its unplaced buffers above its floor, and no
-        // later placement in the goal goes below `o`.
-        for s in goal.sec_lo as usize..goal.sec_hi as usize {
+        // later placement in the goal goes below `o`. Every section of the goal passed this
+        // with the goal's floor offset when the goal was made; at that same offset, only the
+        // sections this placement changed (`b`'s, and those rescanned) can fail now.
+        let fits = |s: usize| {
             let t = self.total[s];
-            if t > 0 && self.low[s].max(o) + t > cap {
-                return false;
-            }
+            t == 0 || self.low[s].max(o) + t <= cap
+        };
+        if o == goal.floor_off {
+            (blo..bhi).all(fits) && self.affected.iter().all(|&s| fits(s as usize))
+        } else {
+            (goal.sec_lo as usize..goal.sec_hi as usize).all(fits)
         }
-        true
     }
 
     /// A buffer whose minimum offset was `m` leaves the unplaced set of section `s` (placed, or

@@ -206,7 +206,8 @@ pub fn search<M: Monitor + ?Sized>(
         lower_bound: lo,
         nodes,
     };
-    if best.arena <= lo || !inst.has_graph() || inst.len() == 0 {
+    let indexable = inst.len() < INDEX_LIMIT && inst.sections() < INDEX_LIMIT;
+    if best.arena <= lo || !inst.has_graph() || !indexable || inst.len() == 0 {
         return Ok(done(best, lo, nodes));
     }
 
@@ -565,18 +566,45 @@ enum Outcome {
     Aborted,
 }
 
-/// One change to the search state, undone in reverse order on backtracking.
+/// One change to the search state, undone in reverse order on backtracking, packed in 16
+/// bytes (the trail is the search's busiest memory): the kind in the top two bits of `head`,
+/// a buffer or section index in the rest, and the old values in `aux` and `value`.
+///
+/// - `PLACED`, buffer `b`: it becomes unplaced again, its sections get its size back and
+///   their cuts their count.
+/// - `MIN_OFFSET`, buffer `c`: its minimum offset was `value`.
+/// - `LOW`, section `s`: its lowest minimum offset was `value`, held by `aux` buffers.
+/// - `RANK`, buffer `b`: its preorder rank was `aux`.
 #[derive(Clone, Copy)]
-enum Undo {
-    /// A buffer was placed: it becomes unplaced again, and its sections get its size back
-    /// and their cuts their count.
-    Placed(u32),
-    /// A buffer's minimum offset was raised from this value.
-    MinOffset(u32, u64),
-    /// A section's lowest minimum offset and its holder count had these values.
-    Low(u32, u64, u32),
-    /// A buffer's preorder rank had this value.
-    Rank(u32, u32),
+struct Undo {
+    head: u32,
+    aux: u32,
+    value: u64,
+}
+
+const PLACED: u32 = 0;
+const MIN_OFFSET: u32 = 1;
+const LOW: u32 = 2;
+const RANK: u32 = 3;
+/// Indices below this fit beside the kind (the search is not run on larger problems).
+const INDEX_LIMIT: usize = 1 << 30;
+
+impl Undo {
+    fn new(kind: u32, index: u32, aux: u32, value: u64) -> Undo {
+        Undo {
+            head: (kind << 30) | index,
+            aux,
+            value,
+        }
+    }
+
+    fn kind(self) -> u32 {
+        self.head >> 30
+    }
+
+    fn index(self) -> usize {
+        (self.head & (INDEX_LIMIT as u32 - 1)) as usize
+    }
 }
 
 /// A part of the problem still to solve: the unplaced buffers of `pool[list]` (placed ones
@@ -871,7 +899,7 @@ impl<'i> Engine<'i> {
         for (r, &b) in order.iter().enumerate() {
             let b = b as usize;
             if self.pre[b] != r as u32 {
-                self.trail.push(Undo::Rank(b as u32, self.pre[b]));
+                self.trail.push(Undo::new(RANK, b as u32, self.pre[b], 0));
                 self.pre[b] = r as u32;
             }
         }
@@ -1083,7 +1111,7 @@ impl<'i> Engine<'i> {
         let top = o + size;
         self.off[b] = o;
         self.avail[b] = UNPLACED;
-        self.trail.push(Undo::Placed(b as u32));
+        self.trail.push(Undo::new(PLACED, b as u32, 0, 0));
         let (blo, bhi) = (inst.lo[b] as usize, inst.hi[b] as usize);
         self.epoch += 1;
         if self.epoch == STALE {
@@ -1099,7 +1127,7 @@ impl<'i> Engine<'i> {
                 // The floor is only the top of the placed buffers (see `LIGHT`).
                 if self.low[s] != top {
                     self.trail
-                        .push(Undo::Low(s as u32, self.low[s], self.low_count[s]));
+                        .push(Undo::new(LOW, s as u32, self.low_count[s], self.low[s]));
                     self.low[s] = top;
                 }
             } else {
@@ -1122,7 +1150,7 @@ impl<'i> Engine<'i> {
                 continue; // placed (UNPLACED is the largest value), or high enough
             }
             let m = align_up(top, inst.align[c]);
-            self.trail.push(Undo::MinOffset(c as u32, old));
+            self.trail.push(Undo::new(MIN_OFFSET, c as u32, 0, old));
             self.avail[c] = m;
             if m + inst.size[c] > cap {
                 // The undo of `Placed` gives every conflict its count back: take them all.
@@ -1186,7 +1214,7 @@ impl<'i> Engine<'i> {
         }
         if seen != epoch {
             self.trail
-                .push(Undo::Low(s as u32, self.low[s], self.low_count[s]));
+                .push(Undo::new(LOW, s as u32, self.low_count[s], self.low[s]));
             self.sec_seen[s] = epoch;
         }
         self.low_count[s] -= 1;
@@ -1200,29 +1228,29 @@ impl<'i> Engine<'i> {
     fn undo_to(&mut self, mark: usize) {
         let inst = self.inst;
         while self.trail.len() > mark {
-            match self.trail.pop() {
-                Some(Undo::Placed(b)) => {
-                    let b = b as usize;
-                    self.avail[b] = self.off[b];
-                    self.off[b] = UNPLACED;
-                    let (lo, hi) = (inst.lo[b] as usize, inst.hi[b] as usize);
+            let Some(u) = self.trail.pop() else { break };
+            let i = u.index();
+            match u.kind() {
+                PLACED => {
+                    self.avail[i] = self.off[i];
+                    self.off[i] = UNPLACED;
+                    let (lo, hi) = (inst.lo[i] as usize, inst.hi[i] as usize);
                     for s in lo..hi {
-                        self.total[s] += inst.size[b];
+                        self.total[s] += inst.size[i];
                     }
                     for s in lo..hi - 1 {
                         self.cuts[s] += 1;
                     }
-                    for &c in inst.conflicts(b) {
+                    for &c in inst.conflicts(i) {
                         self.free_deg[c as usize] += 1;
                     }
                 }
-                Some(Undo::MinOffset(c, m)) => self.avail[c as usize] = m,
-                Some(Undo::Rank(b, r)) => self.pre[b as usize] = r,
-                Some(Undo::Low(s, low, count)) => {
-                    self.low[s as usize] = low;
-                    self.low_count[s as usize] = count;
+                MIN_OFFSET => self.avail[i] = u.value,
+                LOW => {
+                    self.low[i] = u.value;
+                    self.low_count[i] = u.aux;
                 }
-                None => break,
+                _ => self.pre[i] = u.aux,
             }
         }
     }

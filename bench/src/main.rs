@@ -10,6 +10,10 @@
 //!   policies: peak reserved against peak live, what trimming gives back, and the policy
 //!   layer's time over the bare heap;
 //! - `snapshot TRACE`: the pool's heap at one moment of a trace, drawn region by region.
+//! - `plan [CSV...]`: static memory planning (`tagalloc::plan`) on problems with known
+//!   lifetimes: lower bound, greedy and exact-search arenas, proof of optimality, time;
+//! - `plan-trace [TRACE...]`: a trace's lifetimes planned offline against tagalloc's dynamic
+//!   footprint on the same events. Neither planning command is part of the default suite.
 //!
 //! With no subcommand a default suite runs the first four, shortened to take about a minute (see
 //! the README for the measurement).
@@ -24,6 +28,8 @@ mod clock;
 mod efficiency;
 mod heapmap;
 mod micro;
+mod plan;
+mod plan_trace;
 mod plot;
 mod pool;
 mod random_actions;
@@ -59,6 +65,13 @@ SUBCOMMANDS (none: the default suite, the first four shortened, about a minute):
                         ../shared/traces, else the bundled traces)
     snapshot TRACE      replay a trace through a pool up to --at and draw its heap as an
                         SVG: regions, chunks in use and free, fragmentation
+    plan [CSV...]       static memory planning problems (files or directories; default:
+                        ../shared/plans/*.csv, else the bundled bench/data/plans); not in
+                        the default suite
+    plan-trace [TRACE...]
+                        plan a trace's lifetimes offline and compare with tagalloc's
+                        dynamic footprint on the same events (traces as for replay); not
+                        in the default suite
 
 OPTIONS:
     --quick             a seconds-long smoke run: tiny durations, few rounds, the bundled
@@ -66,7 +79,11 @@ OPTIONS:
     --json              print the results as JSON instead of markdown tables
     --runs N            repetitions: micro, replay and pool runs, random-actions trials,
                         efficiency rounds
-    --budget SECONDS    replay: stop one allocator's run on one trace after this long
+    --budget SECONDS    replay: stop one allocator's run on one trace after this long;
+                        plan, plan-trace: time for the exact search on each problem
+                        (default 10)
+    --events N          plan-trace: events used from the start of each trace
+                        (default 50000)
     --out DIR           where the SVG charts go (default: target/tagalloc-bench);
                         for snapshot, the SVG file to write
     --no-plots          write no charts
@@ -81,10 +98,12 @@ OPTIONS:
 struct Args {
     command: Option<String>,
     traces: Vec<PathBuf>,
+    problems: Vec<PathBuf>,
     quick: bool,
     json: bool,
     runs: Option<usize>,
     budget: Option<f64>,
+    events: Option<usize>,
     out: Option<PathBuf>,
     plots: bool,
     at: Option<snapshot::At>,
@@ -102,10 +121,12 @@ fn parse_args() -> Result<Option<Args>, String> {
     let mut args = Args {
         command: None,
         traces: Vec::new(),
+        problems: Vec::new(),
         quick: false,
         json: false,
         runs: None,
         budget: None,
+        events: None,
         out: None,
         plots: true,
         at: None,
@@ -132,6 +153,13 @@ fn parse_args() -> Result<Option<Args>, String> {
                 }
                 args.budget = Some(s);
             }
+            Long("events") => {
+                let n: usize = parser.value().map_err(e)?.parse().map_err(e)?;
+                if n == 0 {
+                    return Err("--events must be at least 1".into());
+                }
+                args.events = Some(n);
+            }
             Long("out") => args.out = Some(parser.value().map_err(e)?.into()),
             Long("at") => {
                 let v = parser.value().map_err(e)?.string().map_err(e)?;
@@ -148,13 +176,12 @@ fn parse_args() -> Result<Option<Args>, String> {
             Value(v) if args.command.is_none() => {
                 let name = v.string().map_err(e)?;
                 match name.as_str() {
-                    "micro" | "random-actions" | "efficiency" | "replay" | "pool" | "snapshot" => {
-                        args.command = Some(name)
-                    }
+                    "micro" | "random-actions" | "efficiency" | "replay" | "pool" | "snapshot"
+                    | "plan" | "plan-trace" => args.command = Some(name),
                     other => {
                         return Err(format!(
                             "unknown subcommand `{other}` (expected micro, random-actions, \
-                             efficiency, replay, pool or snapshot)"
+                             efficiency, replay, pool, snapshot, plan or plan-trace)"
                         ))
                     }
                 }
@@ -162,11 +189,12 @@ fn parse_args() -> Result<Option<Args>, String> {
             Value(v)
                 if matches!(
                     args.command.as_deref(),
-                    Some("replay" | "pool" | "snapshot")
+                    Some("replay" | "pool" | "snapshot" | "plan-trace")
                 ) =>
             {
                 args.traces.push(v.into())
             }
+            Value(v) if args.command.as_deref() == Some("plan") => args.problems.push(v.into()),
             other => return Err(other.unexpected().to_string()),
         }
     }
@@ -331,6 +359,36 @@ fn trace_set(args: &Args, mode: Mode, wanted: Option<&[&str]>) -> Result<TraceSe
     })
 }
 
+/// The planning problems to solve: those named (directories expanded), or the shared
+/// collection, or (for `--quick`, or without it) the bundled ones.
+fn problem_paths(args: &Args, mode: Mode) -> Result<Vec<PathBuf>, Failure> {
+    if !args.problems.is_empty() {
+        let mut paths = Vec::new();
+        for p in &args.problems {
+            if p.is_dir() {
+                paths.extend(plan::csv_files(p).map_err(Failure::Input)?);
+            } else if p.is_file() {
+                paths.push(p.clone());
+            } else {
+                return Err(Failure::Input(format!(
+                    "cannot read problem {}: no such file or directory",
+                    p.display()
+                )));
+            }
+        }
+        return Ok(paths);
+    }
+    if mode != Mode::Quick {
+        if let Some(dir) = plan::shared_dir() {
+            let files = plan::csv_files(&dir).map_err(Failure::Input)?;
+            if !files.is_empty() {
+                return Ok(files);
+            }
+        }
+    }
+    plan::csv_files(&plan::bundled_dir()).map_err(Failure::Input)
+}
+
 fn progress(len: u64) -> ProgressBar {
     let bar = ProgressBar::new(len);
     if let Ok(style) =
@@ -356,6 +414,7 @@ fn run(args: &Args) -> Result<(), Failure> {
         (false, false) => Mode::Suite,
     };
     let wants = |name: &str| args.command.is_none() || args.command.as_deref() == Some(name);
+    // Pools, snapshots and planning are other jobs than the suite's: only when asked for.
     let only = |name: &str| args.command.as_deref() == Some(name);
     let pick = |full: usize, suite: usize, quick: usize| {
         args.runs.unwrap_or(match mode {
@@ -414,6 +473,34 @@ fn run(args: &Args) -> Result<(), Failure> {
         }
         bar.finish_and_clear();
         traces = Some(set);
+    }
+    let mut trace_problems = Vec::new();
+    let plan_events = args
+        .events
+        .unwrap_or(if mode == Mode::Quick { 5_000 } else { 50_000 });
+    if only("plan-trace") {
+        let set = trace_set(args, mode, None)?;
+        if set.paths.is_empty() {
+            return Err(Failure::Input("no traces to plan".into()));
+        }
+        eprintln!(
+            "tagalloc-bench: {}planning {}",
+            if set.fallback { "WARNING: " } else { "" },
+            set.origin
+        );
+        for p in &set.paths {
+            trace_problems.push(plan_trace::load(p, plan_events).map_err(Failure::Input)?);
+        }
+    }
+    let mut problems = Vec::new();
+    if only("plan") {
+        let paths = problem_paths(args, mode)?;
+        if paths.is_empty() {
+            return Err(Failure::Input("no planning problems to solve".into()));
+        }
+        for p in &paths {
+            problems.push(plan::load(p).map_err(Failure::Input)?);
+        }
     }
 
     let mut out_json = serde_json::Map::new();
@@ -570,15 +657,45 @@ fn run(args: &Args) -> Result<(), Failure> {
         emit(s.markdown(), "snapshot", s.json());
     }
 
-    if let Some(dir) = plots.as_ref().filter(|_| !only("pool")) {
+    if only("plan") {
+        let opts = plan::Options {
+            budget: Duration::from_secs_f64(args.budget.unwrap_or(match mode {
+                Mode::Quick => 0.2,
+                _ => 10.0,
+            })),
+        };
+        let bar = progress(problems.len() as u64);
+        let (md, json) = plan::run(&problems, &opts, &bar).map_err(run_err)?;
+        bar.finish_and_clear();
+        emit(md, "plan", json);
+    }
+
+    if only("plan-trace") {
+        let opts = plan_trace::Options {
+            budget: Duration::from_secs_f64(args.budget.unwrap_or(match mode {
+                Mode::Quick => 0.2,
+                _ => 10.0,
+            })),
+            events: plan_events,
+        };
+        let bar = progress(trace_problems.len() as u64);
+        let (md, json) = plan_trace::run(&trace_problems, &opts, &bar).map_err(run_err)?;
+        bar.finish_and_clear();
+        emit(md, "plan_trace", json);
+    }
+
+    let charts = plots
+        .as_ref()
+        .filter(|_| !["pool", "plan", "plan-trace"].iter().any(|c| only(c)));
+    if let Some(dir) = charts {
         out_json.insert("plots_dir".into(), json!(dir.display().to_string()));
     }
     if args.json {
         let text = serde_json::to_string_pretty(&Value::Object(out_json))
             .map_err(|e| Failure::Run(e.to_string()))?;
         println!("{text}");
-    } else if let Some(dir) = plots.as_ref().filter(|_| !only("pool")) {
-        // `pool` writes tables only; `snapshot` names its picture in its section.
+    } else if let Some(dir) = charts {
+        // `pool` and planning write tables only; `snapshot` names its picture in its section.
         println!("Charts: {}", dir.display());
     }
     eprintln!("finished in {:.1} s", started.elapsed().as_secs_f64());

@@ -160,6 +160,8 @@ fn bad_arguments_exit_2() {
         &["--runs", "0"],
         &["--runs", "x"],
         &["--bogus"],
+        &["plan", "--budget", "0"],
+        &["plan-trace", "--events", "0"],
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_tagalloc-bench"))
             .args(args)
@@ -295,4 +297,100 @@ fn snapshot_bad_input_is_a_clear_error() {
         assert!(stderr.contains(said), "{args:?}: {stderr}");
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
     }
+}
+
+/// Runs the tool without the chart directory (planning writes no charts).
+fn bench_plain(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tagalloc-bench"))
+        .args(args)
+        .output()
+        .expect("the benchmark binary runs")
+}
+
+#[test]
+fn plan() {
+    let out = bench_plain(&["--quick", "--no-plots", "plan"]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "plan failed: {stderr}\n{stdout}");
+    assert!(stdout.contains("## Static planning"), "{stdout}");
+    assert!(
+        stdout.contains("| problem |") && stdout.contains("| --- |"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("| chain |") && stdout.contains("| ladder |"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn plan_json_has_exactly_the_documented_fields() {
+    let out = bench_plain(&["--quick", "--json", "--no-plots", "plan"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("--json prints one JSON document");
+    let problems = json["plan"].as_array().expect("a list of problems");
+    assert_eq!(problems.len(), 2, "the two bundled problems");
+    for p in problems {
+        let mut keys: Vec<&str> = p
+            .as_object()
+            .expect("an object")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            [
+                "arena",
+                "buffers",
+                "lower_bound",
+                "optimal",
+                "problem",
+                "seconds"
+            ]
+        );
+        assert!(p["arena"].as_u64() >= p["lower_bound"].as_u64());
+        assert!(p["seconds"].as_f64().is_some_and(|s| s >= 0.0));
+    }
+    // The ladder is where both greedy plans miss the bound and the search closes the gap.
+    let ladder = problems
+        .iter()
+        .find(|p| p["problem"] == "ladder")
+        .expect("the ladder problem");
+    assert_eq!(ladder["buffers"], 10);
+    assert_eq!(ladder["optimal"], true);
+    assert_eq!(ladder["arena"], ladder["lower_bound"]);
+}
+
+#[test]
+fn plan_trace() {
+    let out = bench_plain(&["--quick", "--no-plots", "plan-trace"]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "plan-trace failed: {stderr}\n{stdout}"
+    );
+    assert!(
+        stdout.contains("## Dynamic heap against the offline plan"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("| python-dicts |") && stdout.contains("| perl-words |"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn malformed_plan_is_a_clear_error() {
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("smoke-malformed.csv");
+    std::fs::write(&path, "id,lower,upper,size\n0,0,3,4\n1,5,2,8\n").expect("write a problem");
+    let out = bench_plain(&["--quick", "plan", path.to_str().expect("a UTF-8 path")]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("line 3"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let out = bench_plain(&["--quick", "plan", "/nonexistent/missing.csv"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("missing.csv"));
 }

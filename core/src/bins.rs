@@ -480,7 +480,12 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
     /// Calls `each(chunk, size)` for every free chunk of at least `min` granules (`min ≥ 1`),
     /// walking only the bins that can hold one: `O(such chunks + bins)`, not a walk of every
     /// chunk. The order is by bin, not by address.
-    pub fn each_at_least<T: Tags<Chunk = C>>(&self, t: &T, min: usize, mut each: impl FnMut(C, usize)) {
+    pub fn each_at_least<T: Tags<Chunk = C>>(
+        &self,
+        t: &T,
+        min: usize,
+        mut each: impl FnMut(C, usize),
+    ) {
         let first = bin_of(min);
         for b in first..BIN_COUNT {
             let Some(head) = self.heads[b] else { continue };

@@ -686,7 +686,13 @@ fn apply_events(model: &mut Model, hooks: &Registry, from: &mut usize) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 2 } else { 64 }))]
+    #![proptest_config(ProptestConfig {
+        cases: if cfg!(miri) { 2 } else { 64 },
+        // No failure files: Miri cannot look up the working directory, and a failure prints
+        // its minimal input anyway.
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
 
     /// A pool with a random policy and a random (sometimes growable) source, driven by random
     /// requests: every address is the reference model's prediction for the regions the pool

@@ -308,11 +308,25 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
     /// whose blocks are always checked).
     #[inline]
     pub unsafe fn free(&mut self, block: H::Block, size: usize) -> Result<(), Error> {
+        if size > self.bypass_above {
+            // SAFETY: forwarded caller contract.
+            return unsafe { self.free_bypassed(block, size) };
+        }
+        // SAFETY: forwarded caller contract.
+        unsafe { self.heap.free(block, size) }
+    }
+
+    /// [`Pool::free`] of a block above the bypass threshold: its region, if it has one of its
+    /// own, goes back to the source.
+    ///
+    /// # Safety
+    /// As for [`Pool::free`].
+    #[cold]
+    #[inline(never)]
+    unsafe fn free_bypassed(&mut self, block: H::Block, size: usize) -> Result<(), Error> {
         // SAFETY: forwarded caller contract.
         unsafe { self.heap.free(block, size)? };
-        if size > self.bypass_above {
-            self.release_bypass(H::block_addr(&block));
-        }
+        self.release_bypass(H::block_addr(&block));
         Ok(())
     }
 

@@ -252,17 +252,40 @@ impl<S: RegionSource<Base = NonNull<u8>>, K: Hooks> Pool<InlineHeap, S, K> {
         align: usize,
         new_size: usize,
     ) -> Result<NonNull<u8>, PoolError> {
-        if !self.bypasses(old_size) && !self.bypasses(new_size) {
+        if !self.bypasses(old_size.max(new_size)) {
             // SAFETY: forwarded caller contract.
             match unsafe { self.heap_mut().realloc(ptr, old_size, align, new_size) } {
                 Ok(p) => return Ok(p),
-                // The heap could neither resize nor move it: the pool must grow.
-                Err(Error::OutOfMemory) => {}
-                Err(e) => return Err(self.refusal(e, new_size)),
+                // SAFETY: forwarded caller contract.
+                Err(e) => {
+                    return unsafe { self.realloc_refused(e, ptr, old_size, align, new_size) }
+                }
             }
         }
         // SAFETY: forwarded caller contract.
         unsafe { self.realloc_moving(ptr, old_size, align, new_size) }
+    }
+
+    /// [`Pool::realloc`] after the heap refused: a heap that could neither resize nor move the
+    /// block needs the pool to grow; any other refusal is reported.
+    ///
+    /// # Safety
+    /// As for [`InlineHeap::realloc`].
+    #[cold]
+    #[inline(never)]
+    unsafe fn realloc_refused(
+        &mut self,
+        e: Error,
+        ptr: NonNull<u8>,
+        old_size: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Result<NonNull<u8>, PoolError> {
+        match e {
+            // SAFETY: forwarded caller contract.
+            Error::OutOfMemory => unsafe { self.realloc_moving(ptr, old_size, align, new_size) },
+            e => Err(self.refusal(e, new_size)),
+        }
     }
 
     /// [`Pool::realloc`] when the block must move through the pool.

@@ -143,15 +143,16 @@ impl<S: Subject> Driver<S> {
         if let Ok(h) = got {
             assert_eq!(S::addr(&h) % align, 0, "alloc({size}, {align}) misaligned");
             self.seed = self.seed.wrapping_add(1);
-            self.adopt(h, size, self.seed);
+            self.adopt(h, 0, size, self.seed);
         }
     }
 
-    /// Files a new or moved live allocation: fills it and checks it against the others.
-    fn adopt(&mut self, h: S::H, size: usize, seed: u8) {
+    /// Files a new or moved live allocation: fills it (its first `kept` bytes already hold
+    /// the pattern of `seed`, verified) and checks it against the others.
+    fn adopt(&mut self, h: S::H, kept: usize, size: usize, seed: u8) {
         let addr = S::addr(&h);
         assert!(self.subject.usable(&h) >= size, "allocation too small");
-        self.subject.fill(&h, size, seed);
+        self.subject.fill(&h, kept.min(size), size, seed);
         self.live.push(Live {
             addr,
             h,
@@ -245,8 +246,9 @@ impl<S: Subject> Driver<S> {
             assert_eq!(addr % align, 0, "realloc moved to a misaligned address");
             self.forget(i);
         }
-        self.subject.verify(&h, l.size.min(new), l.seed);
-        self.adopt(h, new, l.seed);
+        let kept = l.size.min(new);
+        self.subject.verify(&h, kept, l.seed);
+        self.adopt(h, kept, new, l.seed);
     }
 
     /// Whether `start..start + len` wraps or overlaps a region.

@@ -58,10 +58,10 @@ impl<S: Subject> Driver<S> {
             subject,
             model: with_model.then(|| Model::new(geo)),
             geo,
-            live: Vec::new(),
+            live: Vec::with_capacity(64),
             spans: BTreeMap::new(),
             regions: BTreeMap::new(),
-            graveyard: Vec::new(),
+            graveyard: Vec::with_capacity(GRAVEYARD),
             seed: 0,
         }
     }

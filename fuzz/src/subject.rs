@@ -302,21 +302,26 @@ impl RecordStore for CappedTable {
 pub struct DetachedSubject<S: RecordStore> {
     heap: DetachedHeap<S>,
     capped: bool,
-    /// Another heap, over other addresses: its blocks are foreign to `heap`.
-    other: DetachedHeap<Vec<Record>>,
+    /// Another heap, over other addresses: its blocks are foreign to `heap`. Made when the
+    /// first foreign block is asked for (most runs ask for none).
+    other: Option<DetachedHeap<Vec<Record>>>,
 }
 
 impl<S: RecordStore> DetachedSubject<S> {
     /// Wraps `heap`; `capped` says whether its table may run out.
     pub fn new(heap: DetachedHeap<S>, capped: bool) -> Self {
-        let g = heap.granule();
-        let mut other = DetachedHeap::growable(g).unwrap();
-        other.add_region(DETACHED_BASE * 2, SPACE).unwrap();
         DetachedSubject {
             heap,
             capped,
-            other,
+            other: None,
         }
+    }
+
+    /// A fresh heap with one region of `SPACE` bytes, far from this heap's addresses.
+    fn other_heap(&self) -> DetachedHeap<Vec<Record>> {
+        let mut other = DetachedHeap::growable(self.heap.granule()).unwrap();
+        other.add_region(DETACHED_BASE * 2, SPACE).unwrap();
+        other
     }
 
     /// The heap, for checks the interface does not cover.
@@ -433,18 +438,23 @@ impl<S: RecordStore> Subject for DetachedSubject<S> {
     fn foreign(&mut self, raw: usize) -> Block {
         // A block of the other heap, live or already freed there.
         let size = raw % 5000 + 1;
-        match self.other.alloc(size, 1) {
+        if self.other.is_none() {
+            self.other = Some(self.other_heap());
+        }
+        let other = self.other.as_mut().unwrap();
+        match other.alloc(size, 1) {
             Ok(b) => {
                 if raw & 1 == 0 {
-                    self.other.free(b).unwrap();
+                    other.free(b).unwrap();
                 }
                 b
             }
             Err(_) => {
                 // Full: start the other heap afresh (its old blocks stay foreign here).
-                self.other = DetachedHeap::growable(self.heap.granule()).unwrap();
-                self.other.add_region(DETACHED_BASE * 2, SPACE).unwrap();
-                self.other.alloc(size, 1).unwrap()
+                let mut other = self.other_heap();
+                let b = other.alloc(size, 1).unwrap();
+                self.other = Some(other);
+                b
             }
         }
     }

@@ -529,8 +529,8 @@ fn a_growable_source_keeps_one_region_and_trim_gives_its_free_end_back() {
 fn trim_releases_the_pages_of_large_free_chunks_and_the_heap_stays_sound() {
     let (source, books) = Memory::new(MEM);
     let policy = Policy::new()
-        .growth(Growth::Fixed(1 << 20))
-        .release_above(64 << 10);
+        .growth(Growth::Fixed(MEM / 4))
+        .release_above(MEM / 64);
     let mut pool = Pool::new(InlineHeap::new(), source, policy);
     let a = pool.alloc(100, 16).unwrap();
     let big = pool.alloc(MEM / 8, 16).unwrap();

@@ -14,6 +14,8 @@
 //!   lifetimes: lower bound, greedy and exact-search arenas, proof of optimality, time;
 //! - `plan-trace [TRACE...]`: a trace's lifetimes planned offline against tagalloc's dynamic
 //!   footprint on the same events. Neither planning command is part of the default suite.
+//! - `threads`: 1, 2, 4 and 8 threads allocating and freeing through one shared allocator,
+//!   some frees handed to another thread: operations per second. Not in the default suite.
 //!
 //! With no subcommand a default suite runs the first four, shortened to take about a minute (see
 //! the README for the measurement).
@@ -38,6 +40,7 @@ mod report;
 mod snapshot;
 mod style;
 mod subjects;
+mod threads;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -72,6 +75,11 @@ SUBCOMMANDS (none: the default suite, the first four shortened, about a minute):
                         plan a trace's lifetimes offline and compare with tagalloc's
                         dynamic footprint on the same events (traces as for replay); not
                         in the default suite
+    threads             1, 2, 4 and 8 threads allocating and freeing through one shared
+                        allocator (tagalloc's GlobalHeap and HostAllocator, talc, rlsf,
+                        glibc), a quarter of the frees handed to another thread:
+                        operations per second (--runs: rounds, default 7); not in the
+                        default suite
 
 OPTIONS:
     --quick             a seconds-long smoke run: tiny durations, few rounds, the bundled
@@ -177,11 +185,11 @@ fn parse_args() -> Result<Option<Args>, String> {
                 let name = v.string().map_err(e)?;
                 match name.as_str() {
                     "micro" | "random-actions" | "efficiency" | "replay" | "pool" | "snapshot"
-                    | "plan" | "plan-trace" => args.command = Some(name),
+                    | "plan" | "plan-trace" | "threads" => args.command = Some(name),
                     other => {
                         return Err(format!(
                             "unknown subcommand `{other}` (expected micro, random-actions, \
-                             efficiency, replay, pool, snapshot, plan or plan-trace)"
+                             efficiency, replay, pool, snapshot, plan, plan-trace or threads)"
                         ))
                     }
                 }
@@ -682,6 +690,20 @@ fn run(args: &Args) -> Result<(), Failure> {
         let (md, json) = plan_trace::run(&trace_problems, &opts, &bar).map_err(run_err)?;
         bar.finish_and_clear();
         emit(md, "plan_trace", json);
+    }
+
+    if only("threads") {
+        let opts = threads::Options {
+            steps: if mode == Mode::Quick { 2_000 } else { 500_000 },
+            runs: pick(7, 7, 1),
+            warmup: mode != Mode::Quick,
+        };
+        let rounds = opts.runs + usize::from(opts.warmup);
+        let bar =
+            progress((rounds * threads::THREADS.len() * threads::Contender::ALL.len()) as u64);
+        let (md, json) = threads::run(&opts, plots.as_deref(), &bar).map_err(run_err)?;
+        bar.finish_and_clear();
+        emit(md, "threads", json);
     }
 
     let charts = plots

@@ -394,3 +394,36 @@ fn malformed_plan_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("missing.csv"));
 }
+
+/// The threads subcommand: every allocator at every thread count, every block's stamp intact,
+/// tagalloc's heaps checked clean, and the chart.
+#[test]
+fn threads() {
+    let args = ["--quick", "threads"];
+    let out = bench(&args);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}\n{stdout}");
+    assert!(stdout.contains("## Multi-threaded throughput"), "{stdout}");
+    assert!(
+        stdout.contains("| 1 thread | 2 threads | 4 threads | 8 threads |"),
+        "{stdout}"
+    );
+    for row in [
+        "| tagalloc GlobalHeap |",
+        "| tagalloc GlobalHeap (futex) |",
+        "| tagalloc HostAllocator |",
+        "| talc |",
+        "| rlsf |",
+        "| glibc malloc |",
+    ] {
+        assert!(stdout.contains(row), "no `{row}` in\n{stdout}");
+    }
+    assert!(stdout.contains("Load average"), "{stdout}");
+    assert!(!stdout.contains("error:"), "an allocator failed\n{stdout}");
+    let path = out_dir(&args).join("threads.svg");
+    let svg = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    assert!(
+        svg.contains("better") && svg.contains("tagalloc GlobalHeap"),
+        "{path:?}"
+    );
+}

@@ -75,11 +75,13 @@ SUBCOMMANDS (none: the default suite, the first four shortened, about a minute):
                         plan a trace's lifetimes offline and compare with tagalloc's
                         dynamic footprint on the same events (traces as for replay); not
                         in the default suite
-    threads             1, 2, 4 and 8 threads allocating and freeing through one shared
+    threads [N|ALLOCATOR...]
+                        1, 2, 4 and 8 threads allocating and freeing through one shared
                         allocator (tagalloc's GlobalHeap and HostAllocator, talc, rlsf,
                         glibc), a quarter of the frees handed to another thread:
-                        operations per second (--runs: rounds, default 7); not in the
-                        default suite
+                        operations per second (--runs: rounds, default 7); naming thread
+                        counts or allocators (their JSON keys) runs only those, to
+                        profile one; not in the default suite
 
 OPTIONS:
     --quick             a seconds-long smoke run: tiny durations, few rounds, the bundled
@@ -116,6 +118,8 @@ struct Args {
     plots: bool,
     at: Option<snapshot::At>,
     policy: Option<pool::Growing>,
+    /// `threads`: the thread counts and allocators named after it.
+    selection: Vec<String>,
 }
 
 /// Why the tool stopped: bad input (exit code 2) or a failure while running (1).
@@ -139,6 +143,7 @@ fn parse_args() -> Result<Option<Args>, String> {
         plots: true,
         at: None,
         policy: None,
+        selection: Vec::new(),
     };
     let mut parser = lexopt::Parser::from_env();
     let e = |e: lexopt::Error| e.to_string();
@@ -203,6 +208,9 @@ fn parse_args() -> Result<Option<Args>, String> {
                 args.traces.push(v.into())
             }
             Value(v) if args.command.as_deref() == Some("plan") => args.problems.push(v.into()),
+            Value(v) if args.command.as_deref() == Some("threads") => {
+                args.selection.push(v.string().map_err(e)?)
+            }
             other => return Err(other.unexpected().to_string()),
         }
     }
@@ -511,6 +519,8 @@ fn run(args: &Args) -> Result<(), Failure> {
         }
     }
 
+    let threads_only = threads::Selection::parse(&args.selection).map_err(Failure::Input)?;
+
     let mut out_json = serde_json::Map::new();
     if let Some(set) = &traces {
         out_json.insert("traces".into(), set.json.clone());
@@ -697,10 +707,10 @@ fn run(args: &Args) -> Result<(), Failure> {
             steps: if mode == Mode::Quick { 2_000 } else { 500_000 },
             runs: pick(7, 7, 1),
             warmup: mode != Mode::Quick,
+            only: threads_only,
         };
         let rounds = opts.runs + usize::from(opts.warmup);
-        let bar =
-            progress((rounds * threads::THREADS.len() * threads::Contender::ALL.len()) as u64);
+        let bar = progress((rounds * opts.only.runs_per_round()) as u64);
         let (md, json) = threads::run(&opts, plots.as_deref(), &bar).map_err(run_err)?;
         bar.finish_and_clear();
         emit(md, "threads", json);

@@ -72,6 +72,53 @@ pub struct Options {
     pub runs: usize,
     /// One untimed round first (glibc's per-thread arenas, caches, page tables).
     pub warmup: bool,
+    /// Which thread counts and allocators run (all of them by default).
+    pub only: Selection,
+}
+
+/// A part of the benchmark to run alone, to profile one allocator at one thread count: the
+/// command line's words after `threads`, each a thread count of [`THREADS`] or an allocator's
+/// key ([`Contender::key`]). No thread count means all of them; no allocator, all of them.
+#[derive(Clone, Debug, Default)]
+pub struct Selection {
+    threads: Vec<usize>,
+    allocators: Vec<Contender>,
+}
+
+impl Selection {
+    /// The selection `words` name, or what is wrong with them.
+    pub fn parse(words: &[String]) -> Result<Selection, String> {
+        let mut sel = Selection::default();
+        for w in words {
+            if let Some(&t) = THREADS.iter().find(|t| t.to_string() == *w) {
+                sel.threads.push(t);
+            } else if let Some(&c) = Contender::ALL.iter().find(|c| c.key() == w) {
+                sel.allocators.push(c);
+            } else {
+                let keys: Vec<&str> = Contender::ALL.iter().map(|c| c.key()).collect();
+                return Err(format!(
+                    "threads: `{w}` is neither a thread count ({}) nor an allocator ({})",
+                    THREADS.map(|t| t.to_string()).join(", "),
+                    keys.join(", ")
+                ));
+            }
+        }
+        Ok(sel)
+    }
+
+    fn has_threads(&self, t: usize) -> bool {
+        self.threads.is_empty() || self.threads.contains(&t)
+    }
+
+    fn has(&self, c: Contender) -> bool {
+        self.allocators.is_empty() || self.allocators.contains(&c)
+    }
+
+    /// How many runs a round makes.
+    pub fn runs_per_round(&self) -> usize {
+        let t = THREADS.iter().filter(|&&t| self.has_threads(t)).count();
+        t * Contender::ALL.iter().filter(|&&c| self.has(c)).count()
+    }
 }
 
 /// The allocators compared.
@@ -126,8 +173,8 @@ impl Contender {
         }
     }
 
-    /// The JSON key.
-    fn key(self) -> &'static str {
+    /// The JSON key, and the name that selects it on the command line.
+    pub fn key(self) -> &'static str {
         match self {
             Contender::GlobalSpin => "tagalloc_globalheap_spin",
             Contender::GlobalFutex => "tagalloc_globalheap_futex",
@@ -625,10 +672,16 @@ pub fn run(
     for round in 0..warmup + opts.runs {
         let timed = round >= warmup;
         for (ti, &threads) in THREADS.iter().enumerate() {
+            if !opts.only.has_threads(threads) {
+                continue;
+            }
             // Interleaved, in an order rotated each round, so that noise hits all alike.
             for k in 0..all.len() {
                 let ci = (k + round) % all.len();
                 let c = all[ci];
+                if !opts.only.has(c) {
+                    continue;
+                }
                 bar.set_message(format!("threads: {} × {threads}", c.name()));
                 bar.inc(1);
                 let cell = &mut cells[ci][ti];

@@ -426,4 +426,12 @@ fn threads() {
         svg.contains("better") && svg.contains("tagalloc GlobalHeap"),
         "{path:?}"
     );
+    // One allocator at one thread count, for profiling; a word that is neither is refused.
+    let out = bench_plain(&["--quick", "--no-plots", "threads", "2", "talc_spin"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(stdout.contains("| talc |"), "{stdout}");
+    let out = bench_plain(&["--quick", "--no-plots", "threads", "3"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("neither a thread count"));
 }

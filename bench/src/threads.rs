@@ -876,7 +876,7 @@ pub fn run(
     }
 
     let ratio = format!(
-        "allocator ({})",
+        "allocator: {}",
         report::ratio_header("tagalloc GlobalHeap", Better::Higher)
     );
     let mut md = format!(

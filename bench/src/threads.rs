@@ -277,7 +277,8 @@ impl<'a> LockedRlsf<'a> {
 
 // SAFETY: every call goes to rlsf under the mutex, so one thread at a time uses the TLSF;
 // `allocate` returns null or a fresh block of the layout's size and alignment; `deallocate`
-// and `reallocate` get the caller's promise (the block came from here with this alignment).
+// gets the caller's promise (the block came from here with this alignment). `realloc` is the
+// trait's default (allocate, copy, free); the benchmark never calls it.
 unsafe impl GlobalAlloc for LockedRlsf<'_> {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         let mut tlsf = self.tlsf.lock().unwrap_or_else(PoisonError::into_inner);
@@ -291,18 +292,6 @@ unsafe impl GlobalAlloc for LockedRlsf<'_> {
             // SAFETY: `GlobalAlloc`'s contract: `ptr` came from this pool with `layout`.
             unsafe { tlsf.deallocate(p, layout.align()) }
         }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let (Some(p), Ok(new)) = (
-            NonNull::new(ptr),
-            Layout::from_size_align(new_size, layout.align()),
-        ) else {
-            return std::ptr::null_mut();
-        };
-        let mut tlsf = self.tlsf.lock().unwrap_or_else(PoisonError::into_inner);
-        // SAFETY: `GlobalAlloc`'s contract: `ptr` came from this pool with the same alignment.
-        unsafe { tlsf.reallocate(p, new) }.map_or(std::ptr::null_mut(), NonNull::as_ptr)
     }
 }
 

@@ -33,6 +33,10 @@ pub(crate) const LIST_SIZES: usize = 511;
 pub(crate) const FIRST_TRIE_BIN: usize = bin_of(LIST_SIZES + 1);
 /// Words of the list map (one bit per size).
 const MAP_WORDS: usize = LIST_SIZES.div_ceil(64);
+/// Slots of the list arrays: a power of two, so that indices masked with `LIST_SLOTS − 1`
+/// need no bounds check (the last slot, of size 512, is never used).
+const LIST_SLOTS: usize = (LIST_SIZES + 1).next_power_of_two();
+const _: () = assert!(MAP_WORDS.is_power_of_two() && LIST_SLOTS == 64 * MAP_WORDS);
 /// Tries: one per bin from [`FIRST_TRIE_BIN`] on.
 const TRIES: usize = BIN_COUNT - FIRST_TRIE_BIN;
 /// Tree sub-bins per power of two (a power of two itself).
@@ -109,10 +113,10 @@ pub(crate) struct Bins<C> {
     lists: [u64; MAP_WORDS],
     summary: u64,
     tries: u64,
-    /// Per size up to `LIST_SIZES`: the oldest chunk.
-    heads: [Option<C>; LIST_SIZES],
-    /// Per size up to `LIST_SIZES`: the newest chunk.
-    tails: [Option<C>; LIST_SIZES],
+    /// Per size up to `LIST_SIZES` (at `size − 1`): the oldest chunk.
+    heads: [Option<C>; LIST_SLOTS],
+    /// Per size up to `LIST_SIZES` (at `size − 1`): the newest chunk.
+    tails: [Option<C>; LIST_SLOTS],
     /// Per tree bin from `FIRST_TRIE_BIN` on: the trie's root.
     roots: [Option<C>; TRIES],
 }
@@ -123,8 +127,8 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
             lists: [0; MAP_WORDS],
             summary: 0,
             tries: 0,
-            heads: [None; LIST_SIZES],
-            tails: [None; LIST_SIZES],
+            heads: [None; LIST_SLOTS],
+            tails: [None; LIST_SLOTS],
             roots: [None; TRIES],
         }
     }
@@ -165,6 +169,7 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
     /// Appends `c` to list `i` (of size `i + 1`).
     #[inline(always)]
     fn list_push<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, i: usize) {
+        let i = i & (LIST_SLOTS - 1);
         let tail = self.tails[i];
         t.set_link(c, Link::Next, None);
         t.set_link(c, Link::Prev, tail);
@@ -172,7 +177,7 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
             Some(last) => t.set_link(last, Link::Next, Some(c)),
             None => {
                 self.heads[i] = Some(c);
-                self.lists[i / 64] |= 1 << (i % 64);
+                self.lists[(i / 64) & (MAP_WORDS - 1)] |= 1 << (i % 64);
                 self.summary |= 1 << (i / 64);
             }
         }
@@ -182,7 +187,7 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
     /// Marks list `i` empty in the maps.
     #[inline(always)]
     fn list_emptied(&mut self, i: usize) {
-        let w = i / 64;
+        let w = (i / 64) & (MAP_WORDS - 1);
         self.lists[w] &= !(1 << (i % 64));
         if self.lists[w] == 0 {
             self.summary &= !(1 << w);
@@ -246,6 +251,7 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
     /// Takes `c` out of list `i`.
     #[inline(always)]
     fn list_unlink<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, i: usize) {
+        let i = i & (LIST_SLOTS - 1);
         let next = t.link(c, Link::Next);
         let prev = t.link(c, Link::Prev);
         match prev {
@@ -264,6 +270,7 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
     /// Takes the oldest chunk out of the non-empty list `i`.
     #[inline]
     fn pop_oldest<T: Tags<Chunk = C>>(&mut self, t: &mut T, i: usize) -> Option<C> {
+        let i = i & (LIST_SLOTS - 1);
         let c = self.heads[i]?;
         let next = t.link(c, Link::Next);
         self.heads[i] = next;
@@ -281,7 +288,7 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
     #[inline(always)]
     fn first_list_at_least(&self, need: usize) -> Option<usize> {
         let i = need - 1;
-        let w = i / 64;
+        let w = (i / 64) & (MAP_WORDS - 1);
         let here = self.lists[w] & (u64::MAX << (i % 64));
         if here != 0 {
             return Some(w * 64 + here.trailing_zeros() as usize + 1);
@@ -290,7 +297,7 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         if later == 0 {
             return None;
         }
-        let w = later.trailing_zeros() as usize;
+        let w = later.trailing_zeros() as usize & (MAP_WORDS - 1);
         Some(w * 64 + self.lists[w].trailing_zeros() as usize + 1)
     }
 

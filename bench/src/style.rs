@@ -3,12 +3,12 @@
 //! and a reader who has learnt it in one chart can find it in the next.
 //!
 //! The colours are Okabe and Ito's colour-blind-safe palette (vermillion, blue, sky blue,
-//! bluish green, orange, reddish purple), with five of Paul Tol's "muted" colours (olive, wine,
-//! indigo, teal, rose) and his sand darkened to show on white, and a grey for the references
-//! where more are needed. Ten allocators share a chart,
-//! more than any palette keeps apart for every reader, so each also has its own marker shape,
-//! and the address allocators (which hand out ranges, not memory) have hollow markers: a line
-//! can be told from its neighbours by shape alone, in print or in grey.
+//! bluish green, orange, reddish purple), with seven of Paul Tol's "muted" colours (olive, wine,
+//! indigo, rose, teal, green, and sand darkened to show on white) and a grey for the references
+//! where more are needed. Ten allocators share a chart, more than any palette keeps apart for
+//! every reader, so each also has its own marker shape, and the address allocators (which hand
+//! out ranges, not memory) have hollow markers: a line can be told from its neighbours by shape
+//! alone, in print or in grey.
 
 use plotters::style::RGBColor;
 
@@ -50,9 +50,10 @@ const REDDISH_PURPLE: RGBColor = RGBColor(0xCC, 0x79, 0xA7);
 const OLIVE: RGBColor = RGBColor(0x99, 0x99, 0x33);
 const WINE: RGBColor = RGBColor(0x88, 0x22, 0x55);
 const INDIGO: RGBColor = RGBColor(0x33, 0x22, 0x88);
-// More of Paul Tol's "muted" scheme, for the allocators of the programs benchmark.
-const TEAL: RGBColor = RGBColor(0x44, 0xAA, 0x99);
 const ROSE: RGBColor = RGBColor(0xCC, 0x66, 0x77);
+const TEAL: RGBColor = RGBColor(0x44, 0xAA, 0x99);
+const GREEN: RGBColor = RGBColor(0x11, 0x77, 0x33);
+/// Tol's sand (#DDCC77), darkened: as it is, it hardly shows on white.
 const SAND: RGBColor = RGBColor(0xB8, 0xA1, 0x3A);
 // References: what the allocators are read against.
 const GREY: RGBColor = RGBColor(0x70, 0x70, 0x70);
@@ -106,13 +107,13 @@ const LOOKS: &[(&str, Look)] = &[
         look(ORANGE, Shape::TriangleDown, false, false),
     ),
     // The programs benchmark: allocators preloaded into real programs. tagalloc there is the
-    // same inline heap (over the host pool), so it keeps its look.
+    // host pool (`HostPool`, what `HostAllocator` is), so it has HostAllocator's look.
     (
         "tagalloc (LD_PRELOAD)",
-        look(VERMILLION, Shape::Circle, false, false),
+        look(ROSE, Shape::Plus, false, false),
     ),
     ("jemalloc", look(TEAL, Shape::Square, false, false)),
-    ("mimalloc", look(ROSE, Shape::Diamond, false, false)),
+    ("mimalloc", look(GREEN, Shape::Diamond, false, false)),
     ("tcmalloc", look(SAND, Shape::Cross, false, false)),
     ("bump (reference)", look(GREY, Shape::Circle, true, true)),
     (
@@ -143,6 +144,21 @@ const LOOKS: &[(&str, Look)] = &[
         "offset-allocator (512 B units)",
         look(INDIGO, Shape::TriangleDown, true, true),
     ),
+    // The shared heaps of the `threads` benchmark: `GlobalHeap` is the inline heap behind a
+    // lock and looks like it; with the futex lock, a second configuration, dashed with its own
+    // marker; the pool over mmap regions in Tol's rose.
+    (
+        "tagalloc GlobalHeap",
+        look(VERMILLION, Shape::Circle, false, false),
+    ),
+    (
+        "tagalloc GlobalHeap (futex)",
+        look(VERMILLION, Shape::Diamond, false, true),
+    ),
+    (
+        "tagalloc HostAllocator",
+        look(ROSE, Shape::Plus, false, false),
+    ),
 ];
 
 /// What anything not in the table gets: a thin grey dashed line, plain enough to stand out as
@@ -169,8 +185,8 @@ mod tests {
     use crate::subjects::Peer;
 
     /// The allocators that share a chart: host traces and the speed benchmarks, the device
-    /// trace, and the real programs.
-    fn charts() -> [Vec<String>; 3] {
+    /// trace, the threads benchmark, and the real programs.
+    fn charts() -> [Vec<String>; 4] {
         let host = Peer::HOST.iter().chain(&Peer::ADDRESSES);
         [
             host.map(|p| p.name()).chain([LIVE.to_string()]).collect(),
@@ -178,6 +194,10 @@ mod tests {
                 .iter()
                 .map(|p| p.name())
                 .chain([LIVE.to_string()])
+                .collect(),
+            crate::threads::Contender::ALL
+                .iter()
+                .map(|c| c.name().to_string())
                 .collect(),
             crate::programs::allocator_names()
                 .into_iter()
@@ -187,13 +207,16 @@ mod tests {
     }
 
     /// One colour per allocator across all charts: no two allocators share a colour, except
-    /// tagalloc's inline heap and its preload library (the same heap), and the references.
+    /// configurations of one (tagalloc's inline heap alone and behind a lock; the host pool as
+    /// `HostAllocator` and as the preload library; granules of the detached heap and of
+    /// offset-allocator) and the references.
     #[test]
     fn no_two_allocators_share_a_colour() {
-        let tagalloc = ["tagalloc inline", "tagalloc (LD_PRELOAD)"];
-        fn family<'a>(tagalloc: &[&str], n: &'a str) -> &'a str {
-            if tagalloc.contains(&n) {
+        fn family(n: &str) -> &str {
+            if n == "tagalloc inline" || n.starts_with("tagalloc GlobalHeap") {
                 "tagalloc inline"
+            } else if n == "tagalloc HostAllocator" || n == "tagalloc (LD_PRELOAD)" {
+                "tagalloc host pool"
             } else if n.starts_with("tagalloc detached") {
                 "tagalloc detached"
             } else if n.starts_with("offset-allocator") {
@@ -206,7 +229,7 @@ mod tests {
         }
         for (i, (a, la)) in LOOKS.iter().enumerate() {
             for (b, lb) in &LOOKS[..i] {
-                if family(&tagalloc, a) != family(&tagalloc, b) {
+                if family(a) != family(b) {
                     assert!(la.color != lb.color, "{a} and {b} share a colour");
                 }
             }

@@ -529,8 +529,8 @@ fn a_growable_source_keeps_one_region_and_trim_gives_its_free_end_back() {
 fn trim_releases_the_pages_of_large_free_chunks_and_the_heap_stays_sound() {
     let (source, books) = Memory::new(MEM);
     let policy = Policy::new()
-        .growth(Growth::Fixed(1 << 20))
-        .release_above(64 << 10);
+        .growth(Growth::Fixed(MEM / 4))
+        .release_above(MEM / 64);
     let mut pool = Pool::new(InlineHeap::new(), source, policy);
     let a = pool.alloc(100, 16).unwrap();
     let big = pool.alloc(MEM / 8, 16).unwrap();
@@ -686,7 +686,13 @@ fn apply_events(model: &mut Model, hooks: &Registry, from: &mut usize) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 2 } else { 64 }))]
+    #![proptest_config(ProptestConfig {
+        cases: if cfg!(miri) { 2 } else { 64 },
+        // No failure files: Miri cannot look up the working directory, and a failure prints
+        // its minimal input anyway.
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
 
     /// A pool with a random policy and a random (sometimes growable) source, driven by random
     /// requests: every address is the reference model's prediction for the regions the pool

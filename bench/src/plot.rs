@@ -905,15 +905,17 @@ pub fn grouped_bars(path: &Path, chart: &Grouped, groups: &[Group]) -> Result<()
                 root.draw_text(&text, &inside_style, (right, ym))
                     .map_err(err)?;
             } else {
-                // A white ground under the value, so that the reference line cannot cross it.
+                // The marker just past the bar's end, on white (a plus or a cross in the bar's
+                // own colour would vanish on the bar), then the value on a white ground, so that
+                // the reference line cannot cross either.
                 let w = text_width(&text, SMALL);
                 root.draw(&Rectangle::new(
-                    [(x1 + 8, ym - 8), (x1 + 12 + w, ym + 8)],
+                    [(x1 + 1, ym - 9), (x1 + 22 + w, ym + 9)],
                     WHITE.filled(),
                 ))
                 .map_err(err)?;
-                marker(&root, (x1, ym), &look)?;
-                root.draw_text(&text, &value_style, (x1 + 10, ym))
+                marker(&root, (x1 + 9, ym), &look)?;
+                root.draw_text(&text, &value_style, (x1 + 19, ym))
                     .map_err(err)?;
             }
         }
@@ -930,10 +932,10 @@ pub fn grouped_bars(path: &Path, chart: &Grouped, groups: &[Group]) -> Result<()
             look.color.filled()
         };
         legend
-            .draw(&Rectangle::new([(6, y - 8), (40, y + 8)], fill))
+            .draw(&Rectangle::new([(6, y - 8), (34, y + 8)], fill))
             .map_err(err)?;
-        marker(&legend, (40, y), &look)?;
-        legend.draw_text(name, &name_style, (56, y)).map_err(err)?;
+        marker(&legend, (44, y), &look)?;
+        legend.draw_text(name, &name_style, (58, y)).map_err(err)?;
         y += 28;
     }
     if let Some((_, name)) = chart.reference {
@@ -946,7 +948,7 @@ pub fn grouped_bars(path: &Path, chart: &Grouped, groups: &[Group]) -> Result<()
                 .map_err(err)?;
         }
         legend
-            .draw_text(&format!("{name} (= 1)"), &name_style, (56, y))
+            .draw_text(&format!("{name} (= 1)"), &name_style, (58, y))
             .map_err(err)?;
     }
     root.present().map_err(err)

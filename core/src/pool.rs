@@ -273,6 +273,24 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
         }
     }
 
+    /// Allocates from the free chunks the pool already holds, never growing it or calling its
+    /// source: `OutOfMemory` when no free chunk fits, and for a request above the bypass
+    /// threshold (which never takes a shared chunk). What a caller that holds memory elsewhere
+    /// (a stream-ordered device pool's blocks waiting for events) tries before it lets the
+    /// pool grow.
+    ///
+    /// # Time Complexity
+    /// As the heap's `alloc`.
+    #[inline]
+    pub fn alloc_cached(&mut self, size: usize, align: usize) -> Result<H::Block, PoolError> {
+        if self.policy.bypass_above.is_some_and(|t| size > t) {
+            return Err(self.report(Error::OutOfMemory, size));
+        }
+        self.heap
+            .alloc(size, align)
+            .map_err(|e| self.report(e, size))
+    }
+
     /// Frees a block of `size` bytes (the size it was allocated with: it tells a bypassed
     /// block, whose region goes back to the source at once).
     ///
@@ -368,9 +386,10 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
         } = self;
         heap.trim(|base, len| {
             let addr = S::addr(base);
+            // The hooks first, while the region is still there (to unregister it, say).
+            hooks.given_back(addr, len);
             // SAFETY: the heap removed the region, so nothing uses it; it came from `source`.
             unsafe { source.give_back(base, len) };
-            hooks.given_back(addr, len);
             *reserved -= len;
             counts.regions_given_back += 1;
             counts.hook_calls += 1;
@@ -726,9 +745,9 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
     /// Removes the region at `base` from the heap, if it is wholly free, and gives it back.
     fn give_back(&mut self, base: usize) {
         if let Ok((b, len)) = self.heap.remove_region(base) {
+            self.hooks.given_back(base, len);
             // SAFETY: the heap removed the region, so nothing uses it; it came from the source.
             unsafe { self.source.give_back(b, len) };
-            self.hooks.given_back(base, len);
             self.reserved -= len;
             self.counts.regions_given_back += 1;
             self.counts.hook_calls += 1;
@@ -750,9 +769,9 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Drop for Pool<H, S,
             ..
         } = self;
         heap.trim(|base, len| {
+            hooks.given_back(S::addr(base), len);
             // SAFETY: the heap removed the region, so nothing uses it; it came from `source`.
             unsafe { source.give_back(base, len) };
-            hooks.given_back(S::addr(base), len);
         });
     }
 }

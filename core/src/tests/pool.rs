@@ -274,6 +274,9 @@ struct RegistryState {
     calls: usize,
     /// Every event, for the model test: (obtained or grown, base, at, len) or given back.
     log: Vec<Event>,
+    /// The source's books, where the test has them: a region named to `given_back` must still
+    /// be the source's then (the hook runs before the source takes it back).
+    books: Option<(Rc<RefCell<Books>>, usize)>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -304,6 +307,13 @@ impl Hooks for Registry {
     fn given_back(&mut self, base: usize, len: usize) {
         let mut s = self.0.borrow_mut();
         s.calls += 1;
+        if let Some((books, offset)) = &s.books {
+            assert_eq!(
+                books.borrow().out.get(&(base - offset)),
+                Some(&len),
+                "the hook runs before the source takes the region back"
+            );
+        }
         assert_eq!(s.live.remove(&base), Some(len), "given back once, whole");
         s.log.push(Event::GivenBack(base));
     }
@@ -329,6 +339,7 @@ fn detached_pool(
 ) -> (TestPool, Rc<RefCell<Books>>, Registry) {
     let books = Rc::new(RefCell::new(Books::new(space, PAGE)));
     let hooks = Registry::default();
+    hooks.0.borrow_mut().books = Some((books.clone(), 1 << 40));
     let source = Addresses {
         base: 1 << 40,
         books: books.clone(),
@@ -371,6 +382,41 @@ fn fixed_growth_obtains_max_of_request_and_increment() {
     assert!(books.borrow().out.is_empty());
     assert!(hooks.0.borrow().live.is_empty());
     assert_eq!(pool.stats().reserved, 0);
+}
+
+#[test]
+fn alloc_cached_never_grows_the_pool() {
+    let policy = Policy::new()
+        .growth(Growth::Fixed(1 << 20))
+        .bypass_above(2 << 20);
+    let (mut pool, books, _hooks) = detached_pool(1 << 30, policy, false);
+    let e = pool.alloc_cached(1000, 256).unwrap_err();
+    assert_eq!((e.error, e.reserved), (Error::OutOfMemory, 0));
+    assert_eq!(books.borrow().obtains, 0, "nothing obtained");
+    let a = pool.alloc(1000, 256).unwrap();
+    // SAFETY: detached blocks are checked; freed once.
+    unsafe { pool.free(a, a.size).unwrap() };
+    // The free chunks serve it now, with no call to the source.
+    let b = pool.alloc_cached(1000, 256).unwrap();
+    assert_eq!(b.addr, a.addr);
+    // Larger than what is free: refused, not grown.
+    assert_eq!(
+        pool.alloc_cached(1 << 20, 256).unwrap_err().error,
+        Error::OutOfMemory
+    );
+    // A bypassing request never takes a shared chunk.
+    // SAFETY: as above.
+    unsafe { pool.free(b, b.size).unwrap() };
+    assert_eq!(
+        pool.alloc_cached(3 << 20, 256).unwrap_err().error,
+        Error::OutOfMemory
+    );
+    assert_eq!(
+        pool.alloc_cached(0, 256).unwrap_err().error,
+        Error::ZeroSize
+    );
+    assert_eq!(books.borrow().obtains, 1);
+    pool.check().unwrap();
 }
 
 #[test]

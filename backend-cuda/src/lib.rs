@@ -68,14 +68,22 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+mod addr_hash;
 pub mod cuda;
+mod device_pool;
 pub mod driver;
 pub mod error;
 pub mod fake;
+mod pending;
+pub mod source;
 #[cfg(feature = "torch-model")]
 pub mod torch_model;
 
 pub use cuda::{driver_present, CuEvent, CuPhysical, CuStream, CudaDriver};
+pub use device_pool::{
+    DeviceBlock, DeviceConfig, DeviceCounters, DeviceError, DeviceHeap, DevicePool, DeviceStats,
+};
 pub use driver::{DevicePtr, Driver, Granularity, MemInfo, PinFlags};
 pub use error::{code, code_name, DriverError};
 pub use fake::{FakeConfig, FakeDriver};
+pub use source::{DeviceSource, Regions};

@@ -323,6 +323,14 @@ impl<D: Driver> DevicePool<D> {
     /// Allocates `size` bytes on `stream`, aligned to the granule (see the
     /// [module documentation](self) for what it tries, in which order).
     ///
+    /// The pool keeps `stream` and later records events on it and synchronises it, until
+    /// every block freed on it has gone back to the heap: a stream handed to the pool must
+    /// stay live that long. That is the contract of every stream value already (a driver's
+    /// stream lives until [`Driver::stream_destroy`], whose caller promises not to use it
+    /// again; a `CuStream` made with `CuStream::from_raw` stays live while it is used), so
+    /// the call itself is safe; streams that come and go should be kept alive (PyTorch keeps
+    /// its streams for the life of the process).
+    ///
     /// # Time Complexity
     /// With one stream, as the heap's `alloc`. With several, a lookup among the streams and the
     /// pending list's `O(log n)` on top; a miss adds a driver call per stream.
@@ -523,14 +531,11 @@ impl<D: Driver> DevicePool<D> {
     }
 
     /// Marks `block` as used by `other` as well as its own stream: its free will wait for an
-    /// event on `other` too, and no stream takes it back before that has completed.
-    ///
-    /// # Safety
-    ///
-    /// `other` is a live stream of the pool's driver (see
-    /// [`Driver::stream_destroy`]), and stays live until the block has been freed and its
-    /// events recorded: the pool records an event on it.
-    pub unsafe fn record_stream(
+    /// event on `other` too, and no stream takes it back before that has completed (PyTorch's
+    /// `recordStream`). The pool records an event on `other` later, so `other` must stay live
+    /// as long as the pool may use it, as every stream handed to the pool must (see
+    /// [`DevicePool::alloc`]).
+    pub fn record_stream(
         &mut self,
         block: &DeviceBlock<D::Stream>,
         other: D::Stream,
@@ -577,8 +582,8 @@ impl<D: Driver> DevicePool<D> {
     /// the blocks it freed into the heap serve another.
     #[cold]
     fn go_multi(&mut self, first: D::Stream) -> Result<(), DeviceError> {
-        // SAFETY: `first` allocated from this pool, so it is a live stream of its driver (the
-        // caller's promise for `alloc`: allocating on a stream means using it).
+        // SAFETY: `first` allocated from this pool, so it is live as long as the pool uses it
+        // (the contract of stream values; see `alloc`).
         unsafe { self.driver().stream_synchronize(first)? };
         self.counters.synchronizations += 1;
         self.mode = Mode::Multi;
@@ -600,7 +605,7 @@ impl<D: Driver> DevicePool<D> {
         };
         let stream = self.streams[si].stream;
         // SAFETY: the event is this pool's and live; the stream allocated from (or was named
-        // to) this pool, so it is live (the callers' promises).
+        // to) this pool, so it is live as long as the pool uses it (see `alloc`).
         if let Err(e) = unsafe { self.driver().event_record(event, stream) } {
             self.idle_events.push(event);
             return Err(e.into());
@@ -736,11 +741,7 @@ impl<D: Driver> DevicePool<D> {
     }
 
     /// [`DevicePool::record_stream`] for a block handed out by [`DevicePool::alloc_ptr`].
-    ///
-    /// # Safety
-    ///
-    /// As for [`DevicePool::record_stream`].
-    pub unsafe fn record_stream_ptr(
+    pub fn record_stream_ptr(
         &mut self,
         ptr: DevicePtr,
         other: D::Stream,
@@ -749,8 +750,7 @@ impl<D: Driver> DevicePool<D> {
             .by_addr
             .get(&(ptr.0 as usize))
             .ok_or(DeviceError::UnknownPointer(ptr))?;
-        // SAFETY: forwarded caller contract.
-        unsafe { self.record_stream(&b, other) }
+        self.record_stream(&b, other)
     }
 
     /// The pool's statistics.

@@ -69,21 +69,29 @@
 #![warn(missing_docs)]
 
 mod addr_hash;
+mod buffer;
 pub mod cuda;
+mod cudarc_buffer;
 mod device_pool;
 pub mod driver;
 pub mod error;
 pub mod fake;
 mod pending;
+mod registry;
+mod shared_device;
 pub mod source;
 #[cfg(feature = "torch-model")]
 pub mod torch_model;
 
+pub use buffer::DeviceBuffer;
 pub use cuda::{driver_present, CuEvent, CuPhysical, CuStream, CudaDriver};
+pub use cudarc_buffer::CudaBuffer;
 pub use device_pool::{
     DeviceBlock, DeviceConfig, DeviceCounters, DeviceError, DeviceHeap, DevicePool, DeviceStats,
 };
 pub use driver::{DevicePtr, Driver, Granularity, MemInfo, PinFlags};
 pub use error::{code, code_name, DriverError};
 pub use fake::{FakeConfig, FakeDriver};
+pub use registry::PoolRegistry;
+pub use shared_device::SharedDevicePool;
 pub use source::{DeviceSource, Regions};

@@ -180,8 +180,7 @@ fn record_stream_makes_a_free_wait_for_every_stream_that_used_it() {
     let (s, t, u) = (st[0], st[1], st[2]);
     let mut pool = DevicePool::new(&gpu, plain(64 * MIB, None, 1)).unwrap();
     let a = pool.alloc(MIB, s).unwrap();
-    // SAFETY: `t` is a live stream of the driver until the end of the test.
-    unsafe { pool.record_stream(&a, t).unwrap() };
+    pool.record_stream(&a, t).unwrap();
     assert!(pool.stats().multi_stream, "a second stream in use");
     let before = gpu.calls();
     pool.free(a).unwrap();
@@ -207,8 +206,7 @@ fn record_stream_makes_a_free_wait_for_every_stream_that_used_it() {
     assert_eq!(d.ptr(), a.ptr());
     pool.check().unwrap();
     // Refused: a block freed already.
-    // SAFETY: as above.
-    let e = unsafe { pool.record_stream(&a, u) };
+    let e = pool.record_stream(&a, u);
     assert_eq!(e, Err(DeviceError::Block(Error::DoubleFree)));
     for x in [b, c, d] {
         pool.free(x).unwrap();
@@ -565,8 +563,7 @@ fn random_run(config: DeviceConfig, total: usize, seed: u64, steps: usize) {
                 let i = rng.below(live.len() as u64) as usize;
                 let other = st[rng.below(3) as usize];
                 let (b, used) = &mut live[i];
-                // SAFETY: the test's streams live until the end.
-                unsafe { pool.record_stream(b, other).unwrap() };
+                pool.record_stream(b, other).unwrap();
                 if !used.contains(&other) {
                     used.push(other);
                 }

@@ -133,7 +133,7 @@ fn bad_buffers_are_refused() {
     let over = pool.buffer::<u64>(usize::MAX / 4, s).unwrap_err();
     assert!(matches!(over, DeviceError::Pool { error, .. } if error.error == Error::SizeOverflow));
     #[repr(align(4096))]
-    struct Page([u8; 4096]);
+    struct Page(#[allow(dead_code)] [u8; 4096]);
     let align = pool.buffer::<Page>(1, s).unwrap_err();
     assert!(matches!(align, DeviceError::Pool { error, .. } if error.error == Error::BadAlign));
     let huge = pool.buffer::<u8>(1 << 40, s).unwrap_err();

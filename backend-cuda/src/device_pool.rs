@@ -18,10 +18,12 @@
 //!    heap were freed on it and may still be in use there), and from then on a block freed on
 //!    S is *pending* (see `pending.rs`): S may take it again at once (best fit among S's
 //!    pending blocks), and it joins S's open batch of frees. One event recorded on S fences a
-//!    whole batch (when it reaches `batch` frees, or when some allocation misses); when it has
-//!    completed, the batch's blocks go back to the heap, where they merge with their free
-//!    neighbours and serve every stream. Events on one stream complete in order, so only each
-//!    stream's oldest batch is queried.
+//!    whole batch: when it reaches `batch` frees, when it has waited `batch_age` pool calls
+//!    (the sooner an event is recorded, the sooner it completes), or when some allocation
+//!    misses; when it has completed, the batch's blocks go back to the heap, where they merge
+//!    with their free neighbours and serve every stream. Events on one stream complete in
+//!    order, so only each stream's oldest batch is queried (when a batch is fenced, and on a
+//!    miss).
 //! 3. **`record_stream(block, T)`** marks a block as used by stream T too: its free then waits
 //!    for a batch on each of its streams (an event on T as well as on S), and S may not take it
 //!    back before.
@@ -74,6 +76,10 @@ pub struct DeviceConfig {
     pub granule: usize,
     /// The most frees one event covers: a stream's open batch is fenced when it reaches this.
     pub batch: usize,
+    /// The most pool calls (allocations and frees, on any stream) an open batch waits before
+    /// it is fenced: the sooner its event is recorded, the sooner it completes and the memory
+    /// serves every stream.
+    pub batch_age: u64,
 }
 
 impl DeviceConfig {
@@ -84,6 +90,7 @@ impl DeviceConfig {
         policy: Policy::new().growth(Growth::Fixed(1 << 30)),
         granule: DEVICE_GRANULE,
         batch: 64,
+        batch_age: 16,
     };
 
     /// Virtual-memory growth ([`Regions::VMM`]): one region grown by 64 MiB chunks, trimmed by
@@ -95,6 +102,7 @@ impl DeviceConfig {
             .release_above(64 << 20),
         granule: DEVICE_GRANULE,
         batch: 64,
+        batch_age: 16,
     };
 }
 
@@ -265,6 +273,9 @@ pub struct DevicePool<D: Driver> {
     by_addr: AddrMap<DeviceBlock<D::Stream>>,
     /// Spare batch vectors.
     spare: Vec<Vec<SlotRef>>,
+    batch_age: u64,
+    /// Allocations and frees in multi-stream mode, to age open batches by.
+    clock: u64,
     counters: DeviceCounters,
 }
 
@@ -300,6 +311,8 @@ impl<D: Driver> DevicePool<D> {
             tag: 0,
             by_addr: AddrMap::default(),
             spare: Vec::new(),
+            batch_age: config.batch_age.max(1),
+            clock: 0,
             counters: DeviceCounters::default(),
         })
     }
@@ -381,6 +394,8 @@ impl<D: Driver> DevicePool<D> {
         size: usize,
         stream: D::Stream,
     ) -> Result<DeviceBlock<D::Stream>, DeviceError> {
+        self.clock += 1;
+        self.fence_aged()?;
         let si = self.stream_index(stream);
         let new = |chunk: Block| DeviceBlock {
             ptr: DevicePtr(chunk.addr as u64),
@@ -493,6 +508,7 @@ impl<D: Driver> DevicePool<D> {
     #[inline(never)]
     fn free_multi(&mut self, block: DeviceBlock<D::Stream>) -> Result<(), DeviceError> {
         self.validate(&block).map_err(DeviceError::Block)?;
+        self.clock += 1;
         let addr = block.chunk.addr;
         let si = self.stream_index(block.stream);
         let extras = self.extra.remove(&addr).unwrap_or_default();
@@ -521,6 +537,9 @@ impl<D: Driver> DevicePool<D> {
             if let Some(v) = self.spare.pop() {
                 state.open = v;
             }
+        }
+        if state.open.is_empty() {
+            state.opened = self.clock;
         }
         state.open.push(r);
         if state.open.len() >= self.batch {
@@ -613,6 +632,19 @@ impl<D: Driver> DevicePool<D> {
         self.counters.events_recorded += 1;
         let slots = std::mem::take(&mut self.streams[si].open);
         self.streams[si].fenced.push_back(Batch { event, slots });
+        Ok(())
+    }
+
+    /// Fences the open batches that have waited `batch_age` pool calls, and polls those
+    /// streams.
+    fn fence_aged(&mut self) -> Result<(), DeviceError> {
+        for si in 0..self.streams.len() {
+            let st = &self.streams[si];
+            if !st.open.is_empty() && self.clock - st.opened >= self.batch_age {
+                self.fence(si)?;
+                self.poll(si)?;
+            }
+        }
         Ok(())
     }
 

@@ -138,6 +138,8 @@ pub(crate) struct StreamState<S, E> {
     pub(crate) fit: BTreeSet<(usize, u32)>,
     /// Frees since the last event recorded on this stream.
     pub(crate) open: Vec<SlotRef>,
+    /// The pool's clock when the open batch got its first free.
+    pub(crate) opened: u64,
     /// Batches with an event recorded, oldest first.
     pub(crate) fenced: VecDeque<Batch<E>>,
 }
@@ -148,6 +150,7 @@ impl<S, E> StreamState<S, E> {
             stream,
             fit: BTreeSet::new(),
             open: Vec::new(),
+            opened: 0,
             fenced: VecDeque::new(),
         }
     }

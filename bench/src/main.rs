@@ -5,9 +5,12 @@
 //! - `random-actions`: talc's published speed benchmark, so that figures line up with talc's;
 //! - `efficiency`: talc's heap-efficiency benchmark (how full a heap gets before a failure);
 //! - `replay [TRACE...]`: recorded allocation traces replayed through every allocator, with
-//!   time per event and peak footprint against the trace's peak live bytes.
+//!   time per event and peak footprint against the trace's peak live bytes;
+//! - `device [TRACE]`: a device trace through tagalloc's stream-ordered device pool (plain
+//!   and virtual-memory regions) and a model of PyTorch's CUDA caching allocator, on the fake
+//!   CUDA driver: peak reserved ÷ peak live, driver calls, host ns per event.
 //!
-//! With no subcommand a default suite runs all four, shortened to take about a minute (see
+//! With no subcommand a default suite runs the first four, shortened to take about a minute (see
 //! the README for the measurement).
 //! Results are markdown tables on stdout (`--json` for machines), SVG charts under
 //! `target/tagalloc-bench/`, and a progress bar on stderr when it is a terminal.
@@ -15,6 +18,7 @@
 //! Run: `cargo run --release -p tagalloc-bench [-- SUBCOMMAND] [OPTIONS]`
 
 mod bump;
+mod device;
 mod efficiency;
 mod micro;
 mod plot;
@@ -38,12 +42,16 @@ tagalloc-bench: tagalloc against peer allocators
 USAGE:
     tagalloc-bench [OPTIONS] [SUBCOMMAND]
 
-SUBCOMMANDS (none: the default suite, all four shortened, about a minute):
+SUBCOMMANDS (none: the default suite, the first four shortened, about a minute):
     micro               alloc+free of random 8..=512-byte blocks, 1000 live
     random-actions      talc's random-actions benchmark (7 trials x 200 ms per size)
     efficiency          talc's heap-efficiency benchmark (300 rounds)
     replay [TRACE...]   replay allocation traces (files or directories; default: every
                         trace in ../shared/traces, else the bundled tests/data traces)
+    device [TRACE]      a device trace (default ../shared/traces/torch-cs336.trace.gz;
+                        with --quick a synthetic 3-stream one) through tagalloc's device
+                        pool (plain and VMM regions) and a model of PyTorch's caching
+                        allocator on the fake CUDA driver (15 interleaved runs)
 
 OPTIONS:
     --quick             a seconds-long smoke run: tiny durations, few rounds, the bundled
@@ -113,18 +121,21 @@ fn parse_args() -> Result<Option<Args>, String> {
             Value(v) if args.command.is_none() => {
                 let name = v.string().map_err(e)?;
                 match name.as_str() {
-                    "micro" | "random-actions" | "efficiency" | "replay" => {
+                    "micro" | "random-actions" | "efficiency" | "replay" | "device" => {
                         args.command = Some(name)
                     }
                     other => {
                         return Err(format!(
                             "unknown subcommand `{other}` (expected micro, random-actions, \
-                             efficiency or replay)"
+                             efficiency, replay or device)"
                         ))
                     }
                 }
             }
             Value(v) if args.command.as_deref() == Some("replay") => args.traces.push(v.into()),
+            Value(v) if args.command.as_deref() == Some("device") && args.traces.is_empty() => {
+                args.traces.push(v.into())
+            }
             other => return Err(other.unexpected().to_string()),
         }
     }
@@ -246,6 +257,31 @@ fn trace_set(args: &Args, mode: Mode) -> Result<TraceSet, Failure> {
     })
 }
 
+/// The trace `device` replays, and where it came from: the one named, else the PyTorch trace
+/// of the shared collection (an error if it is missing), or, with `--quick`, a synthetic
+/// three-stream trace that needs no file.
+fn device_trace(args: &Args, mode: Mode) -> Result<(trace::Trace, String), Failure> {
+    if let Some(path) = args.traces.first() {
+        let t = trace::Trace::load(path).map_err(|e| Failure::Input(e.to_string()))?;
+        return Ok((t, format!("{} (named on the command line)", path.display())));
+    }
+    if mode == Mode::Quick {
+        let t = tagalloc_tests::device_replay::synthetic_trace(3000, 3, 50, 1);
+        let origin = format!(
+            "{}, generated (--quick: 3000 events on 3 streams, no file needed)",
+            t.name
+        );
+        return Ok((t, origin));
+    }
+    let path = trace::shared_trace("torch-cs336.trace.gz").map_err(|e| {
+        Failure::Input(format!(
+            "{e} (name a device trace: tagalloc-bench device TRACE, or use --quick)"
+        ))
+    })?;
+    let t = trace::Trace::load(&path).map_err(|e| Failure::Input(e.to_string()))?;
+    Ok((t, format!("{} (the shared collection)", path.display())))
+}
+
 fn progress(len: u64) -> ProgressBar {
     let bar = ProgressBar::new(len);
     if let Ok(style) =
@@ -289,6 +325,11 @@ fn run(args: &Args) -> Result<(), Failure> {
     let run_err = Failure::Run;
 
     // Traces first, so that a bad one stops the tool before any long measurement.
+    let device_trace = if args.command.as_deref() == Some("device") {
+        Some(device_trace(args, mode)?)
+    } else {
+        None
+    };
     let mut prepared = Vec::new();
     let mut traces = None;
     if wants("replay") {
@@ -419,6 +460,21 @@ fn run(args: &Args) -> Result<(), Failure> {
         }
         bar.finish_and_clear();
         emit(md, "replay", Value::Array(traces));
+    }
+
+    if let Some((trace, origin)) = &device_trace {
+        eprintln!("tagalloc-bench: device: replaying {origin}");
+        let opts = device::Options {
+            runs: pick(15, 15, 1),
+        };
+        let bar = progress((3 * (opts.runs + 1)) as u64);
+        let (md, json) = device::run(trace, &opts, &bar).map_err(run_err)?;
+        bar.finish_and_clear();
+        emit(
+            format!("**Device trace replayed:** {origin}.\n\n{md}"),
+            "device",
+            json,
+        );
     }
 
     if let Some(dir) = &plots {

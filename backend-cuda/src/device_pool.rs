@@ -772,6 +772,11 @@ impl<D: Driver> DevicePool<D> {
         self.free(b)
     }
 
+    /// The block [`DevicePool::alloc_ptr`] handed out at `ptr`, if it is live.
+    pub fn block_at(&self, ptr: DevicePtr) -> Option<&DeviceBlock<D::Stream>> {
+        self.by_addr.get(&(ptr.0 as usize))
+    }
+
     /// [`DevicePool::record_stream`] for a block handed out by [`DevicePool::alloc_ptr`].
     pub fn record_stream_ptr(
         &mut self,

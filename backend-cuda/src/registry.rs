@@ -5,15 +5,18 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crate::cuda::CudaDriver;
 use crate::device_pool::{DeviceConfig, DeviceError, DevicePool};
 use crate::driver::Driver;
-use crate::error::DriverError;
+use crate::error::{code, DriverError};
 use crate::shared_device::SharedDevicePool;
+use crate::source::Regions;
 
 /// How a registry opens a device's driver.
 type Open<D> = dyn Fn(u32) -> Result<D, DriverError> + Send + Sync;
 
 /// One [`SharedDevicePool`] per device ordinal, created lazily: the first request for device
-/// `n` opens its driver and builds its pool as the configuration says; every later one gets
-/// the same pool. A device that does not exist is [`DriverError::NoDevice`].
+/// `n` opens its driver and builds its pool as the configuration says (with plain regions
+/// instead of virtual-memory growth on a device that has no virtual memory management);
+/// every later one gets the same pool. A device that does not exist is
+/// [`DriverError::NoDevice`].
 ///
 /// ```
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -93,11 +96,21 @@ impl<D: Driver> PoolRegistry<D> {
         if let Some(p) = slot.get() {
             return Ok(Arc::clone(p));
         }
-        let driver = (self.open)(device)?;
-        let pool = Arc::new(SharedDevicePool::new(
-            device,
-            DevicePool::new(driver, self.config)?,
-        ));
+        let pool = match DevicePool::new((self.open)(device)?, self.config) {
+            // A device without virtual memory management: plain regions, same policy.
+            Err(DeviceError::Driver(e))
+                if e.code() == Some(code::NOT_SUPPORTED)
+                    && matches!(self.config.regions, Regions::Vmm { .. }) =>
+            {
+                let plain = DeviceConfig {
+                    regions: Regions::PLAIN,
+                    ..self.config
+                };
+                DevicePool::new((self.open)(device)?, plain)?
+            }
+            other => other?,
+        };
+        let pool = Arc::new(SharedDevicePool::new(device, pool));
         Ok(Arc::clone(slot.get_or_init(|| pool)))
     }
 

@@ -143,3 +143,23 @@ fn bad_buffers_are_refused() {
     );
     pool.with(|p| p.check()).unwrap();
 }
+
+#[test]
+fn a_device_without_virtual_memory_gets_plain_regions() {
+    let gpu = Arc::new(FakeDriver::new(FakeConfig::default()).unwrap());
+    gpu.fail_nth(
+        tagalloc_cuda::fake::Call::AllocationGranularity,
+        1,
+        tagalloc_cuda::code::NOT_SUPPORTED,
+    );
+    let open = gpu.clone();
+    let reg = PoolRegistry::new(1, DeviceConfig::VMM, move |_| Ok(open.clone()));
+    let pool = reg.get(0).unwrap();
+    assert_eq!(
+        pool.with(|p| p.pool().source().regions()),
+        tagalloc_cuda::Regions::PLAIN
+    );
+    let b = pool.alloc(1 << 20, gpu.default_stream()).unwrap();
+    assert_eq!(gpu.outstanding().allocations, 1, "a cuMemAlloc region");
+    pool.free(b).unwrap();
+}

@@ -1,11 +1,7 @@
 //! The device pool on a real GPU: both kinds of regions, two streams, trimming, and typed
 //! buffers that cudarc copies into and out of. Built everywhere (which also checks, at compile
 //! time, that cudarc's copies and kernel launches accept a [`CudaBuffer`]) and ignored unless
-//! asked for; every GPU test of the crate runs with one command on a machine with a GPU:
-//!
-//! ```text
-//! cargo test -p tagalloc-cuda -- --ignored
-//! ```
+//! asked for, with the driver's tests (see `real_driver.rs` for the command).
 
 use std::sync::Arc;
 
@@ -47,7 +43,7 @@ fn round_trip(
 }
 
 #[test]
-#[ignore = "needs a CUDA GPU: run with cargo test -p tagalloc-cuda -- --ignored"]
+#[ignore = "needs a CUDA GPU: run with cargo test -p tagalloc-cuda --test real_driver -- --ignored"]
 fn the_pool_on_a_gpu_with_both_kinds_of_regions() {
     for config in [DeviceConfig::PLAIN, DeviceConfig::VMM] {
         let gpu = CudaDriver::new(0).expect("a CUDA device");
@@ -92,7 +88,7 @@ fn the_pool_on_a_gpu_with_both_kinds_of_regions() {
 }
 
 #[test]
-#[ignore = "needs a CUDA GPU: run with cargo test -p tagalloc-cuda -- --ignored"]
+#[ignore = "needs a CUDA GPU: run with cargo test -p tagalloc-cuda --test real_driver -- --ignored"]
 fn cudarc_copies_into_and_out_of_pool_buffers() {
     let ctx = CudaContext::new(0).expect("a CUDA device");
     let stream = ctx.default_stream();

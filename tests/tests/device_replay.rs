@@ -103,8 +103,10 @@ fn synthetic_three_streams() {
         );
         // One synchronisation when the second stream appears; none while memory lasts.
         assert_eq!(r.calls.synchronizations(), 1, "{}", r.calls);
+        // Batches, not an event per free: with the default batch age (16 pool calls) this
+        // trace records about one event per four frees.
         assert!(
-            r.calls.get(Call::EventRecord) * 4 <= trace.stats().frees as u64,
+            r.calls.get(Call::EventRecord) * 3 <= trace.stats().frees as u64,
             "batches, not one event per free: {}",
             r.calls
         );

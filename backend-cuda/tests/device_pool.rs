@@ -356,6 +356,61 @@ fn plain_regions_are_device_allocations_given_back_on_trim() {
 }
 
 #[test]
+fn large_requests_bypass_the_pool_and_go_back_when_freed() {
+    let gpu = fake(1 << 30);
+    let st = streams(&gpu, 2);
+    for regions in [
+        Regions::PLAIN,
+        Regions::Vmm {
+            chunk: 2 * MIB,
+            reserve: 0,
+        },
+    ] {
+        let config = DeviceConfig {
+            regions,
+            policy: Policy::new()
+                .growth(Growth::Fixed(4 * MIB))
+                .bypass_above(16 * MIB)
+                .release_above(2 * MIB),
+            ..DeviceConfig::PLAIN
+        };
+        let mut pool = DevicePool::new(&gpu, config).unwrap();
+        let small = pool.alloc(MIB, st[0]).unwrap();
+        let big = pool.alloc(40 * MIB, st[0]).unwrap();
+        assert_device_memory(&gpu, &[small, big]);
+        let s = pool.stats().pool;
+        assert_eq!((s.bypassed, s.heap.regions), (1, 2), "{regions:?}");
+        let held = gpu.outstanding().device_bytes;
+        assert!(held >= 44 * MIB, "{held}");
+        // One stream: the bypassed region goes back at its free.
+        pool.free(big).unwrap();
+        assert_eq!(pool.stats().pool.heap.regions, 1);
+        assert_eq!(gpu.outstanding().device_bytes, held - 40 * MIB);
+        // Several streams: it goes back once its event has completed.
+        let big = pool.alloc(40 * MIB, st[1]).unwrap();
+        pool.free(big).unwrap();
+        assert_eq!(
+            pool.stats().pool.heap.regions,
+            2,
+            "pending: its region stays"
+        );
+        gpu.complete_all();
+        pool.process_events().unwrap();
+        gpu.complete_all();
+        pool.process_events().unwrap();
+        assert_eq!(pool.stats().pool.heap.regions, 1, "{regions:?}");
+        pool.check().unwrap();
+        pool.free(small).unwrap();
+        pool.trim().unwrap();
+        drop(pool);
+        let out = gpu.outstanding();
+        assert_eq!((out.allocations, out.mappings, out.device_bytes), (0, 0, 0));
+    }
+    destroy(&gpu, st);
+    assert_eq!(gpu.outstanding(), Outstanding::default());
+}
+
+#[test]
 fn reserve_a_fraction_of_free_memory_up_front() {
     let gpu = fake(64 * MIB);
     gpu.set_external_usage(16 * MIB);

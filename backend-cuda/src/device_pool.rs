@@ -83,11 +83,15 @@ pub struct DeviceConfig {
 }
 
 impl DeviceConfig {
-    /// Plain device allocations ([`Regions::PLAIN`]), regions of at least 1 GiB: few driver
-    /// calls, and a region wholly free after a trim goes back.
+    /// Plain device allocations ([`Regions::PLAIN`]), regions doubling from 64 MiB to 1 GiB
+    /// (a request larger than that gets a region its size): few driver calls for a large
+    /// workload, little held for a small one; a region wholly free after a trim goes back.
     pub const PLAIN: DeviceConfig = DeviceConfig {
         regions: Regions::PLAIN,
-        policy: Policy::new().growth(Growth::Fixed(1 << 30)),
+        policy: Policy::new().growth(Growth::Doubling {
+            initial: 64 << 20,
+            cap: 1 << 30,
+        }),
         granule: DEVICE_GRANULE,
         batch: 64,
         batch_age: 16,

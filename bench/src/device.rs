@@ -243,7 +243,9 @@ impl Which {
 
     fn setup(self) -> String {
         match self {
-            Which::Plain => "`DeviceConfig::PLAIN`: `cuMemAlloc` regions of at least 1 GiB".into(),
+            Which::Plain => {
+                "`DeviceConfig::PLAIN`: `cuMemAlloc` regions doubling from 64 MiB to 1 GiB".into()
+            }
             Which::Vmm => "`DeviceConfig::VMM`: one region, 64 MiB chunks mapped at its end".into(),
             Which::Torch => {
                 "`TorchConfig::default()` (2 MiB / 20 MiB segments, no `max_split_size`)".into()

@@ -50,7 +50,7 @@ fn pool_stream<D: Driver<Stream = CuStream>>(
     pool: &SharedDevicePool<D>,
     stream: &Arc<CudaStream>,
 ) -> CuStream {
-    pool.keep_alive(Box::new(Arc::clone(stream)));
+    pool.keep_alive(stream.cu_stream() as usize, Box::new(Arc::clone(stream)));
     // SAFETY: `stream` is a live stream of its context, kept alive as long as the pool (just
     // above), which is as long as the pool can use the handle.
     unsafe { CuStream::from_raw(stream.cu_stream()) }

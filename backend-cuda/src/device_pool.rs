@@ -521,7 +521,7 @@ impl<D: Driver> DevicePool<D> {
         let waits = u16::try_from(1 + extras.len()).unwrap_or(u16::MAX);
         let r = self
             .slots
-            .insert(block.chunk, usable, si as u16, waits, reusable);
+            .insert(block.chunk, usable, si as u32, waits, reusable);
         self.index.insert(addr, Entry::Pending(r.slot));
         if reusable {
             self.streams[si].fit.insert((usable, r.slot));

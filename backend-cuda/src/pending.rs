@@ -36,7 +36,7 @@ pub(crate) struct Slot {
     /// Bytes of the chunk (the block's size rounded up to the granule).
     pub(crate) usable: usize,
     /// The stream it was freed on (an index into the pool's stream table).
-    pub(crate) stream: u16,
+    pub(crate) stream: u32,
     /// Batches it waits for.
     pub(crate) waits: u16,
     /// Whether its own stream may take it again at once (no `record_stream` uses).
@@ -61,7 +61,7 @@ impl Slots {
         &mut self,
         block: Block,
         usable: usize,
-        stream: u16,
+        stream: u32,
         waits: u16,
         reusable: bool,
     ) -> SlotRef {

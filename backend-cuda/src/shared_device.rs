@@ -18,10 +18,10 @@ use crate::driver::{DevicePtr, Driver};
 pub struct SharedDevicePool<D: Driver> {
     device: u32,
     pool: Mutex<DevicePool<D>>,
-    /// Whatever must live as long as the pool: the streams (cudarc's `Arc<CudaStream>`) whose
-    /// handles the pool holds, so none is destroyed while the pool may still record an event
-    /// on it.
-    keep: Mutex<Vec<Box<dyn Any + Send + Sync>>>,
+    /// Whatever must live as long as the pool, by key: the streams (cudarc's
+    /// `Arc<CudaStream>`, keyed by their handle) whose handles the pool holds, so none is
+    /// destroyed while the pool may still record an event on it.
+    keep: Mutex<Vec<(usize, Box<dyn Any + Send + Sync>)>>,
 }
 
 impl<D: Driver> std::fmt::Debug for SharedDevicePool<D> {
@@ -113,11 +113,17 @@ impl<D: Driver> SharedDevicePool<D> {
         self.lock().stats()
     }
 
-    /// Keeps `value` alive as long as the pool (a stream the pool holds the handle of).
-    pub fn keep_alive(&self, value: Box<dyn Any + Send + Sync>) {
-        self.keep
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(value);
+    /// Keeps `value` alive as long as the pool (a stream the pool holds the handle of), once
+    /// per `key`: a second value with a key already kept is dropped at once.
+    pub fn keep_alive(&self, key: usize, value: Box<dyn Any + Send + Sync>) {
+        let mut keep = self.keep.lock().unwrap_or_else(|e| e.into_inner());
+        if !keep.iter().any(|(k, _)| *k == key) {
+            keep.push((key, value));
+        }
+    }
+
+    /// How many values [`SharedDevicePool::keep_alive`] keeps.
+    pub fn kept(&self) -> usize {
+        self.keep.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 }

@@ -163,3 +163,14 @@ fn a_device_without_virtual_memory_gets_plain_regions() {
     assert_eq!(gpu.outstanding().allocations, 1, "a cuMemAlloc region");
     pool.free(b).unwrap();
 }
+
+#[test]
+fn values_are_kept_once_per_key() {
+    let (reg, _gpus) = registry(1);
+    let pool = reg.get(0).unwrap();
+    for _ in 0..3 {
+        pool.keep_alive(7, Box::new(Arc::new(1u8)));
+    }
+    pool.keep_alive(8, Box::new(()));
+    assert_eq!(pool.kept(), 2);
+}

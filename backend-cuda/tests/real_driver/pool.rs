@@ -104,6 +104,7 @@ fn cudarc_copies_into_and_out_of_pool_buffers() {
         let c = pool.cuda_buffer::<u8>(n, &other).unwrap();
         assert_ne!(c.buffer().ptr(), a.buffer().ptr());
     }
+    assert_eq!(pool.kept(), 2, "each stream kept alive once");
     stream.synchronize().unwrap();
     other.synchronize().unwrap();
     pool.trim().unwrap();

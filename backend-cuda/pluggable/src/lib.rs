@@ -13,10 +13,21 @@
 //! ```c
 //! void* tagalloc_malloc(ssize_t size, int device, cudaStream_t stream);
 //! void  tagalloc_free(void* ptr, ssize_t size, int device, cudaStream_t stream);
-//! int   tagalloc_record_stream(void* ptr, int device, cudaStream_t stream);
-//! int   tagalloc_empty_cache(int device);                  /* -1: every device */
+//! void  tagalloc_record_stream(void* ptr, cudaStream_t stream);  /* set_record_stream_fn */
+//! void  tagalloc_empty_cache(void);                              /* set_reset_fn */
 //! int   tagalloc_stats(int device, TagallocStats* out);
 //! size_t tagalloc_last_error(char* buf, size_t len);   /* copies the message, returns its length */
+//! ```
+//!
+//! The record-stream and empty-cache calls have the signatures of the allocator's optional
+//! hooks, so PyTorch can call them too:
+//!
+//! ```python
+//! import ctypes
+//! lib = ctypes.CDLL("target/release/libtagalloc_cuda_pluggable.so")
+//! addr = lambda name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+//! alloc._allocator.set_record_stream_fn(addr("tagalloc_record_stream"))
+//! alloc._allocator.set_reset_fn(addr("tagalloc_empty_cache"))
 //! ```
 //!
 //! One pool per device ([`tagalloc_cuda::PoolRegistry`]), created on the device's first
@@ -124,16 +135,15 @@ impl<D: Driver> Allocator<D> {
         p.free_ptr(ptr).map_err(message)
     }
 
-    /// Marks the block at `ptr` as used on `stream` too.
-    pub fn record_stream(
-        &self,
-        ptr: DevicePtr,
-        device: c_int,
-        stream: D::Stream,
-    ) -> Result<(), String> {
-        let pool = self.registry.get(self.device(device)?).map_err(message)?;
-        pool.with(|p| p.record_stream_ptr(ptr, stream))
-            .map_err(message)
+    /// Marks the block at `ptr` (on whichever device holds it) as used on `stream` too.
+    pub fn record_stream(&self, ptr: DevicePtr, stream: D::Stream) -> Result<(), String> {
+        for pool in self.registry.created() {
+            let mut p = pool.lock();
+            if p.block_at(ptr).is_some() {
+                return p.record_stream_ptr(ptr, stream).map_err(message);
+            }
+        }
+        Err(message(DeviceError::UnknownPointer(ptr)))
     }
 
     /// Empties the cache of `device`, or of every device created so far for -1.
@@ -256,29 +266,23 @@ pub extern "C" fn tagalloc_free(
     with_global((), |a| a.free(DevicePtr(ptr as usize as u64), size, device));
 }
 
-/// Marks the block at `ptr` as used on `stream` as well (PyTorch's `recordStream`): its
-/// memory goes to another stream only after `stream`'s work up to the free has finished.
-/// 0 on success, -1 on failure.
+/// Marks the block at `ptr` as used on `stream` as well (PyTorch's `recordStream`, the
+/// signature of `set_record_stream_fn`): its memory goes to another stream only after
+/// `stream`'s work up to the free has finished. A failure (not a live block) is recorded for
+/// [`tagalloc_last_error`].
 #[no_mangle]
-pub extern "C" fn tagalloc_record_stream(
-    ptr: *mut c_void,
-    device: c_int,
-    stream: *mut c_void,
-) -> c_int {
-    with_global(-1, |a| {
-        a.record_stream(DevicePtr(ptr as usize as u64), device, stream_of(stream))?;
-        Ok(0)
-    })
+pub extern "C" fn tagalloc_record_stream(ptr: *mut c_void, stream: *mut c_void) {
+    with_global((), |a| {
+        a.record_stream(DevicePtr(ptr as usize as u64), stream_of(stream))
+    });
 }
 
-/// Gives back to the driver what the pool of `device` (-1: every device) holds and does not
-/// use (PyTorch's `empty_cache`). 0 on success, -1 on failure.
+/// Gives back to the driver what every device's pool holds and does not use (PyTorch's
+/// `empty_cache`, the signature of `set_reset_fn`). A failure is recorded for
+/// [`tagalloc_last_error`].
 #[no_mangle]
-pub extern "C" fn tagalloc_empty_cache(device: c_int) -> c_int {
-    with_global(-1, |a| {
-        a.empty_cache(device)?;
-        Ok(0)
-    })
+pub extern "C" fn tagalloc_empty_cache() {
+    with_global((), |a| a.empty_cache(-1));
 }
 
 /// Fills `*out` with the statistics of `device`'s pool. Returns `out->status`: 0 on success,

@@ -7,7 +7,7 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::Arc;
 
 use tagalloc_cuda::fake::Outstanding;
-use tagalloc_cuda::{DeviceConfig, Driver, FakeConfig, FakeDriver, PoolRegistry};
+use tagalloc_cuda::{DeviceConfig, DevicePtr, Driver, FakeConfig, FakeDriver, PoolRegistry};
 use tagalloc_cuda_pluggable::{
     tagalloc_empty_cache, tagalloc_free, tagalloc_last_error, tagalloc_malloc,
     tagalloc_record_stream, tagalloc_stats, Allocator, TagallocStats,
@@ -41,7 +41,11 @@ fn the_allocator_serves_frees_by_address_and_reports() {
     let p = a.malloc(1000, 1, s0).unwrap().unwrap();
     let q = a.malloc(5 << 20, 1, s1).unwrap().unwrap();
     assert!(gpus[1].is_device_address(p) && gpus[1].is_accessible(q, 5 << 20));
-    a.record_stream(p, 1, s1).unwrap();
+    a.record_stream(p, s1).unwrap();
+    assert!(a
+        .record_stream(DevicePtr(8), s1)
+        .unwrap_err()
+        .contains("not a live block"));
     let st = a.stats(1).unwrap();
     assert_eq!(st.status, 0);
     assert_eq!(st.in_use, 1024 + (5 << 20));
@@ -101,15 +105,15 @@ fn the_exported_functions_on_this_machine() {
             assert_eq!((status, st.status), (0, 0));
             assert!(st.in_use >= 4096);
             tagalloc_free(p, 4096, 0, null);
-            assert_eq!(tagalloc_empty_cache(0), 0);
+            tagalloc_empty_cache();
         }
     } else {
         assert!(p.is_null(), "no driver: malloc returns null");
         assert_eq!((status, st.status), (-1, -1));
         let e = last_error();
         assert!(e.contains("no CUDA driver"), "{e}");
-        assert_eq!(tagalloc_empty_cache(-1), -1);
-        assert_eq!(tagalloc_record_stream(null, 0, null), -1);
+        tagalloc_empty_cache();
+        tagalloc_record_stream(null, null);
         tagalloc_free(null, 0, 0, null); // null: nothing to do
         tagalloc_free(8 as *mut c_void, 16, 0, null); // refused, not a crash
         assert!(last_error().contains("no CUDA driver"));

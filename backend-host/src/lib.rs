@@ -1,5 +1,36 @@
-//! Host memory regions for the `tagalloc` core.
+//! Host memory for the `tagalloc` core: regions from the operating system, a lock that parks,
+//! and a ready global allocator for `std` programs.
 //!
-//! This crate will supply regions from the operating system to the tagalloc core through its
-//! region-source trait: anonymous `mmap` mappings, pinned pages locked with `mlock`, and huge
-//! pages where the system offers them. Nothing is implemented yet.
+//! - [`MmapSource`]: a `tagalloc::RegionSource` of anonymous private `mmap` regions, optionally
+//!   page-locked (`mlock`), on huge pages (`MAP_HUGETLB`, else `madvise(MADV_HUGEPAGE)`) and
+//!   pre-faulted; regions grow in place (`mremap`), lose their free tails (`munmap`) and the
+//!   pages of free chunks (`madvise(MADV_DONTNEED)`). A refused call is an error value; the
+//!   details (which call, how many bytes, the error number, `RLIMIT_MEMLOCK`) are kept as a
+//!   [`SourceError`].
+//! - [`FutexLock`]: a `lock_api::RawMutex` whose waiters sleep on a futex and that never
+//!   allocates, so it can guard the global allocator (`parking_lot`'s cannot: see its docs).
+//! - [`HostAllocator`]: a `tagalloc::SharedPool` of the two with a growth and trimming policy,
+//!   adopted in one line:
+//!
+//! ```no_run
+//! #[global_allocator]
+//! static A: tagalloc_host::HostAllocator = tagalloc_host::HostAllocator::new();
+//! ```
+//!
+//! Linux only: the source relies on `mremap`, `MAP_HUGETLB`, `MAP_POPULATE` and
+//! `MADV_POPULATE_WRITE`, the lock on futexes.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+#[cfg(not(target_os = "linux"))]
+compile_error!("tagalloc-host supports Linux only (mremap, MAP_HUGETLB, futexes)");
+
+mod futex;
+mod global;
+mod mmap;
+mod os;
+
+pub use futex::FutexLock;
+pub use global::{HostAllocator, HostPool};
+pub use mmap::{Call, HugePages, MmapOptions, MmapSource, SourceError};

@@ -6,9 +6,20 @@
 //! - `efficiency`: talc's heap-efficiency benchmark (how full a heap gets before a failure);
 //! - `replay [TRACE...]`: recorded allocation traces replayed through every allocator, with
 //!   time per event and peak footprint against the trace's peak live bytes;
+//! - `pool [TRACE...]`: traces replayed through tagalloc's pool under several growth and trim
+//!   policies: peak reserved against peak live, what trimming gives back, and the policy
+//!   layer's time over the bare heap;
+//! - `snapshot TRACE`: the pool's heap at one moment of a trace, drawn region by region.
+//! - `plan [CSV...]`: static memory planning (`tagalloc::plan`) on problems with known
+//!   lifetimes: lower bound, greedy and exact-search arenas, proof of optimality, time;
+//! - `plan-trace [TRACE...]`: a trace's lifetimes planned offline against tagalloc's dynamic
+//!   footprint on the same events. Neither planning command is part of the default suite.
+//! - `threads`: 1, 2, 4 and 8 threads allocating and freeing through one shared allocator,
+//!   some frees handed to another thread: operations per second. Not in the default suite.
 //! - `device [TRACE]`: a device trace through tagalloc's stream-ordered device pool (plain
 //!   and virtual-memory regions) and a model of PyTorch's CUDA caching allocator, on the fake
-//!   CUDA driver: peak reserved ÷ peak live, driver calls, host ns per event.
+//!   CUDA driver: peak reserved ÷ peak live, driver calls, host ns per event. Not in the
+//!   default suite.
 //!
 //! With no subcommand a default suite runs the first four, shortened to take about a minute (see
 //! the README for the measurement).
@@ -17,16 +28,24 @@
 //!
 //! Run: `cargo run --release -p tagalloc-bench [-- SUBCOMMAND] [OPTIONS]`
 
+mod arena_source;
 mod bump;
+mod clock;
 mod device;
 mod efficiency;
+mod heapmap;
 mod micro;
+mod plan;
+mod plan_trace;
 mod plot;
+mod pool;
 mod random_actions;
 mod replay;
 mod report;
+mod snapshot;
 mod style;
 mod subjects;
+mod threads;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -48,20 +67,50 @@ SUBCOMMANDS (none: the default suite, the first four shortened, about a minute):
     efficiency          talc's heap-efficiency benchmark (300 rounds)
     replay [TRACE...]   replay allocation traces (files or directories; default: every
                         trace in ../shared/traces, else the bundled tests/data traces)
+    pool [TRACE...]     replay traces through tagalloc's pool under growth and trim
+                        policies: peak reserved / peak live, trim, ns/event over the
+                        bare heap (default: python-json, sqlite, android-systemui from
+                        ../shared/traces, else the bundled traces)
+    snapshot TRACE      replay a trace through a pool up to --at and draw its heap as an
+                        SVG: regions, chunks in use and free, fragmentation
+    plan [CSV...]       static memory planning problems (files or directories; default:
+                        ../shared/plans/*.csv, else the bundled bench/data/plans); not in
+                        the default suite
+    plan-trace [TRACE...]
+                        plan a trace's lifetimes offline and compare with tagalloc's
+                        dynamic footprint on the same events (traces as for replay); not
+                        in the default suite
+    threads [N|ALLOCATOR...]
+                        1, 2, 4 and 8 threads allocating and freeing through one shared
+                        allocator (tagalloc's GlobalHeap and HostAllocator, talc, rlsf,
+                        glibc), a quarter of the frees handed to another thread:
+                        operations per second (--runs: rounds, default 7); naming thread
+                        counts or allocators (their JSON keys) runs only those, to
+                        profile one; not in the default suite
     device [TRACE]      a device trace (default ../shared/traces/torch-cs336.trace.gz;
                         with --quick a synthetic 3-stream one) through tagalloc's device
                         pool (plain and VMM regions) and a model of PyTorch's caching
-                        allocator on the fake CUDA driver (15 interleaved runs)
+                        allocator on the fake CUDA driver (15 interleaved
+                        runs); not in the default suite
 
 OPTIONS:
     --quick             a seconds-long smoke run: tiny durations, few rounds, the bundled
                         traces only (their first 20,000 events)
     --json              print the results as JSON instead of markdown tables
-    --runs N            repetitions: micro and replay runs, random-actions trials,
+    --runs N            repetitions: micro, replay and pool runs, random-actions trials,
                         efficiency rounds
-    --budget SECONDS    replay: stop one allocator's run on one trace after this long
-    --out DIR           where the SVG charts go (default: target/tagalloc-bench)
+    --budget SECONDS    replay: stop one allocator's run on one trace after this long;
+                        plan, plan-trace: time for the exact search on each problem
+                        (default 10)
+    --events N          plan-trace: events used from the start of each trace
+                        (default 50000)
+    --out DIR           where the SVG charts go (default: target/tagalloc-bench);
+                        for snapshot, the SVG file to write
     --no-plots          write no charts
+    --at EVENT|peak     snapshot: after this many events, or when live bytes peak
+                        (default: peak)
+    --policy NAME       snapshot: the pool's growth, fixed-64k, fixed-2m (default) or
+                        doubling (1 MiB to 64 MiB)
     -h, --help          this text
 ";
 
@@ -69,12 +118,18 @@ OPTIONS:
 struct Args {
     command: Option<String>,
     traces: Vec<PathBuf>,
+    problems: Vec<PathBuf>,
     quick: bool,
     json: bool,
     runs: Option<usize>,
     budget: Option<f64>,
+    events: Option<usize>,
     out: Option<PathBuf>,
     plots: bool,
+    at: Option<snapshot::At>,
+    policy: Option<pool::Growing>,
+    /// `threads`: the thread counts and allocators named after it.
+    selection: Vec<String>,
 }
 
 /// Why the tool stopped: bad input (exit code 2) or a failure while running (1).
@@ -88,12 +143,17 @@ fn parse_args() -> Result<Option<Args>, String> {
     let mut args = Args {
         command: None,
         traces: Vec::new(),
+        problems: Vec::new(),
         quick: false,
         json: false,
         runs: None,
         budget: None,
+        events: None,
         out: None,
         plots: true,
+        at: None,
+        policy: None,
+        selection: Vec::new(),
     };
     let mut parser = lexopt::Parser::from_env();
     let e = |e: lexopt::Error| e.to_string();
@@ -116,28 +176,67 @@ fn parse_args() -> Result<Option<Args>, String> {
                 }
                 args.budget = Some(s);
             }
+            Long("events") => {
+                let n: usize = parser.value().map_err(e)?.parse().map_err(e)?;
+                if n == 0 {
+                    return Err("--events must be at least 1".into());
+                }
+                args.events = Some(n);
+            }
             Long("out") => args.out = Some(parser.value().map_err(e)?.into()),
+            Long("at") => {
+                let v = parser.value().map_err(e)?.string().map_err(e)?;
+                args.at = Some(snapshot::At::parse(&v)?);
+            }
+            Long("policy") => {
+                let v = parser.value().map_err(e)?.string().map_err(e)?;
+                let keys: Vec<&str> = pool::GROWTHS.iter().map(|g| g.key).collect();
+                args.policy = Some(pool::growth_named(&v).ok_or_else(|| {
+                    format!("unknown --policy `{v}` (expected {})", keys.join(", "))
+                })?);
+            }
             Short('h') | Long("help") => return Ok(None),
             Value(v) if args.command.is_none() => {
                 let name = v.string().map_err(e)?;
                 match name.as_str() {
-                    "micro" | "random-actions" | "efficiency" | "replay" | "device" => {
-                        args.command = Some(name)
-                    }
+                    "micro" | "random-actions" | "efficiency" | "replay" | "pool" | "snapshot"
+                    | "plan" | "plan-trace" | "threads" | "device" => args.command = Some(name),
                     other => {
                         return Err(format!(
                             "unknown subcommand `{other}` (expected micro, random-actions, \
-                             efficiency, replay or device)"
+                             efficiency, replay, pool, snapshot, plan, plan-trace, threads or \
+                             device)"
                         ))
                     }
                 }
             }
-            Value(v) if args.command.as_deref() == Some("replay") => args.traces.push(v.into()),
+            Value(v)
+                if matches!(
+                    args.command.as_deref(),
+                    Some("replay" | "pool" | "snapshot" | "plan-trace")
+                ) =>
+            {
+                args.traces.push(v.into())
+            }
+            Value(v) if args.command.as_deref() == Some("plan") => args.problems.push(v.into()),
+            Value(v) if args.command.as_deref() == Some("threads") => {
+                args.selection.push(v.string().map_err(e)?)
+            }
             Value(v) if args.command.as_deref() == Some("device") && args.traces.is_empty() => {
                 args.traces.push(v.into())
             }
             other => return Err(other.unexpected().to_string()),
         }
+    }
+    let snapshot = args.command.as_deref() == Some("snapshot");
+    if !snapshot && (args.at.is_some() || args.policy.is_some()) {
+        return Err("--at and --policy belong to the snapshot subcommand".into());
+    }
+    if snapshot && args.traces.len() != 1 {
+        return Err("snapshot takes exactly one trace file".into());
+    }
+    if snapshot && args.out.as_ref().is_some_and(|o| o.file_name().is_none()) {
+        return Err("snapshot: --out takes the SVG file to write".into());
     }
     Ok(Some(args))
 }
@@ -163,8 +262,9 @@ struct TraceSet {
 }
 
 /// The trace files to replay: those named (directories expanded), or the default collection:
-/// `../shared/traces`, else (and always with `--quick`) the bundled `tests/data` traces.
-fn trace_set(args: &Args, mode: Mode) -> Result<TraceSet, Failure> {
+/// `../shared/traces` (only the traces called `wanted`, if given), else (and always with
+/// `--quick`) the bundled `tests/data` traces.
+fn trace_set(args: &Args, mode: Mode, wanted: Option<&[&str]>) -> Result<TraceSet, Failure> {
     let list = |dir: &Path| {
         trace::trace_files(dir)
             .map_err(|e| Failure::Input(format!("cannot list traces in {}: {e}", dir.display())))
@@ -214,7 +314,36 @@ fn trace_set(args: &Args, mode: Mode) -> Result<TraceSet, Failure> {
     } else {
         match trace::shared_traces_dir() {
             Some(dir) => {
-                let paths = list(&dir)?;
+                let mut paths = list(&dir)?;
+                let mut missing = Vec::new();
+                if let Some(wanted) = wanted {
+                    paths.retain(|p| wanted.contains(&trace::trace_name(p).as_str()));
+                    missing = wanted
+                        .iter()
+                        .filter(|w| !paths.iter().any(|p| trace::trace_name(p) == **w))
+                        .map(|w| w.to_string())
+                        .collect();
+                }
+                if !paths.is_empty() && !missing.is_empty() {
+                    return Ok(TraceSet {
+                        origin: format!(
+                            "{} of the shared collection's traces from {} ({}), WITHOUT {}, \
+                             which {} not there",
+                            paths.len(),
+                            dir.display(),
+                            names(&paths),
+                            missing.join(", "),
+                            if missing.len() == 1 { "is" } else { "are" }
+                        ),
+                        json: json!({
+                            "set": "shared",
+                            "dir": dir.display().to_string(),
+                            "missing": missing,
+                        }),
+                        paths,
+                        fallback: true,
+                    });
+                }
                 if !paths.is_empty() {
                     return Ok(TraceSet {
                         origin: format!(
@@ -228,7 +357,10 @@ fn trace_set(args: &Args, mode: Mode) -> Result<TraceSet, Failure> {
                         fallback: false,
                     });
                 }
-                format!("{} holds no traces", dir.display())
+                match wanted {
+                    Some(w) => format!("{} holds none of {}", dir.display(), w.join(", ")),
+                    None => format!("{} holds no traces", dir.display()),
+                }
             }
             None => format!("no shared trace collection at {}", shared.display()),
         }
@@ -282,6 +414,36 @@ fn device_trace(args: &Args, mode: Mode) -> Result<(trace::Trace, String), Failu
     Ok((t, format!("{} (the shared collection)", path.display())))
 }
 
+/// The planning problems to solve: those named (directories expanded), or the shared
+/// collection, or (for `--quick`, or without it) the bundled ones.
+fn problem_paths(args: &Args, mode: Mode) -> Result<Vec<PathBuf>, Failure> {
+    if !args.problems.is_empty() {
+        let mut paths = Vec::new();
+        for p in &args.problems {
+            if p.is_dir() {
+                paths.extend(plan::csv_files(p).map_err(Failure::Input)?);
+            } else if p.is_file() {
+                paths.push(p.clone());
+            } else {
+                return Err(Failure::Input(format!(
+                    "cannot read problem {}: no such file or directory",
+                    p.display()
+                )));
+            }
+        }
+        return Ok(paths);
+    }
+    if mode != Mode::Quick {
+        if let Some(dir) = plan::shared_dir() {
+            let files = plan::csv_files(&dir).map_err(Failure::Input)?;
+            if !files.is_empty() {
+                return Ok(files);
+            }
+        }
+    }
+    plan::csv_files(&plan::bundled_dir()).map_err(Failure::Input)
+}
+
 fn progress(len: u64) -> ProgressBar {
     let bar = ProgressBar::new(len);
     if let Ok(style) =
@@ -307,6 +469,8 @@ fn run(args: &Args) -> Result<(), Failure> {
         (false, false) => Mode::Suite,
     };
     let wants = |name: &str| args.command.is_none() || args.command.as_deref() == Some(name);
+    // Pools, snapshots and planning are other jobs than the suite's: only when asked for.
+    let only = |name: &str| args.command.as_deref() == Some(name);
     let pick = |full: usize, suite: usize, quick: usize| {
         args.runs.unwrap_or(match mode {
             Mode::Full => full,
@@ -314,8 +478,15 @@ fn run(args: &Args) -> Result<(), Failure> {
             Mode::Quick => quick,
         })
     };
+    // For snapshot, `--out` names the picture's file; its directory is made here.
     let plots = if args.plots {
-        let dir = args.out.clone().unwrap_or_else(default_out);
+        let dir = match (&args.out, only("snapshot")) {
+            (Some(file), true) => file
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .map_or_else(|| PathBuf::from("."), Path::to_path_buf),
+            (out, _) => out.clone().unwrap_or_else(default_out),
+        };
         std::fs::create_dir_all(&dir)
             .map_err(|e| Failure::Run(format!("cannot create {}: {e}", dir.display())))?;
         Some(std::fs::canonicalize(&dir).unwrap_or(dir))
@@ -332,12 +503,20 @@ fn run(args: &Args) -> Result<(), Failure> {
     };
     let mut prepared = Vec::new();
     let mut traces = None;
-    if wants("replay") {
-        let set = trace_set(args, mode)?;
+    if wants("replay") || only("pool") || only("snapshot") {
+        let wanted = only("pool").then_some(&pool::DEFAULT_TRACES[..]);
+        let set = trace_set(args, mode, wanted)?;
         if set.paths.is_empty() {
             return Err(Failure::Input(format!(
                 "no traces to replay in {}",
                 set.origin
+            )));
+        }
+        if only("snapshot") && set.paths.len() != 1 {
+            return Err(Failure::Input(format!(
+                "snapshot takes one trace, and {} holds {}",
+                args.traces[0].display(),
+                set.paths.len()
             )));
         }
         eprintln!(
@@ -355,6 +534,36 @@ fn run(args: &Args) -> Result<(), Failure> {
         bar.finish_and_clear();
         traces = Some(set);
     }
+    let mut trace_problems = Vec::new();
+    let plan_events = args
+        .events
+        .unwrap_or(if mode == Mode::Quick { 5_000 } else { 50_000 });
+    if only("plan-trace") {
+        let set = trace_set(args, mode, None)?;
+        if set.paths.is_empty() {
+            return Err(Failure::Input("no traces to plan".into()));
+        }
+        eprintln!(
+            "tagalloc-bench: {}planning {}",
+            if set.fallback { "WARNING: " } else { "" },
+            set.origin
+        );
+        for p in &set.paths {
+            trace_problems.push(plan_trace::load(p, plan_events).map_err(Failure::Input)?);
+        }
+    }
+    let mut problems = Vec::new();
+    if only("plan") {
+        let paths = problem_paths(args, mode)?;
+        if paths.is_empty() {
+            return Err(Failure::Input("no planning problems to solve".into()));
+        }
+        for p in &paths {
+            problems.push(plan::load(p).map_err(Failure::Input)?);
+        }
+    }
+
+    let threads_only = threads::Selection::parse(&args.selection).map_err(Failure::Input)?;
 
     let mut out_json = serde_json::Map::new();
     if let Some(set) = &traces {
@@ -462,6 +671,95 @@ fn run(args: &Args) -> Result<(), Failure> {
         emit(md, "replay", Value::Array(traces));
     }
 
+    if only("pool") {
+        let opts = pool::Options {
+            runs: pick(7, 3, 1),
+        };
+        let host: Vec<&replay::Prepared> = prepared.iter().filter(|p| !p.device).collect();
+        let items = host.len() * pool::ROWS * (opts.runs + 1);
+        let bar = progress(items as u64);
+        let mut md = pool::heading(opts.runs);
+        let mut traces = Vec::new();
+        for p in &prepared {
+            if p.device {
+                md.push_str(&format!(
+                    "\n### {}\n\nNot replayed: a device-memory trace, which a pool of host \
+                     memory cannot hold.\n",
+                    p.name
+                ));
+                continue;
+            }
+            let r = pool::run(p, &opts, &bar).map_err(run_err)?;
+            md.push('\n');
+            md.push_str(&r.markdown());
+            traces.push(r.json());
+        }
+        bar.finish_and_clear();
+        emit(md, "pool", Value::Array(traces));
+    }
+
+    if only("snapshot") {
+        let p = &prepared[0];
+        let when = args.at.unwrap_or(snapshot::At::Peak);
+        let at = when.resolve(p).map_err(Failure::Input)?;
+        let growing = args.policy.unwrap_or(pool::GROWTHS[1]);
+        let svg = plots.as_ref().map(|dir| match &args.out {
+            Some(file) => dir.join(file.file_name().unwrap_or_default()),
+            None => dir.join(format!(
+                "snapshot-{}-{}.svg",
+                p.name,
+                match when {
+                    snapshot::At::Peak => "peak".to_string(),
+                    snapshot::At::Events(n) => n.to_string(),
+                }
+            )),
+        });
+        let s = snapshot::run(p, at, when == snapshot::At::Peak, growing, svg.as_deref())
+            .map_err(run_err)?;
+        emit(s.markdown(), "snapshot", s.json());
+    }
+
+    if only("plan") {
+        let opts = plan::Options {
+            budget: Duration::from_secs_f64(args.budget.unwrap_or(match mode {
+                Mode::Quick => 0.2,
+                _ => 10.0,
+            })),
+        };
+        let bar = progress(problems.len() as u64);
+        let (md, json) = plan::run(&problems, &opts, &bar).map_err(run_err)?;
+        bar.finish_and_clear();
+        emit(md, "plan", json);
+    }
+
+    if only("plan-trace") {
+        let opts = plan_trace::Options {
+            budget: Duration::from_secs_f64(args.budget.unwrap_or(match mode {
+                Mode::Quick => 0.2,
+                _ => 10.0,
+            })),
+            events: plan_events,
+        };
+        let bar = progress(trace_problems.len() as u64);
+        let (md, json) = plan_trace::run(&trace_problems, &opts, &bar).map_err(run_err)?;
+        bar.finish_and_clear();
+        emit(md, "plan_trace", json);
+    }
+
+    if only("threads") {
+        let opts = threads::Options {
+            steps: if mode == Mode::Quick { 2_000 } else { 500_000 },
+            runs: pick(7, 7, 1),
+            warmup: mode != Mode::Quick,
+            only: threads_only,
+        };
+        let rounds = opts.runs + usize::from(opts.warmup);
+        let bar = progress((rounds * opts.only.runs_per_round()) as u64);
+        let (md, json) = threads::run(&opts, plots.as_deref(), &bar).map_err(run_err)?;
+        bar.finish_and_clear();
+        emit(md, "threads", json);
+    }
+
     if let Some((trace, origin)) = &device_trace {
         eprintln!("tagalloc-bench: device: replaying {origin}");
         let opts = device::Options {
@@ -477,14 +775,20 @@ fn run(args: &Args) -> Result<(), Failure> {
         );
     }
 
-    if let Some(dir) = &plots {
+    let charts = plots.as_ref().filter(|_| {
+        !["pool", "plan", "plan-trace", "device"]
+            .iter()
+            .any(|c| only(c))
+    });
+    if let Some(dir) = charts {
         out_json.insert("plots_dir".into(), json!(dir.display().to_string()));
     }
     if args.json {
         let text = serde_json::to_string_pretty(&Value::Object(out_json))
             .map_err(|e| Failure::Run(e.to_string()))?;
         println!("{text}");
-    } else if let Some(dir) = &plots {
+    } else if let Some(dir) = charts {
+        // `pool` and planning write tables only; `snapshot` names its picture in its section.
         println!("Charts: {}", dir.display());
     }
     eprintln!("finished in {:.1} s", started.elapsed().as_secs_f64());

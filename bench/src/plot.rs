@@ -21,11 +21,11 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::style::{self, Look, Shape};
 
-const FONT: FontFamily = FontFamily::SansSerif;
+pub(crate) const FONT: FontFamily = FontFamily::SansSerif;
 /// Font sizes as plotters takes them (the SVG says size / 1.24 px).
-const TITLE: f64 = 24.0;
-const TEXT: f64 = 17.0;
-const SMALL: f64 = 15.0;
+pub(crate) const TITLE: f64 = 24.0;
+pub(crate) const TEXT: f64 = 17.0;
+pub(crate) const SMALL: f64 = 15.0;
 /// Line spacing of titles and notes, in pixels.
 const TITLE_LINE: i32 = 26;
 const NOTE_LINE: i32 = 18;
@@ -79,13 +79,13 @@ pub struct Bars<'a> {
     pub notes: &'a [String],
 }
 
-type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
+pub(crate) type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 
-fn err(e: impl std::fmt::Display) -> String {
+pub(crate) fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
-fn text_style(size: f64, color: RGBColor, h: HPos, v: VPos) -> TextStyle<'static> {
+pub(crate) fn text_style(size: f64, color: RGBColor, h: HPos, v: VPos) -> TextStyle<'static> {
     TextStyle {
         font: FontDesc::new(FONT, size, FontStyle::Normal),
         color: color.to_backend_color(),
@@ -127,12 +127,12 @@ impl Ranged for Axis {
 }
 
 /// About how wide `text` is in pixels (DejaVu Sans averages a little over half an em).
-fn text_width(text: &str, size: f64) -> i32 {
+pub(crate) fn text_width(text: &str, size: f64) -> i32 {
     (text.chars().count() as f64 * size / 1.24 * 0.58).ceil() as i32
 }
 
 /// `text` broken into lines of at most `width` pixels, at spaces.
-fn wrap(text: &str, width: i32, size: f64) -> Vec<String> {
+pub(crate) fn wrap(text: &str, width: i32, size: f64) -> Vec<String> {
     let mut lines = Vec::new();
     let mut line = String::new();
     for word in text.split(' ') {
@@ -196,7 +196,7 @@ fn bar_value(v: f64) -> String {
 
 /// Evenly spaced round values (steps of 1, 2, 2.5 or 5 × a power of ten) from `lo` to `hi`,
 /// about `target` of them.
-fn ticks(lo: f64, hi: f64, target: usize) -> Vec<f64> {
+pub(crate) fn ticks(lo: f64, hi: f64, target: usize) -> Vec<f64> {
     let span = hi - lo;
     if !(span > 0.0 && span.is_finite()) {
         return vec![lo];
@@ -218,7 +218,7 @@ fn ticks(lo: f64, hi: f64, target: usize) -> Vec<f64> {
 /// The title (wrapped to the chart's width) and the notes (each wrapped), and the heights they
 /// take at the top and the bottom of the chart: known before the chart is drawn, so that it
 /// can be sized to fit them.
-fn frame_heights(
+pub(crate) fn frame_heights(
     width: i32,
     title: &str,
     notes: &[String],
@@ -238,7 +238,7 @@ fn frame_heights(
 }
 
 /// Draws the title lines at the top of `root` and the note lines from `notes_top` down.
-fn draw_frame(
+pub(crate) fn draw_frame(
     root: &Area,
     title_lines: &[String],
     note_lines: &[String],

@@ -31,7 +31,7 @@ use crate::subjects::{self, with_subject, Arena, Bench, Peer, Setup, Space, Subj
 
 /// What one replay run does.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(crate) enum Kind {
     Alloc,
     Free,
     Realloc,
@@ -40,28 +40,28 @@ enum Kind {
 /// One trace event on a dense slot. Sizes are those of the call (`old` the block's size before
 /// it, for frees and reallocs), at least 1.
 #[derive(Clone, Copy)]
-struct Op {
-    size: u32,
-    old: u32,
-    slot: u32,
-    kind: Kind,
-    align_log2: u8,
+pub(crate) struct Op {
+    pub(crate) size: u32,
+    pub(crate) old: u32,
+    pub(crate) slot: u32,
+    pub(crate) kind: Kind,
+    pub(crate) align_log2: u8,
 }
 
 /// A trace ready to replay.
 pub struct Prepared {
-    name: String,
-    stats: TraceStats,
-    ops: Vec<Op>,
-    slots: usize,
-    device: bool,
+    pub(crate) name: String,
+    pub(crate) stats: TraceStats,
+    pub(crate) ops: Vec<Op>,
+    pub(crate) slots: usize,
+    pub(crate) device: bool,
     /// Bytes a bump allocator needs for the whole trace (every request, aligned).
     bump_len: usize,
     /// Events between two footprint samples.
     sample_every: usize,
     /// Live bytes at each sample point.
     live: Vec<(usize, u64)>,
-    zero_sizes: usize,
+    pub(crate) zero_sizes: usize,
 }
 
 /// About this many footprint samples per trace, for the charts.
@@ -79,7 +79,7 @@ pub fn load(path: &Path, max_events: Option<usize>) -> Result<Prepared, String> 
     prepare(trace)
 }
 
-fn prepare(trace: Trace) -> Result<Prepared, String> {
+pub(crate) fn prepare(trace: Trace) -> Result<Prepared, String> {
     use std::collections::HashMap;
     let stats = trace.stats();
     let n = trace.events.len();

@@ -3,11 +3,11 @@
 //! and a reader who has learnt it in one chart can find it in the next.
 //!
 //! The colours are Okabe and Ito's colour-blind-safe palette (vermillion, blue, sky blue,
-//! bluish green, orange, reddish purple), with three of Paul Tol's "muted" colours (olive, wine,
-//! indigo) and a grey for the references where more are needed. Ten allocators share a chart,
-//! more than any palette keeps apart for every reader, so each also has its own marker shape,
-//! and the address allocators (which hand out ranges, not memory) have hollow markers: a line
-//! can be told from its neighbours by shape alone, in print or in grey.
+//! bluish green, orange, reddish purple), with four of Paul Tol's "muted" colours (olive, wine,
+//! indigo, rose) and a grey for the references where more are needed. Ten allocators share a
+//! chart, more than any palette keeps apart for every reader, so each also has its own marker
+//! shape, and the address allocators (which hand out ranges, not memory) have hollow markers: a
+//! line can be told from its neighbours by shape alone, in print or in grey.
 
 use plotters::style::RGBColor;
 
@@ -49,6 +49,7 @@ const REDDISH_PURPLE: RGBColor = RGBColor(0xCC, 0x79, 0xA7);
 const OLIVE: RGBColor = RGBColor(0x99, 0x99, 0x33);
 const WINE: RGBColor = RGBColor(0x88, 0x22, 0x55);
 const INDIGO: RGBColor = RGBColor(0x33, 0x22, 0x88);
+const ROSE: RGBColor = RGBColor(0xCC, 0x66, 0x77);
 // References: what the allocators are read against.
 const GREY: RGBColor = RGBColor(0x70, 0x70, 0x70);
 const INK: RGBColor = RGBColor(0, 0, 0);
@@ -129,6 +130,21 @@ const LOOKS: &[(&str, Look)] = &[
         "offset-allocator (512 B units)",
         look(INDIGO, Shape::TriangleDown, true, true),
     ),
+    // The shared heaps of the `threads` benchmark: `GlobalHeap` is the inline heap behind a
+    // lock and looks like it; with the futex lock, a second configuration, dashed with its own
+    // marker; the pool over mmap regions in Tol's rose.
+    (
+        "tagalloc GlobalHeap",
+        look(VERMILLION, Shape::Circle, false, false),
+    ),
+    (
+        "tagalloc GlobalHeap (futex)",
+        look(VERMILLION, Shape::Diamond, false, true),
+    ),
+    (
+        "tagalloc HostAllocator",
+        look(ROSE, Shape::Plus, false, false),
+    ),
 ];
 
 /// What anything not in the table gets: a thin grey dashed line, plain enough to stand out as
@@ -154,9 +170,9 @@ mod tests {
     use super::*;
     use crate::subjects::Peer;
 
-    /// The allocators that share a chart: host traces and the speed benchmarks, and the device
-    /// trace.
-    fn charts() -> [Vec<String>; 2] {
+    /// The allocators that share a chart: host traces and the speed benchmarks, the device
+    /// trace, and the threads benchmark.
+    fn charts() -> [Vec<String>; 3] {
         let host = Peer::HOST.iter().chain(&Peer::ADDRESSES);
         [
             host.map(|p| p.name()).chain([LIVE.to_string()]).collect(),
@@ -164,6 +180,10 @@ mod tests {
                 .iter()
                 .map(|p| p.name())
                 .chain([LIVE.to_string()])
+                .collect(),
+            crate::threads::Contender::ALL
+                .iter()
+                .map(|c| c.name().to_string())
                 .collect(),
         ]
     }

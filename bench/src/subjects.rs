@@ -105,6 +105,11 @@ impl Arena {
     pub fn len(&self) -> usize {
         self.layout.size()
     }
+
+    /// The arena's first byte (page-aligned), for a region source that hands out parts of it.
+    pub fn base(&mut self) -> NonNull<u8> {
+        self.ptr
+    }
 }
 
 impl Drop for Arena {

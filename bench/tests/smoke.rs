@@ -160,6 +160,8 @@ fn bad_arguments_exit_2() {
         &["--runs", "0"],
         &["--runs", "x"],
         &["--bogus"],
+        &["plan", "--budget", "0"],
+        &["plan-trace", "--events", "0"],
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_tagalloc-bench"))
             .args(args)
@@ -220,4 +222,268 @@ fn device_with_a_missing_trace_is_a_clear_error() {
     let stderr = text(&out.stderr);
     assert!(stderr.contains("missing.trace.gz"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// The pool subcommand: both tables for every bundled trace, every pool checked clean.
+#[test]
+fn pool() {
+    let args = ["--quick", "pool"];
+    let out = bench(&args);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}\n{stdout}");
+    assert!(stdout.contains("## Pools"), "{stdout}");
+    for trace in ["### perl-words", "### python-dicts"] {
+        assert!(stdout.contains(trace), "no {trace} in\n{stdout}");
+    }
+    for row in [
+        "| pool policy | source | trim |",
+        "| 64 KiB regions | separate regions | — |",
+        "| doubling 1 → 64 MiB | grows in place | trimmed |",
+        "| bare InlineHeap (A) |",
+        "| bare InlineHeap (B) |",
+        "| pool, whole arena reserved up front |",
+        "| 2 MiB regions, separate regions, trimmed |",
+    ] {
+        assert!(stdout.contains(row), "no `{row}` in\n{stdout}");
+    }
+    assert!(!stdout.contains("check failed"), "{stdout}");
+    assert!(stderr.contains("bundled traces from"), "{stderr}");
+}
+
+#[test]
+fn pool_as_json() {
+    let out = bench(&["--quick", "--json", "--no-plots", "pool"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("--json prints one JSON document");
+    let traces = json["pool"].as_array().expect("a list of traces");
+    assert_eq!(traces.len(), 2);
+    for t in traces {
+        let rows = t["rows"].as_array().expect("rows");
+        assert_eq!(
+            rows.len(),
+            15,
+            "bare A, bare B, the pool over the whole arena and 12 pools"
+        );
+        let peak = t["peak_live_bytes"].as_u64().expect("peak live");
+        for r in rows {
+            assert!(r["check"].is_null(), "{r}");
+            assert_eq!(r["failures"], 0, "{r}");
+            if r["policy"] != "bare" && r["policy"] != "whole_arena_reserved" {
+                let reserved = r["peak_reserved_bytes"].as_u64().expect("peak reserved");
+                assert!(reserved >= peak, "{r}");
+            }
+        }
+    }
+}
+
+/// The snapshot picture, at the peak and at an event, with the figures in the report and in
+/// the picture.
+#[test]
+fn snapshot() {
+    let data = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data");
+    let trace = data.join("python-dicts.trace.gz");
+    let trace = trace.to_str().expect("a UTF-8 path");
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("smoke-snapshot-pictures");
+    for (at, policy, file) in [
+        ("peak", "fixed-2m", "peak.svg"),
+        ("5000", "fixed-64k", "event.svg"),
+    ] {
+        let svg = dir.join(file);
+        let _ = std::fs::remove_file(&svg);
+        let out = Command::new(env!("CARGO_BIN_EXE_tagalloc-bench"))
+            .args(["--quick", "snapshot", trace, "--at", at, "--policy", policy])
+            .arg("--out")
+            .arg(&svg)
+            .output()
+            .expect("the benchmark binary runs");
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{stderr}\n{stdout}");
+        for figure in ["| reserved |", "| largest free chunk |", "| fragmentation"] {
+            assert!(stdout.contains(figure), "no `{figure}` in\n{stdout}");
+        }
+        let picture = std::fs::read_to_string(&svg).unwrap_or_else(|e| panic!("{svg:?}: {e}"));
+        assert!(picture.contains("<svg"), "{svg:?} is not an SVG");
+        for said in [
+            "python-dicts",
+            "fragmentation",
+            "Reserved",
+            "in use",
+            "free",
+        ] {
+            assert!(picture.contains(said), "{svg:?} does not say `{said}`");
+        }
+        if at == "peak" {
+            assert!(picture.contains("peak of live bytes"), "{svg:?}");
+        } else {
+            assert!(picture.contains("after event 5,000"), "{svg:?}");
+        }
+    }
+}
+
+#[test]
+fn snapshot_bad_input_is_a_clear_error() {
+    let data = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data");
+    let trace = data.join("python-dicts.trace.gz");
+    let trace = trace.to_str().expect("a UTF-8 path");
+    for (args, said) in [
+        (
+            &["--quick", "snapshot", trace, "--at", "999999999"][..],
+            "events",
+        ),
+        (&["--quick", "snapshot", trace, "--at", "soon"], "--at"),
+        (
+            &["--quick", "snapshot", trace, "--policy", "huge"],
+            "--policy",
+        ),
+        (&["--quick", "snapshot"], "one trace"),
+        (&["--quick", "replay", "--at", "peak"], "snapshot"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_tagalloc-bench"))
+            .args(args)
+            .arg("--no-plots")
+            .output()
+            .expect("the benchmark binary runs");
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(said), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
+
+/// Runs the tool without the chart directory (planning writes no charts).
+fn bench_plain(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tagalloc-bench"))
+        .args(args)
+        .output()
+        .expect("the benchmark binary runs")
+}
+
+#[test]
+fn plan() {
+    let out = bench_plain(&["--quick", "--no-plots", "plan"]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "plan failed: {stderr}\n{stdout}");
+    assert!(stdout.contains("## Static planning"), "{stdout}");
+    assert!(
+        stdout.contains("| problem |") && stdout.contains("| --- |"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("| chain |") && stdout.contains("| ladder |"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn plan_json_has_exactly_the_documented_fields() {
+    let out = bench_plain(&["--quick", "--json", "--no-plots", "plan"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("--json prints one JSON document");
+    let problems = json["plan"].as_array().expect("a list of problems");
+    assert_eq!(problems.len(), 2, "the two bundled problems");
+    for p in problems {
+        let mut keys: Vec<&str> = p
+            .as_object()
+            .expect("an object")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            [
+                "arena",
+                "buffers",
+                "lower_bound",
+                "optimal",
+                "problem",
+                "seconds"
+            ]
+        );
+        assert!(p["arena"].as_u64() >= p["lower_bound"].as_u64());
+        assert!(p["seconds"].as_f64().is_some_and(|s| s >= 0.0));
+    }
+    // The ladder is where both greedy plans miss the bound and the search closes the gap.
+    let ladder = problems
+        .iter()
+        .find(|p| p["problem"] == "ladder")
+        .expect("the ladder problem");
+    assert_eq!(ladder["buffers"], 10);
+    assert_eq!(ladder["optimal"], true);
+    assert_eq!(ladder["arena"], ladder["lower_bound"]);
+}
+
+#[test]
+fn plan_trace() {
+    let out = bench_plain(&["--quick", "--no-plots", "plan-trace"]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "plan-trace failed: {stderr}\n{stdout}"
+    );
+    assert!(
+        stdout.contains("## Dynamic heap against the offline plan"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("| python-dicts |") && stdout.contains("| perl-words |"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn malformed_plan_is_a_clear_error() {
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("smoke-malformed.csv");
+    std::fs::write(&path, "id,lower,upper,size\n0,0,3,4\n1,5,2,8\n").expect("write a problem");
+    let out = bench_plain(&["--quick", "plan", path.to_str().expect("a UTF-8 path")]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("line 3"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let out = bench_plain(&["--quick", "plan", "/nonexistent/missing.csv"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("missing.csv"));
+}
+
+/// The threads subcommand: every allocator at every thread count, every block's stamp intact,
+/// tagalloc's heaps checked clean, and the chart.
+#[test]
+fn threads() {
+    let args = ["--quick", "threads"];
+    let out = bench(&args);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}\n{stdout}");
+    assert!(stdout.contains("## Multi-threaded throughput"), "{stdout}");
+    assert!(
+        stdout.contains("| 1 thread | 2 threads | 4 threads | 8 threads |"),
+        "{stdout}"
+    );
+    for row in [
+        "| tagalloc GlobalHeap |",
+        "| tagalloc GlobalHeap (futex) |",
+        "| tagalloc HostAllocator |",
+        "| talc |",
+        "| rlsf |",
+        "| glibc malloc |",
+    ] {
+        assert!(stdout.contains(row), "no `{row}` in\n{stdout}");
+    }
+    assert!(stdout.contains("Load average"), "{stdout}");
+    assert!(!stdout.contains("error:"), "an allocator failed\n{stdout}");
+    let path = out_dir(&args).join("threads.svg");
+    let svg = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    assert!(
+        svg.contains("better") && svg.contains("tagalloc GlobalHeap"),
+        "{path:?}"
+    );
+    // One allocator at one thread count, for profiling; a word that is neither is refused.
+    let out = bench_plain(&["--quick", "--no-plots", "threads", "2", "talc_spin"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(stdout.contains("| talc |"), "{stdout}");
+    let out = bench_plain(&["--quick", "--no-plots", "threads", "3"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("neither a thread count"));
 }

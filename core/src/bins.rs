@@ -1,20 +1,25 @@
 //! The 128 free bins and the exact best-fit search.
 //!
-//! Bins 0–63 each hold exactly one size (1…64 granules) as a FIFO list: the bin array keeps its
-//! head (the oldest chunk) and its tail (the newest), and the chunks are linked both ways, so
-//! filing touches only the old tail and taking the oldest touches only its successor. Bins
-//! 64–127 are tree bins: logarithmic, four sub-bins per power of two, the last one open-ended.
-//! Inside a tree bin, the distinct sizes form a bitwise trie on the size's low bits (dlmalloc's
-//! tree bins): a node at depth `d` branches on bit `top_bit - d`, so any operation visits at most
-//! one node per bit of the size. Chunks whose size is already in the trie join that node's
-//! circular ring, behind the older ones, and the node itself is always the oldest of its size.
-//! That makes the search exact best fit, oldest first among equals, in `O(bits of a size)` worst
-//! case with no scan of a bin. A chunk alone in its tree bin (typically a region's free
-//! end) hands its place straight to what replaces it, the rest of an allocation carved from it
-//! or a merge that absorbs it, when that stays in the same bin.
+//! Bins 0–63 each hold exactly one size (1…64 granules). Bins 64–127 are tree bins:
+//! logarithmic, four sub-bins per power of two, the last one open-ended.
 //!
-//! Two 64-bit maps (one for the exact bins, one for the tree bins) record which bins are
-//! non-empty; the next candidate bin is one `trailing_zeros` away.
+//! **Lists.** Every size up to [`LIST_SIZES`] granules (bins 0–75: up to 8 KiB at the host
+//! granule) has a FIFO list of its own: the oldest chunk at its head, the newest at its tail,
+//! linked both ways, so filing touches only the old tail and taking the oldest only its
+//! successor. A 512-bit map says which lists are non-empty, and a summary word which of its
+//! eight words are, so the smallest non-empty size at or above a request is two
+//! `trailing_zeros` away: exact best fit, oldest first, in `O(1)`. (The first twelve tree bins
+//! span at most 64 sizes each; a list per size serves them better than a trie.)
+//!
+//! **Tries.** Above that, inside each tree bin, the distinct sizes form a bitwise trie on the
+//! size's low bits (dlmalloc's tree bins): a node at depth `d` branches on bit `top_bit - d`, so
+//! any operation visits at most one node per bit of the size. Chunks whose size is already in
+//! the trie join that node's circular ring, behind the older ones, and the node itself is always
+//! the oldest of its size: exact best fit, oldest first among equals, in `O(bits of a size)`
+//! worst case with no scan of a bin. A chunk alone in its tree bin (typically a region's free
+//! end) hands its place straight to what replaces it, the rest of an allocation carved from it
+//! or a merge that absorbs it, when that stays in the same bin. A 64-bit map says which tries
+//! are non-empty.
 
 use crate::tags::{Link, Tags};
 
@@ -22,6 +27,18 @@ use crate::tags::{Link, Tags};
 pub(crate) const BIN_COUNT: usize = 128;
 /// Bins below this index hold exactly one size each.
 pub(crate) const EXACT_BINS: usize = 64;
+/// Sizes up to this many granules are kept in one list per size (bins 0 to 75).
+pub(crate) const LIST_SIZES: usize = 511;
+/// The first bin kept as a trie: the bin of `LIST_SIZES + 1`.
+pub(crate) const FIRST_TRIE_BIN: usize = bin_of(LIST_SIZES + 1);
+/// Words of the list map (one bit per size).
+const MAP_WORDS: usize = LIST_SIZES.div_ceil(64);
+/// Slots of the list arrays: a power of two, so that indices masked with `LIST_SLOTS − 1`
+/// need no bounds check (the last slot, of size 512, is never used).
+const LIST_SLOTS: usize = (LIST_SIZES + 1).next_power_of_two();
+const _: () = assert!(MAP_WORDS.is_power_of_two() && LIST_SLOTS == 64 * MAP_WORDS);
+/// Tries: one per bin from [`FIRST_TRIE_BIN`] on.
+const TRIES: usize = BIN_COUNT - FIRST_TRIE_BIN;
 /// Tree sub-bins per power of two (a power of two itself).
 const SUB_BINS_LOG2: u32 = 2;
 /// The smallest power of two served by the tree bins: `2^6 = 64` granules.
@@ -84,78 +101,105 @@ pub(crate) const fn top_bit(bin: usize) -> u32 {
 
 /// The free bins of one heap.
 ///
-/// Invariants (verified by `crate::check`): bit `b` of `exact` (bit `b − 64` of `log`) is set
-/// iff `heads[b]` is `Some`; every chunk reachable from `heads[b]` is free and
-/// `bin_of(size) == b`; an exact bin's list runs from `heads[b]` to `tails[b]` with consistent
-/// links both ways and one size; a tree bin's trie has consistent parent links, each
-/// node's size agrees with its path's bits, its children differ from it, and ring members
-/// (marked by `Parent == Some(self)`) have the node's size.
+/// Invariants (verified by `crate::check`): bit `s − 1` of `lists` is set iff `heads[s − 1]`
+/// is `Some`, iff `tails[s − 1]` is; bit `w` of `summary` is set iff `lists[w] != 0`; bit
+/// `b − FIRST_TRIE_BIN` of `tries` is set iff `roots[b − FIRST_TRIE_BIN]` is `Some`; every
+/// chunk reachable from a list or a root is free; a list runs from its head to its tail with
+/// consistent links both ways and holds chunks of its size only; a trie holds chunks of its
+/// bin only, with consistent parent links, each node's size agreeing with its path's bits, its
+/// children differing from it, and ring members (marked by `Parent == Some(self)`) having the
+/// node's size.
 pub(crate) struct Bins<C> {
-    exact: u64,
-    log: u64,
-    /// Exact bins: the oldest chunk; tree bins: the trie's root.
-    heads: [Option<C>; BIN_COUNT],
-    /// Exact bins only: the newest chunk.
-    tails: [Option<C>; EXACT_BINS],
+    lists: [u64; MAP_WORDS],
+    summary: u64,
+    tries: u64,
+    /// Per size up to `LIST_SIZES` (at `size − 1`): the oldest chunk.
+    heads: [Option<C>; LIST_SLOTS],
+    /// Per size up to `LIST_SIZES` (at `size − 1`): the newest chunk.
+    tails: [Option<C>; LIST_SLOTS],
+    /// Per tree bin from `FIRST_TRIE_BIN` on: the trie's root.
+    roots: [Option<C>; TRIES],
 }
 
 impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
     pub const fn new() -> Self {
         Bins {
-            exact: 0,
-            log: 0,
-            heads: [None; BIN_COUNT],
-            tails: [None; EXACT_BINS],
+            lists: [0; MAP_WORDS],
+            summary: 0,
+            tries: 0,
+            heads: [None; LIST_SLOTS],
+            tails: [None; LIST_SLOTS],
+            roots: [None; TRIES],
         }
     }
 
-    /// Bin `b`'s oldest chunk (exact bin) or trie root (tree bin).
-    pub(crate) fn head(&self, b: usize) -> Option<C> {
-        self.heads[b]
+    /// The list of `size` granules (`1..=LIST_SIZES`): its head, its tail, and whether the map
+    /// says it is non-empty.
+    pub(crate) fn list(&self, size: usize) -> (Option<C>, Option<C>, bool) {
+        let i = size - 1;
+        (
+            self.heads[i],
+            self.tails[i],
+            self.lists[i / 64] >> (i % 64) & 1 == 1,
+        )
     }
 
-    /// Exact bin `b`'s newest chunk.
-    pub(crate) fn tail(&self, b: usize) -> Option<C> {
-        self.tails[b]
+    /// Whether the summary word says word `w` of the list map is non-empty, and whether it is.
+    pub(crate) fn summary(&self, w: usize) -> (bool, bool) {
+        (self.summary >> w & 1 == 1, self.lists[w] != 0)
     }
 
-    /// Whether the map says bin `b` is non-empty.
-    pub(crate) fn is_marked(&self, b: usize) -> bool {
-        if b < EXACT_BINS {
-            self.exact >> b & 1 == 1
-        } else {
-            self.log >> (b - EXACT_BINS) & 1 == 1
-        }
+    /// Tree bin `b`'s root (`b ≥ FIRST_TRIE_BIN`), and whether the map says it is non-empty.
+    pub(crate) fn root(&self, b: usize) -> (Option<C>, bool) {
+        let i = b - FIRST_TRIE_BIN;
+        (self.roots[i], self.tries >> i & 1 == 1)
     }
 
     /// Files the free chunk `c` of `size` granules into its bin, behind every older chunk of
     /// its size.
     #[inline]
     pub fn insert<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) {
-        if size <= EXACT_BINS {
-            let b = size - 1;
-            let tail = self.tails[b];
-            t.set_link(c, Link::Next, None);
-            t.set_link(c, Link::Prev, tail);
-            match tail {
-                Some(last) => t.set_link(last, Link::Next, Some(c)),
-                None => {
-                    self.heads[b] = Some(c);
-                    self.exact |= 1 << b;
-                }
-            }
-            self.tails[b] = Some(c);
+        if size <= LIST_SIZES {
+            self.list_push(t, c, size - 1);
         } else {
             self.trie_insert(t, c, size);
         }
     }
 
-    /// Files the free chunk `c` of `size` (> 64) granules into its tree bin's trie.
+    /// Appends `c` to list `i` (of size `i + 1`).
+    #[inline(always)]
+    fn list_push<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, i: usize) {
+        let i = i & (LIST_SLOTS - 1);
+        let tail = self.tails[i];
+        t.set_link(c, Link::Next, None);
+        t.set_link(c, Link::Prev, tail);
+        match tail {
+            Some(last) => t.set_link(last, Link::Next, Some(c)),
+            None => {
+                self.heads[i] = Some(c);
+                self.lists[(i / 64) & (MAP_WORDS - 1)] |= 1 << (i % 64);
+                self.summary |= 1 << (i / 64);
+            }
+        }
+        self.tails[i] = Some(c);
+    }
+
+    /// Marks list `i` empty in the maps.
+    #[inline(always)]
+    fn list_emptied(&mut self, i: usize) {
+        let w = (i / 64) & (MAP_WORDS - 1);
+        self.lists[w] &= !(1 << (i % 64));
+        if self.lists[w] == 0 {
+            self.summary &= !(1 << w);
+        }
+    }
+
+    /// Files the free chunk `c` of `size` (> `LIST_SIZES`) granules into its tree bin's trie.
     fn trie_insert<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) {
         let b = bin_of(size);
-        let Some(head) = self.heads[b] else {
-            self.heads[b] = Some(c);
-            self.log |= 1 << (b - EXACT_BINS);
+        let Some(head) = self.roots[b - FIRST_TRIE_BIN] else {
+            self.roots[b - FIRST_TRIE_BIN] = Some(c);
+            self.tries |= 1 << (b - FIRST_TRIE_BIN);
             ring_init(t, c);
             t.set_link(c, Link::Left, None);
             t.set_link(c, Link::Right, None);
@@ -197,45 +241,64 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
     /// Takes the free chunk `c` of `size` granules out of its bin.
     #[inline]
     pub fn remove<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) {
-        if size <= EXACT_BINS {
+        if size <= LIST_SIZES {
             self.list_unlink(t, c, size - 1);
         } else {
             self.trie_unlink(t, c, bin_of(size));
         }
     }
 
-    /// Takes `c` out of exact bin `b`'s list.
+    /// Takes `c` out of list `i`.
     #[inline(always)]
-    fn list_unlink<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, b: usize) {
+    fn list_unlink<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, i: usize) {
+        let i = i & (LIST_SLOTS - 1);
         let next = t.link(c, Link::Next);
         let prev = t.link(c, Link::Prev);
         match prev {
             Some(p) => t.set_link(p, Link::Next, next),
-            None => self.heads[b] = next,
+            None => self.heads[i] = next,
         }
         match next {
             Some(n) => t.set_link(n, Link::Prev, prev),
-            None => self.tails[b] = prev,
+            None => self.tails[i] = prev,
         }
         if prev.is_none() && next.is_none() {
-            self.exact &= !(1 << b);
+            self.list_emptied(i);
         }
     }
 
-    /// Takes the oldest chunk out of the non-empty exact bin `b`.
+    /// Takes the oldest chunk out of the non-empty list `i`.
     #[inline]
-    fn pop_oldest<T: Tags<Chunk = C>>(&mut self, t: &mut T, b: usize) -> Option<C> {
-        let c = self.heads[b]?;
+    fn pop_oldest<T: Tags<Chunk = C>>(&mut self, t: &mut T, i: usize) -> Option<C> {
+        let i = i & (LIST_SLOTS - 1);
+        let c = self.heads[i]?;
         let next = t.link(c, Link::Next);
-        self.heads[b] = next;
+        self.heads[i] = next;
         match next {
             Some(n) => t.set_link(n, Link::Prev, None),
             None => {
-                self.tails[b] = None;
-                self.exact &= !(1 << b);
+                self.tails[i] = None;
+                self.list_emptied(i);
             }
         }
         Some(c)
+    }
+
+    /// The smallest size with a non-empty list at or above `need` (`1..=LIST_SIZES`).
+    #[inline(always)]
+    fn first_list_at_least(&self, need: usize) -> Option<usize> {
+        let i = need - 1;
+        let w = (i / 64) & (MAP_WORDS - 1);
+        let here = self.lists[w] & (u64::MAX << (i % 64));
+        if here != 0 {
+            return Some(w * 64 + here.trailing_zeros() as usize + 1);
+        }
+        let later = self.summary & (u64::MAX << w << 1);
+        if later == 0 {
+            return None;
+        }
+        let w = later.trailing_zeros() as usize & (MAP_WORDS - 1);
+        Some(w * 64 + self.lists[w].trailing_zeros() as usize + 1)
     }
 
     /// Takes the free chunk `c` out of tree bin `b`, which must be its bin. A trie node
@@ -272,9 +335,9 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         };
         match parent {
             None => {
-                self.heads[b] = replacement;
+                self.roots[b - FIRST_TRIE_BIN] = replacement;
                 if replacement.is_none() {
-                    self.log &= !(1 << (b - EXACT_BINS));
+                    self.tries &= !(1 << (b - FIRST_TRIE_BIN));
                 }
             }
             Some(p) => {
@@ -313,19 +376,17 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         T: Tags<Chunk = C>,
         F: FnOnce(&mut T, C, usize) -> Option<(C, usize)>,
     {
-        if need <= EXACT_BINS {
-            // Exact bins at or above `need` hold one size each: the lowest non-empty one holds
-            // the smallest chunks that fit, and its head is the oldest of them.
-            let fits = self.exact & (u64::MAX << (need - 1));
-            if fits != 0 {
-                let b = fits.trailing_zeros() as usize;
-                let c = self.pop_oldest(t, b)?;
-                if let Some((rest, size)) = carve(t, c, b + 1) {
-                    self.insert(t, rest, size);
+        if need <= LIST_SIZES {
+            // Lists at or above `need` hold one size each: the first non-empty one holds the
+            // smallest chunks that fit, and its head is the oldest of them.
+            if let Some(size) = self.first_list_at_least(need) {
+                let c = self.pop_oldest(t, size - 1)?;
+                if let Some((rest, rsize)) = carve(t, c, size) {
+                    self.insert(t, rest, rsize);
                 }
-                return Some((c, b + 1));
+                return Some((c, size));
             }
-            return self.take_smallest_log(t, 0, carve);
+            return self.take_smallest_trie(t, FIRST_TRIE_BIN, carve);
         }
         let b = bin_of(need);
         if let Some((c, size)) = self.trie_best_fit(t, b, need) {
@@ -333,23 +394,26 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
             return Some((c, size));
         }
         // Every chunk of a higher bin is larger than `need`: take the smallest there.
-        self.take_smallest_log(t, b + 1 - EXACT_BINS, carve)
+        self.take_smallest_trie(t, b + 1, carve)
     }
 
-    /// [`Bins::take_best`] from the lowest non-empty tree bin from `64 + from` on: its
-    /// smallest chunk, oldest among equals.
+    /// [`Bins::take_best`] from the lowest non-empty trie of bin `from` (at least
+    /// `FIRST_TRIE_BIN`) on: its smallest chunk, oldest among equals.
     #[inline]
-    fn take_smallest_log<T, F>(&mut self, t: &mut T, from: usize, carve: F) -> Option<(C, usize)>
+    fn take_smallest_trie<T, F>(&mut self, t: &mut T, from: usize, carve: F) -> Option<(C, usize)>
     where
         T: Tags<Chunk = C>,
         F: FnOnce(&mut T, C, usize) -> Option<(C, usize)>,
     {
-        let above = self.log & u64::MAX.checked_shl(from as u32).unwrap_or(0);
+        let above = self.tries
+            & u64::MAX
+                .checked_shl((from - FIRST_TRIE_BIN) as u32)
+                .unwrap_or(0);
         if above == 0 {
             return None;
         }
-        let b = EXACT_BINS + above.trailing_zeros() as usize;
-        let (c, size) = smallest(t, self.heads[b]?);
+        let b = FIRST_TRIE_BIN + above.trailing_zeros() as usize;
+        let (c, size) = smallest(t, self.roots[b - FIRST_TRIE_BIN]?);
         self.take_log(t, b, c, size, carve);
         Some((c, size))
     }
@@ -362,13 +426,13 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         T: Tags<Chunk = C>,
         F: FnOnce(&mut T, C, usize) -> Option<(C, usize)>,
     {
-        if self.heads[b] == Some(c) && is_lone_root(t, c) {
+        if self.roots[b - FIRST_TRIE_BIN] == Some(c) && is_lone_root(t, c) {
             // Nothing links to `c` but the bin: carving may overwrite its links.
             match carve(t, c, size) {
                 Some((rest, rsize)) if rsize >= log_bin_min(b) => self.set_lone_root(t, b, rest),
                 other => {
-                    self.heads[b] = None;
-                    self.log &= !(1 << (b - EXACT_BINS));
+                    self.roots[b - FIRST_TRIE_BIN] = None;
+                    self.tries &= !(1 << (b - FIRST_TRIE_BIN));
                     if let Some((rest, rsize)) = other {
                         self.insert(t, rest, rsize);
                     }
@@ -400,9 +464,9 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         T: Tags<Chunk = C>,
         F: FnOnce(&mut T) -> C,
     {
-        if old_size > EXACT_BINS {
+        if old_size > LIST_SIZES {
             let b = bin_of(old_size);
-            if self.heads[b] == Some(old)
+            if self.roots[b - FIRST_TRIE_BIN] == Some(old)
                 && is_lone_root(t, old)
                 && (b == BIN_COUNT - 1 || new_size < log_bin_min(b + 1))
             {
@@ -422,7 +486,7 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
     /// Makes `c` the only chunk of tree bin `b`, whose map bit is already set.
     #[inline]
     fn set_lone_root<T: Tags<Chunk = C>>(&mut self, t: &mut T, b: usize, c: C) {
-        self.heads[b] = Some(c);
+        self.roots[b - FIRST_TRIE_BIN] = Some(c);
         ring_init(t, c);
         t.set_link(c, Link::Left, None);
         t.set_link(c, Link::Right, None);
@@ -443,7 +507,7 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         // Follow `need`'s bits (the top bit of `bits` at each level; zeros once they run out).
         // A right subtree passed by while going left holds only sizes above `need`; the
         // deepest such subtree holds the smallest of them.
-        let mut node = self.heads[b];
+        let mut node = self.roots[b - FIRST_TRIE_BIN];
         let mut larger = None;
         let mut bits = need << (usize::BITS - 1 - top_bit(b));
         while let Some(n) = node {
@@ -477,14 +541,72 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         best
     }
 
+    /// Calls `each(chunk, size)` for every free chunk of at least `min` granules (`min ≥ 1`),
+    /// walking only the bins that can hold one: `O(such chunks + bins)`, not a walk of every
+    /// chunk. The order is by bin, not by address.
+    pub fn each_at_least<T: Tags<Chunk = C>>(
+        &self,
+        t: &T,
+        min: usize,
+        mut each: impl FnMut(C, usize),
+    ) {
+        let mut size = min;
+        while size <= LIST_SIZES {
+            let Some(s) = self.first_list_at_least(size) else {
+                break;
+            };
+            let mut c = self.heads[s - 1];
+            while let Some(ch) = c {
+                each(ch, s);
+                c = t.link(ch, Link::Next);
+            }
+            size = s + 1;
+        }
+        for b in bin_of(min).max(FIRST_TRIE_BIN)..BIN_COUNT {
+            let Some(head) = self.roots[b - FIRST_TRIE_BIN] else {
+                continue;
+            };
+            // Depth-first over the trie (its depth is bounded by the bits of a size), each
+            // node's ring with it.
+            const DEPTH: usize = 2 * usize::BITS as usize + 2;
+            let mut stack: [Option<C>; DEPTH] = [None; DEPTH];
+            stack[0] = Some(head);
+            let mut top = 1;
+            while top > 0 {
+                top -= 1;
+                let Some(n) = stack[top] else { continue };
+                let size = t.size(n);
+                if size >= min {
+                    let mut r = n;
+                    loop {
+                        each(r, size);
+                        match t.link(r, Link::Next) {
+                            Some(next) if next != n => r = next,
+                            _ => break,
+                        }
+                    }
+                }
+                for side in [Link::Left, Link::Right] {
+                    if let Some(child) = t.link(n, side) {
+                        if top < DEPTH {
+                            stack[top] = Some(child);
+                            top += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// The size in granules of the largest free chunk, if any.
     pub fn largest<T: Tags<Chunk = C>>(&self, t: &T) -> Option<usize> {
-        if self.log != 0 {
-            let b = EXACT_BINS + 63 - self.log.leading_zeros() as usize;
-            let head = self.heads[b]?;
-            Some(largest_size(t, head))
-        } else if self.exact != 0 {
-            Some(64 - self.exact.leading_zeros() as usize)
+        if self.tries != 0 {
+            let b = FIRST_TRIE_BIN + 63 - self.tries.leading_zeros() as usize;
+            let root = self.roots[b - FIRST_TRIE_BIN]?;
+            Some(largest_size(t, root))
+        } else if self.summary != 0 {
+            let w = 63 - self.summary.leading_zeros() as usize;
+            Some(w * 64 + 64 - self.lists[w].leading_zeros() as usize)
         } else {
             None
         }

@@ -4,7 +4,7 @@
 //! ([`Tags::check_tags`]). Tests and fuzz targets call it after every step, so it never trusts a
 //! link to stay in bounds: every walk is bounded by the number of free chunks found.
 
-use crate::bins::{bin_of, top_bit, Bins, BIN_COUNT, EXACT_BINS};
+use crate::bins::{bin_of, top_bit, Bins, BIN_COUNT, FIRST_TRIE_BIN, LIST_SIZES};
 use crate::error::CheckError;
 use crate::heap::Heap;
 use crate::tags::{Link, Tags};
@@ -89,42 +89,57 @@ fn check_bins<T: Tags>(
 ) -> Result<(usize, usize), CheckError> {
     let mut count = 0usize;
     let mut granules = 0usize;
-    for b in 0..BIN_COUNT {
-        let head = bins.head(b);
-        if head.is_some() != bins.is_marked(b) {
+    let mut check_one = |c: T::Chunk, b: usize| -> Result<(), CheckError> {
+        if !t.is_free(c) {
+            return Err(CheckError::new("chunk in a bin is not free", t.addr(c)));
+        }
+        if bin_of(t.size(c)) != b {
+            return Err(CheckError::new("free chunk in the wrong bin", t.addr(c)));
+        }
+        count += 1;
+        granules += t.size(c);
+        if count > limit {
+            return Err(CheckError::new(
+                "more chunks in bins than free chunks",
+                t.addr(c),
+            ));
+        }
+        Ok(())
+    };
+    for w in 0..LIST_SIZES.div_ceil(64) {
+        let (said, is) = bins.summary(w);
+        if said != is {
+            return Err(CheckError::new("bin summary disagrees with the bin map", 0));
+        }
+    }
+    for size in 1..=LIST_SIZES {
+        let (head, tail, marked) = bins.list(size);
+        if head.is_some() != marked {
             let at = head.map_or(0, |c| t.addr(c));
             return Err(CheckError::new("bin bitmap disagrees with bin", at));
         }
-        if b < EXACT_BINS && head.is_some() != bins.tail(b).is_some() {
-            let at = head.or(bins.tail(b)).map_or(0, |c| t.addr(c));
+        if head.is_some() != tail.is_some() {
+            let at = head.or(tail).map_or(0, |c| t.addr(c));
             return Err(CheckError::new("bin head and tail disagree", at));
         }
         let Some(head) = head else { continue };
-        let mut check_one = |c: T::Chunk| -> Result<(), CheckError> {
-            if !t.is_free(c) {
-                return Err(CheckError::new("chunk in a bin is not free", t.addr(c)));
-            }
-            if bin_of(t.size(c)) != b {
-                return Err(CheckError::new("free chunk in the wrong bin", t.addr(c)));
-            }
-            count += 1;
-            granules += t.size(c);
-            if count > limit {
-                return Err(CheckError::new(
-                    "more chunks in bins than free chunks",
-                    t.addr(c),
-                ));
-            }
-            Ok(())
-        };
-        if b < EXACT_BINS {
-            check_list(t, head, bins.tail(b), limit, &mut check_one)?;
-        } else {
-            if t.link(head, Link::Parent).is_some() {
-                return Err(CheckError::new("trie root has a parent", t.addr(head)));
-            }
-            check_trie(t, head, top_bit(b), limit, &mut check_one)?;
+        if t.size(head) != size {
+            return Err(CheckError::new("free chunk in the wrong bin", t.addr(head)));
         }
+        let b = bin_of(size);
+        check_list(t, head, tail, limit, &mut |c| check_one(c, b))?;
+    }
+    for b in FIRST_TRIE_BIN..BIN_COUNT {
+        let (root, marked) = bins.root(b);
+        if root.is_some() != marked {
+            let at = root.map_or(0, |c| t.addr(c));
+            return Err(CheckError::new("bin bitmap disagrees with bin", at));
+        }
+        let Some(root) = root else { continue };
+        if t.link(root, Link::Parent).is_some() {
+            return Err(CheckError::new("trie root has a parent", t.addr(root)));
+        }
+        check_trie(t, root, top_bit(b), limit, &mut |c| check_one(c, b))?;
     }
     Ok((count, granules))
 }

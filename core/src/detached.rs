@@ -218,7 +218,13 @@ impl<S: RecordStore> Tags for DetachedTags<S> {
     }
 
     #[inline]
-    fn next_if_free(&self, c: Idx) -> Option<(Idx, usize)> {
+    fn used_size(&self, c: Idx) -> Option<usize> {
+        let r = self.rec(c);
+        (!r.kind.contains(Kind::FREE)).then_some(r.size)
+    }
+
+    #[inline]
+    fn next_if_free(&self, c: Idx, _size: usize) -> Option<(Idx, usize)> {
         let n = self.rec(c).next?;
         let r = self.rec(n);
         r.kind.contains(Kind::FREE).then_some((n, r.size))

@@ -37,7 +37,18 @@ unsafe impl Send for ArenaHeap {}
 
 impl ArenaHeap {
     /// The heap, with the arena claimed.
+    #[inline]
     fn heap(&mut self) -> &mut InlineHeap {
+        if self.pending.is_some() {
+            self.claim();
+        }
+        &mut self.heap
+    }
+
+    /// Claims the arena of [`GlobalHeap::with_arena`] (once, on first use).
+    #[cold]
+    #[inline(never)]
+    fn claim(&mut self) {
         if let Some((base, len)) = self.pending.take() {
             let g = self.heap.granule();
             let skip = base.align_offset(g).min(len);
@@ -46,7 +57,6 @@ impl ArenaHeap {
             let r = unsafe { self.heap.add_region(base.wrapping_add(skip), len - skip) };
             self.refused = r.err();
         }
-        &mut self.heap
     }
 
     /// `e`, or the reason the arena was refused when `e` is running out of memory because of it.

@@ -172,11 +172,13 @@ impl<T: Tags> Heap<T> {
     /// `DoubleFree` (all a placement's tag can tell without further validation).
     #[inline]
     pub fn free_in_use(&mut self, c: T::Chunk) -> Result<(), Error> {
-        if self.tags.is_free(c) {
-            return Err(self.refused(Error::DoubleFree));
+        match self.tags.used_size(c) {
+            Some(size) => {
+                self.free_sized(c, size);
+                Ok(())
+            }
+            None => Err(self.refused(Error::DoubleFree)),
         }
-        self.free(c);
-        Ok(())
     }
 
     /// Frees the in-use chunk `c` of `size` granules (its size, already read by the caller).
@@ -199,7 +201,7 @@ impl<T: Tags> Heap<T> {
     #[inline]
     fn coalesce_and_file(&mut self, c: T::Chunk, size: usize) {
         let prev = self.tags.prev_if_free(c);
-        let next = self.tags.next_if_free(c);
+        let next = self.tags.next_if_free(c, size);
         // The merged chunk takes the bin place of its successor, else of its predecessor.
         match (prev, next) {
             (None, None) => {
@@ -253,7 +255,7 @@ impl<T: Tags> Heap<T> {
         if need > have {
             let (n, size) = self
                 .tags
-                .next_if_free(c)
+                .next_if_free(c, have)
                 .filter(|&(_, size)| have + size >= need)
                 .ok_or(Error::OutOfMemory)?;
             self.unfile(n, size);

@@ -8,12 +8,6 @@
 /// Callbacks on the ranges a pool obtains and gives back. Every method does nothing by
 /// default. Addresses are the ranges' first bytes, lengths in bytes.
 ///
-/// Order: `obtained` and `grown` are called once the source has handed the range over,
-/// `given_back` before the source takes the region back (as TensorFlow calls its free visitors
-/// before it frees), so a hook can still undo what it did with the memory (unregister it);
-/// `shrunk` after the source took the tail back (a source may refuse to, and then nothing is
-/// called).
-///
 /// # Examples
 ///
 /// ```
@@ -42,8 +36,7 @@ pub trait Hooks {
     fn grown(&mut self, base: usize, at: usize, len: usize) {
         let _ = (base, at, len);
     }
-    /// The region `base..base + len` is being given back, whole (after its last use): the
-    /// source takes it back right after this call.
+    /// The region `base..base + len` was given back, whole (after its last use).
     fn given_back(&mut self, base: usize, len: usize) {
         let _ = (base, len);
     }

@@ -178,9 +178,16 @@ impl Tags for InlineTags {
     }
 
     #[inline]
-    fn next_if_free(&self, c: Chunk) -> Option<(Chunk, usize)> {
+    fn used_size(&self, c: Chunk) -> Option<usize> {
+        let h = self.head(c);
+        (h & IN_USE != 0).then_some(h >> self.layout.shift())
+    }
+
+    #[inline]
+    fn next_if_free(&self, c: Chunk, size: usize) -> Option<(Chunk, usize)> {
+        // SAFETY: a chunk is followed by another chunk or its region's fence.
+        let n = unsafe { c.plus(size << self.layout.shift()) };
         // The fence is marked in use, so one read of the successor's head answers both.
-        let n = self.after(c);
         let h = self.head(n);
         (h & IN_USE == 0).then_some((n, h >> self.layout.shift()))
     }
@@ -253,7 +260,8 @@ impl Tags for InlineTags {
         } else {
             let bytes = size << shift;
             self.set_head(c, bytes | IN_USE | prev);
-            let n = self.after(c);
+            // SAFETY: a chunk is followed by another chunk or its region's fence.
+            let n = unsafe { c.plus(bytes) };
             self.set_flag(n, PREV_IN_USE, true);
             None
         }
@@ -275,7 +283,8 @@ impl Tags for InlineTags {
         self.set_footer(start, bytes);
         if next.is_none() {
             // `next`'s successor already had the bit clear; `c`'s had it set.
-            let after = self.after(start);
+            // SAFETY: the merged chunk is followed by another chunk or its region's fence.
+            let after = unsafe { start.plus(bytes) };
             self.set_flag(after, PREV_IN_USE, false);
         }
         start

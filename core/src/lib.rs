@@ -105,6 +105,8 @@ mod lock;
 #[cfg(any(test, feature = "model"))]
 #[doc(hidden)]
 pub mod model;
+#[cfg(feature = "alloc")]
+pub mod plan;
 mod policy;
 mod pool;
 mod pool_heap;

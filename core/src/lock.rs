@@ -17,7 +17,9 @@ use core::ops::{Deref, DerefMut};
 use crate::error::Error;
 #[cfg(not(loom))]
 use crate::sync::spin_loop;
-use crate::sync::{const_unless_loom, AtomicBool, AtomicUsize, MutPtr, Ordering, UnsafeCell};
+use crate::sync::{
+    const_unless_loom, AtomicBool, AtomicUsize, CachePadded, MutPtr, Ordering, UnsafeCell,
+};
 
 /// A raw mutual-exclusion lock: no data, just taken or not.
 ///
@@ -195,9 +197,15 @@ fn thread_token() -> usize {
 /// lock (0 when unknown) and 0 otherwise. Only the holder writes `owner`, so a thread that
 /// reads its own token there holds the lock.
 pub(crate) struct Locked<L, T> {
+    /// The lock and its holder, on a cache line of their own.
+    word: CachePadded<LockWord<L>>,
+    value: UnsafeCell<T>,
+}
+
+/// What every waiter touches: the lock and the holder's token.
+struct LockWord<L> {
     raw: L,
     owner: AtomicUsize,
-    value: UnsafeCell<T>,
 }
 
 // SAFETY: the lock hands the value to one thread at a time, with Acquire/Release ordering each
@@ -209,11 +217,13 @@ impl<L: RawLock, T> Locked<L, T> {
     const_unless_loom! {
         pub(crate) fn new(value: T) -> Self {
             Locked {
-                #[cfg(not(loom))]
-                raw: L::INIT,
-                #[cfg(loom)]
-                raw: L::init(),
-                owner: AtomicUsize::new(0),
+                word: CachePadded(LockWord {
+                    #[cfg(not(loom))]
+                    raw: L::INIT,
+                    #[cfg(loom)]
+                    raw: L::init(),
+                    owner: AtomicUsize::new(0),
+                }),
                 value: UnsafeCell::new(value),
             }
         }
@@ -230,7 +240,7 @@ impl<L: RawLock, T> Locked<L, T> {
         // Where threads cannot be told apart `owner` stays 0 and is never touched (loom then
         // explores only the lock's own atomics).
         if me != 0 {
-            self.owner.store(me, Ordering::Relaxed);
+            self.word.owner.store(me, Ordering::Relaxed);
         }
         Guard {
             lock: self,
@@ -242,7 +252,7 @@ impl<L: RawLock, T> Locked<L, T> {
     /// Takes the lock if it is free right now.
     #[inline]
     pub(crate) fn try_lock(&self) -> Option<Guard<'_, L, T>> {
-        self.raw.try_lock().then(|| self.guard(thread_token()))
+        self.word.raw.try_lock().then(|| self.guard(thread_token()))
     }
 
     /// Takes the lock, waiting until it is free; [`Error::Reentrant`] if this thread holds it
@@ -250,11 +260,11 @@ impl<L: RawLock, T> Locked<L, T> {
     #[inline]
     pub(crate) fn lock(&self) -> Result<Guard<'_, L, T>, Error> {
         let me = thread_token();
-        if !self.raw.try_lock() {
-            if me != 0 && self.owner.load(Ordering::Relaxed) == me {
+        if !self.word.raw.try_lock() {
+            if me != 0 && self.word.owner.load(Ordering::Relaxed) == me {
                 return Err(reentrant());
             }
-            self.raw.lock();
+            self.word.raw.lock();
         }
         Ok(self.guard(me))
     }
@@ -299,9 +309,9 @@ impl<L: RawLock, T> Drop for Guard<'_, L, T> {
         // Ends loom's record of the access (a no-op otherwise) before the lock is given back.
         let _ = self.value.take();
         if self.owned {
-            self.lock.owner.store(0, Ordering::Relaxed);
+            self.lock.word.owner.store(0, Ordering::Relaxed);
         }
         // SAFETY: a guard exists only while its thread holds the lock (the invariant).
-        unsafe { self.lock.raw.unlock() };
+        unsafe { self.lock.word.raw.unlock() };
     }
 }

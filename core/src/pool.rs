@@ -162,8 +162,13 @@ pub struct Pool<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks = NoHooks
     reserved: usize,
     /// The size of the next region (the doubling state).
     increment: usize,
-    /// The region obtained last, which growth in place extends.
-    top: Option<H::Base>,
+    /// The address of the region obtained last, which growth in place extends. An address,
+    /// not the region's `Base`: a base may be a pointer, which would keep an inline pool from
+    /// being `Send` (and so a shared one from being `Sync`, as a `#[global_allocator]` must be).
+    top: Option<usize>,
+    /// `policy.bypass_above`, or `usize::MAX` without a bypass: one comparison on the hot
+    /// paths.
+    bypass_above: usize,
     bypass: [Option<usize>; BYPASS_SLOTS],
     counts: PoolStats,
 }
@@ -198,6 +203,10 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
             reserved: 0,
             increment,
             top: None,
+            bypass_above: match policy.bypass_above {
+                Some(t) => t,
+                None => usize::MAX,
+            },
             bypass: [None; BYPASS_SLOTS],
             counts: PoolStats {
                 heap: Stats {
@@ -234,6 +243,12 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
         &self.heap
     }
 
+    /// Whether a request of `size` bytes bypasses the shared regions.
+    #[inline]
+    pub(crate) fn bypasses(&self, size: usize) -> bool {
+        size > self.bypass_above
+    }
+
     /// The heap, to change (realloc; never to add or remove regions behind the pool's back).
     pub(crate) fn heap_mut(&mut self) -> &mut H {
         &mut self.heap
@@ -263,13 +278,22 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
     /// `O(regions)` to add or grow a region.
     #[inline]
     pub fn alloc(&mut self, size: usize, align: usize) -> Result<H::Block, PoolError> {
-        if self.policy.bypass_above.is_some_and(|t| size > t) {
+        if size > self.bypass_above {
             return self.alloc_bypass(size, align);
         }
         match self.heap.alloc(size, align) {
             Ok(b) => Ok(b),
-            Err(Error::OutOfMemory) => self.grow_and_alloc(size, align),
-            Err(e) => Err(self.report(e, size)),
+            Err(e) => self.alloc_missed(e, size, align),
+        }
+    }
+
+    /// [`Pool::alloc`] after the heap refused: grow for a miss, report anything else.
+    #[cold]
+    #[inline(never)]
+    fn alloc_missed(&mut self, e: Error, size: usize, align: usize) -> Result<H::Block, PoolError> {
+        match e {
+            Error::OutOfMemory => self.grow_and_alloc(size, align),
+            e => Err(self.report(e, size)),
         }
     }
 
@@ -302,11 +326,25 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
     /// whose blocks are always checked).
     #[inline]
     pub unsafe fn free(&mut self, block: H::Block, size: usize) -> Result<(), Error> {
+        if size > self.bypass_above {
+            // SAFETY: forwarded caller contract.
+            return unsafe { self.free_bypassed(block, size) };
+        }
+        // SAFETY: forwarded caller contract.
+        unsafe { self.heap.free(block, size) }
+    }
+
+    /// [`Pool::free`] of a block above the bypass threshold: its region, if it has one of its
+    /// own, goes back to the source.
+    ///
+    /// # Safety
+    /// As for [`Pool::free`].
+    #[cold]
+    #[inline(never)]
+    unsafe fn free_bypassed(&mut self, block: H::Block, size: usize) -> Result<(), Error> {
         // SAFETY: forwarded caller contract.
         unsafe { self.heap.free(block, size)? };
-        if self.policy.bypass_above.is_some_and(|t| size > t) {
-            self.release_bypass(H::block_addr(&block));
-        }
+        self.release_bypass(H::block_addr(&block));
         Ok(())
     }
 
@@ -386,26 +424,46 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
         } = self;
         heap.trim(|base, len| {
             let addr = S::addr(base);
-            // The hooks first, while the region is still there (to unregister it, say).
-            hooks.given_back(addr, len);
             // SAFETY: the heap removed the region, so nothing uses it; it came from `source`.
             unsafe { source.give_back(base, len) };
+            hooks.given_back(addr, len);
             *reserved -= len;
             counts.regions_given_back += 1;
             counts.hook_calls += 1;
             out.regions += 1;
             out.bytes += len;
-            if top.is_some_and(|t| S::addr(t) == addr) {
+            if *top == Some(addr) {
                 *top = None;
             }
             for slot in bypass.iter_mut().filter(|s| **s == Some(addr)) {
                 *slot = None;
             }
         });
+        if out.regions > 0 {
+            self.restart_doubling();
+        }
         if let Some(min) = self.policy.release_above {
-            self.shrink_free_ends(min, &mut out);
             let page = self.source.granularity();
-            let Pool { heap, source, .. } = self;
+            let Pool {
+                heap,
+                source,
+                hooks,
+                reserved,
+                counts,
+                ..
+            } = self;
+            out.bytes += heap.shrink_regions(page, min, |base, len, keep| {
+                // SAFETY: the heap no longer manages the tail; the region came from `source`.
+                let done = unsafe { source.shrink(base, len, keep) };
+                if done {
+                    let addr = S::addr(base);
+                    hooks.shrunk(addr, addr + keep, len - keep);
+                    *reserved -= len - keep;
+                    counts.shrunk += 1;
+                    counts.hook_calls += 1;
+                }
+                done
+            });
             let mut released = 0;
             heap.free_spans(min, page, |start, len| {
                 // SAFETY: the span is inside a region from `source` and holds none of the
@@ -420,56 +478,15 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
         out
     }
 
-    /// Cuts the free end of every region where it is at least `min` bytes, and gives the tail
-    /// back to a source that takes tails; restores it where the source refuses.
-    fn shrink_free_ends(&mut self, min: usize, out: &mut Trimmed) {
-        let page = self.source.granularity();
-        // Shrinking keeps every region (only shorter), so the list order is stable and the
-        // i-th region can be looked up again after each change.
-        for i in 0.. {
-            let mut n = 0;
-            let mut base = None;
-            self.heap.each_region(|b, _| {
-                if n == i {
-                    base = Some(b);
-                }
-                n += 1;
-            });
-            let Some(base) = base else { break };
-            self.shrink_one(base, page, min, out);
+    /// After regions were given back, doubling starts again from the largest region the pool
+    /// still holds (or its initial size), so that a pool that shrank does not grow back by its
+    /// old, largest steps.
+    fn restart_doubling(&mut self) {
+        if let Growth::Doubling { initial, cap } = self.policy.growth {
+            let mut largest = 0;
+            self.heap.each_region(|_, len| largest = largest.max(len));
+            self.increment = largest.clamp(initial, cap.max(initial));
         }
-    }
-
-    /// Cuts one region's free end (see [`Pool::shrink_free_ends`]).
-    fn shrink_one(&mut self, base: usize, page: usize, min: usize, out: &mut Trimmed) {
-        let Some((b, len)) = self.heap.region_of(base) else {
-            return;
-        };
-        let Some((keep, cut)) = self.heap.shrink_region(base, page) else {
-            return;
-        };
-        if cut < min {
-            self.restore(b, cut);
-            return;
-        }
-        // SAFETY: the heap no longer manages the tail; the region came from the source.
-        if unsafe { self.source.shrink(b, len, keep) } {
-            self.hooks.shrunk(base, base + keep, cut);
-            self.reserved -= cut;
-            self.counts.shrunk += 1;
-            self.counts.hook_calls += 1;
-            out.bytes += cut;
-        } else {
-            self.restore(b, cut);
-        }
-    }
-
-    /// Gives a region back the `cut` bytes just cut off it (still its memory).
-    fn restore(&mut self, base: H::Base, cut: usize) {
-        // SAFETY: the bytes were the region's a moment ago and the source still has them
-        // mapped as part of it.
-        let r = unsafe { self.heap.extend_region(base, cut) };
-        debug_assert!(r.is_ok(), "a cut tail goes back where it was");
     }
 
     /// The pool's statistics.
@@ -582,7 +599,7 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
                 self.counts.regions_obtained += 1;
                 self.counts.hook_calls += 1;
                 self.hooks.obtained(addr, got);
-                self.top = Some(base);
+                self.top = Some(addr);
                 if let Growth::Doubling { cap, .. } = self.policy.growth {
                     self.increment = self.increment.saturating_mul(2).min(cap.max(1));
                 }
@@ -600,11 +617,8 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
 
     /// Grows the top region in place by at least `space` bytes (within the limit).
     fn grow_top(&mut self, space: usize) -> Result<(), Error> {
-        let top = self.top.ok_or(Error::OutOfMemory)?;
-        let (_, len) = self
-            .heap
-            .region_of(S::addr(top))
-            .ok_or(Error::UnknownRegion)?;
+        let at = self.top.ok_or(Error::OutOfMemory)?;
+        let (top, len) = self.heap.region_of(at).ok_or(Error::UnknownRegion)?;
         let want = self
             .round(space.max(self.increment))
             .ok_or(Error::SizeOverflow)?;
@@ -619,7 +633,7 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
                 self.counts.peak_reserved = self.counts.peak_reserved.max(self.reserved);
                 self.counts.grown += 1;
                 self.counts.hook_calls += 1;
-                self.hooks.grown(S::addr(top), S::addr(top) + len, added);
+                self.hooks.grown(at, at + len, added);
                 Ok(())
             }
             Err(e) => {
@@ -711,7 +725,7 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
         }
         got.map_err(|e| self.report(e, size))?;
         // The bypass region is never grown in place: growth stays with the previous top.
-        let own = self.top.map(S::addr);
+        let own = self.top;
         self.top = top;
         let block = self
             .heap
@@ -745,13 +759,13 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
     /// Removes the region at `base` from the heap, if it is wholly free, and gives it back.
     fn give_back(&mut self, base: usize) {
         if let Ok((b, len)) = self.heap.remove_region(base) {
-            self.hooks.given_back(base, len);
             // SAFETY: the heap removed the region, so nothing uses it; it came from the source.
             unsafe { self.source.give_back(b, len) };
+            self.hooks.given_back(base, len);
             self.reserved -= len;
             self.counts.regions_given_back += 1;
             self.counts.hook_calls += 1;
-            if self.top.is_some_and(|t| S::addr(t) == base) {
+            if self.top == Some(base) {
                 self.top = None;
             }
         }
@@ -769,9 +783,9 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Drop for Pool<H, S,
             ..
         } = self;
         heap.trim(|base, len| {
-            hooks.given_back(S::addr(base), len);
             // SAFETY: the heap removed the region, so nothing uses it; it came from `source`.
             unsafe { source.give_back(base, len) };
+            hooks.given_back(S::addr(base), len);
         });
     }
 }

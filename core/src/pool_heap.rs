@@ -49,6 +49,13 @@ pub trait PoolHeap {
     fn remove_region(&mut self, base: usize) -> Result<(Self::Base, usize), Error>;
     /// Cuts a region's free end at a page boundary.
     fn shrink_region(&mut self, base: usize, page: usize) -> Option<(usize, usize)>;
+    /// Cuts every region's free end, offering each tail to `give`.
+    fn shrink_regions(
+        &mut self,
+        page: usize,
+        min: usize,
+        give: impl FnMut(Self::Base, usize, usize) -> bool,
+    ) -> usize;
     /// Removes every wholly free region.
     fn trim(&mut self, release: impl FnMut(Self::Base, usize)) -> usize;
     /// Names the releasable pages of large free chunks.
@@ -90,6 +97,14 @@ macro_rules! shared_ops {
         }
         fn shrink_region(&mut self, base: usize, page: usize) -> Option<(usize, usize)> {
             self.heap.shrink_region(base, page)
+        }
+        fn shrink_regions(
+            &mut self,
+            page: usize,
+            min: usize,
+            give: impl FnMut(Self::Base, usize, usize) -> bool,
+        ) -> usize {
+            self.heap.shrink_regions(page, min, give)
         }
         fn trim(&mut self, release: impl FnMut(Self::Base, usize)) -> usize {
             self.heap.trim(release)

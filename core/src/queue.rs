@@ -13,7 +13,9 @@
 //! with the consumer's Acquire load), and `pos + N` once the consumer has taken the block (a
 //! Release store, paired with the next producer's Acquire load).
 
-use crate::sync::{const_unless_loom, AtomicUsize, Ordering, UnsafeCell, PUBLISH, TAKE};
+use crate::sync::{
+    const_unless_loom, AtomicUsize, CachePadded, Ordering, UnsafeCell, PUBLISH, TAKE,
+};
 
 /// One place in the ring. Its sequence number is stored less the slot's index, so that every
 /// slot starts at 0 and the ring can be built in a `const` (a `static` global allocator).
@@ -40,8 +42,9 @@ impl<T> Slot<T> {
 /// compare-exchange on `tail`, so each position has one producer; the consumer's position
 /// lives with the heap, behind its lock, so there is one consumer at a time.
 pub(crate) struct FreeQueue<T, const N: usize> {
+    /// The producers' position, on a cache line of its own.
+    tail: CachePadded<AtomicUsize>,
     slots: [Slot<T>; N],
-    tail: AtomicUsize,
 }
 
 // SAFETY: a slot's item is written only by the producer that claimed its position and read
@@ -64,7 +67,7 @@ impl<T, const N: usize> FreeQueue<T, N> {
                 slots: [const { Slot::new() }; N],
                 #[cfg(loom)]
                 slots: core::array::from_fn(|_| Slot::new()),
-                tail: AtomicUsize::new(0),
+                tail: CachePadded(AtomicUsize::new(0)),
             }
         }
     }

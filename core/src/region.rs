@@ -136,25 +136,55 @@ impl<T: Tags> Heap<T> {
         let t = self.tags();
         let layout = t.layout();
         let (keep_front, keep_back) = layout.free_chunk_tags();
+        let min_granules = (min >> layout.shift()).max(1);
         let mut named = 0;
-        let mut region = t.first_region();
-        while let Some(r) = region {
-            let mut chunk = Some(t.region_first_chunk(r));
-            while let Some(c) = chunk {
-                let bytes = t.size(c) << layout.shift();
-                if t.is_free(c) && bytes >= min {
-                    let start = (t.addr(c) + keep_front).next_multiple_of(page);
-                    let end = (t.addr(c) + bytes - keep_back) & !(page - 1);
-                    if end > start {
-                        each(start, end - start);
-                        named += 1;
-                    }
-                }
-                chunk = t.next(c);
+        self.bins().each_at_least(t, min_granules, |c, size| {
+            let bytes = size << layout.shift();
+            if bytes < min {
+                return;
             }
-            region = t.next_region(r);
-        }
+            let start = (t.addr(c) + keep_front).next_multiple_of(page);
+            let end = (t.addr(c) + bytes - keep_back) & !(page - 1);
+            if end > start {
+                each(start, end - start);
+                named += 1;
+            }
+        });
         named
+    }
+
+    /// Cuts the free end of every region (see [`Heap::shrink_region`]) in one walk of the
+    /// region list, offering each cut to `give(base, len, keep)` (the region's base, its length
+    /// before the cut and after it), which releases the tail and says whether it did; a tail it
+    /// refuses is put back. `min` is the least tail worth
+    /// cutting, in bytes. Returns the bytes cut and kept cut.
+    ///
+    /// # Time Complexity
+    /// `O(regions)`, plus `O(bits of a size)` per region cut.
+    pub fn shrink_regions(
+        &mut self,
+        page: usize,
+        min: usize,
+        mut give: impl FnMut(T::Base, usize, usize) -> bool,
+    ) -> usize {
+        let mut total = 0;
+        let mut region = self.tags().first_region();
+        while let Some(r) = region {
+            region = self.tags().next_region(r);
+            let base = self.tags().region_base(r);
+            let len = self.tags().region_len(r);
+            let Some((keep, cut)) = self.cut(r, page) else {
+                continue;
+            };
+            if cut >= min && give(base, len, keep) {
+                total += cut;
+            } else {
+                // SAFETY: the tail was the region's a moment ago, and its owner still has it.
+                let back = unsafe { self.extend_region(base, cut) };
+                debug_assert!(back.is_ok(), "a cut tail goes back where it was");
+            }
+        }
+        total
     }
 
     /// Gives back the free end of the region that starts at `base`: cuts the region at the
@@ -168,9 +198,15 @@ impl<T: Tags> Heap<T> {
     /// chunk.
     pub fn shrink_region(&mut self, base: usize, page: usize) -> Option<(usize, usize)> {
         let (r, _) = self.find_region(base).ok()?;
+        self.cut(r, page)
+    }
+
+    /// [`Heap::shrink_region`] of region `r`.
+    fn cut(&mut self, r: T::Region, page: usize) -> Option<(usize, usize)> {
         let t = self.tags();
         let layout = *t.layout();
         let (last, size) = t.region_last_free(r)?;
+        let base = T::base_addr(t.region_base(r));
         let len = t.region_len(r);
         let keep_chunk = layout.min_chunk() << layout.shift();
         // The cut leaves a minimum chunk and the region's tail tags (an inline fence).

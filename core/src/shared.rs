@@ -14,7 +14,7 @@
 use crate::error::Error;
 use crate::lock::{Guard, Locked, RawLock};
 use crate::queue::FreeQueue;
-use crate::sync::{const_unless_loom, AtomicUsize, Ordering};
+use crate::sync::{const_unless_loom, AtomicUsize, CachePadded, Ordering};
 
 /// A heap that can sit behind a [`Shared`]: how a free is identified while it waits in the
 /// queue, and how it is done once the lock is taken.
@@ -41,8 +41,8 @@ pub(crate) struct State<H> {
 pub(crate) struct Shared<H: QueuedFree, L, const N: usize> {
     state: Locked<L, State<H>>,
     ring: FreeQueue<H::Freed, N>,
-    /// Frees that went through the ring.
-    queued: AtomicUsize,
+    /// Frees that went through the ring (on a line of its own: every queued free bumps it).
+    queued: CachePadded<AtomicUsize>,
 }
 
 impl<H: QueuedFree, L: RawLock, const N: usize> Shared<H, L, N> {
@@ -51,7 +51,7 @@ impl<H: QueuedFree, L: RawLock, const N: usize> Shared<H, L, N> {
             Shared {
                 state: Locked::new(State { heap, head: 0 }),
                 ring: FreeQueue::new(),
-                queued: AtomicUsize::new(0),
+                queued: CachePadded(AtomicUsize::new(0)),
             }
         }
     }

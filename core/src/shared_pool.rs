@@ -244,6 +244,7 @@ impl<S: RegionSource<Base = NonNull<u8>>, K: Hooks> Pool<InlineHeap, S, K> {
     ///
     /// # Safety
     /// As for [`InlineHeap::realloc`].
+    #[inline]
     pub unsafe fn realloc(
         &mut self,
         ptr: NonNull<u8>,
@@ -251,16 +252,55 @@ impl<S: RegionSource<Base = NonNull<u8>>, K: Hooks> Pool<InlineHeap, S, K> {
         align: usize,
         new_size: usize,
     ) -> Result<NonNull<u8>, PoolError> {
-        let bypass = |size: usize| self.policy().bypass_above.is_some_and(|t| size > t);
-        if !bypass(old_size) && !bypass(new_size) {
+        if !self.bypasses(old_size.max(new_size)) {
             // SAFETY: forwarded caller contract.
             match unsafe { self.heap_mut().realloc(ptr, old_size, align, new_size) } {
                 Ok(p) => return Ok(p),
-                // The heap could neither resize nor move it: the pool must grow.
-                Err(Error::OutOfMemory) => {}
-                Err(e) => return Err(self.refusal(e, new_size)),
+                // SAFETY: forwarded caller contract.
+                Err(e) => {
+                    return unsafe { self.realloc_refused(e, ptr, old_size, align, new_size) }
+                }
             }
         }
+        // SAFETY: forwarded caller contract.
+        unsafe { self.realloc_moving(ptr, old_size, align, new_size) }
+    }
+
+    /// [`Pool::realloc`] after the heap refused: a heap that could neither resize nor move the
+    /// block needs the pool to grow; any other refusal is reported.
+    ///
+    /// # Safety
+    /// As for [`InlineHeap::realloc`].
+    #[cold]
+    #[inline(never)]
+    unsafe fn realloc_refused(
+        &mut self,
+        e: Error,
+        ptr: NonNull<u8>,
+        old_size: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Result<NonNull<u8>, PoolError> {
+        match e {
+            // SAFETY: forwarded caller contract.
+            Error::OutOfMemory => unsafe { self.realloc_moving(ptr, old_size, align, new_size) },
+            e => Err(self.refusal(e, new_size)),
+        }
+    }
+
+    /// [`Pool::realloc`] when the block must move through the pool.
+    ///
+    /// # Safety
+    /// As for [`InlineHeap::realloc`].
+    #[cold]
+    #[inline(never)]
+    unsafe fn realloc_moving(
+        &mut self,
+        ptr: NonNull<u8>,
+        old_size: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Result<NonNull<u8>, PoolError> {
         // SAFETY: forwarded caller contract; this checks `ptr` as `free` would, before
         // anything is allocated.
         let usable = unsafe { PoolHeap::usable_size(self.heap(), &ptr) }

@@ -43,6 +43,21 @@ pub(crate) fn next_id() -> Option<core::num::NonZeroU32> {
     core::num::NonZeroU32::new(id)
 }
 
+/// A value on a cache line of its own (64 bytes, x86-64's and most ARM cores' line), so that
+/// what other threads write to their neighbours does not make its users miss the cache (false
+/// sharing): the lock, the queue's producer position and the queue's counter each get one.
+#[derive(Debug, Default)]
+#[repr(C, align(64))]
+pub(crate) struct CachePadded<T>(pub(crate) T);
+
+impl<T> core::ops::Deref for CachePadded<T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
 /// One turn of a busy-wait. (Under loom a waiter yields instead: see `crate::lock`.)
 #[cfg(not(loom))]
 #[inline]

@@ -63,14 +63,18 @@ pub(crate) trait Tags {
     /// The chunk's length in granules.
     fn size(&self, c: Self::Chunk) -> usize;
     fn is_free(&self, c: Self::Chunk) -> bool;
+    /// The chunk's length in granules if it is in use, `None` if it is free: both in one read
+    /// of its tag, for the free path.
+    fn used_size(&self, c: Self::Chunk) -> Option<usize>;
     /// The address of the chunk's first usable byte.
     fn payload(&self, c: Self::Chunk) -> usize;
     /// The address of the chunk, for reports: its head (inline) or its first byte (detached).
     fn addr(&self, c: Self::Chunk) -> usize;
     /// The physically next chunk of the same region, `None` at the region's end.
     fn next(&self, c: Self::Chunk) -> Option<Self::Chunk>;
-    /// The physically next chunk and its size, if it exists and is free.
-    fn next_if_free(&self, c: Self::Chunk) -> Option<(Self::Chunk, usize)>;
+    /// The physically next chunk after `c` (of `size` granules, as the caller knows) and its
+    /// size, if it exists and is free.
+    fn next_if_free(&self, c: Self::Chunk, size: usize) -> Option<(Self::Chunk, usize)>;
     /// The physically previous chunk and its size, if it exists and is free (all that
     /// coalescing needs, and all that inline tags can tell without a footer of an in-use chunk).
     fn prev_if_free(&self, c: Self::Chunk) -> Option<(Self::Chunk, usize)>;

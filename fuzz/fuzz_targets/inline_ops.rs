@@ -3,4 +3,6 @@
 use libfuzzer_sys::fuzz_target;
 use tagalloc_fuzz::ops::{Input, Op};
 
-fuzz_target!(|input: Input<Op>| tagalloc_fuzz::run_inline_ops(&input));
+fuzz_target!(init: tagalloc_fuzz::trace::init(), |input: Input<Op>| {
+    tagalloc_fuzz::run_inline_ops(&input)
+});

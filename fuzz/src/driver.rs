@@ -12,10 +12,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use tagalloc::model::{Geometry, Model};
-use tagalloc::Error;
+use tagalloc::{Error, Stats};
 
 use crate::ops::{Align, Len, Op, Place, RegionPick, Size};
 use crate::subject::Subject;
+use crate::trace::untraced;
 
 /// A live allocation as the driver knows it.
 #[derive(Clone, Copy, Debug)]
@@ -57,10 +58,10 @@ impl<S: Subject> Driver<S> {
             subject,
             model: with_model.then(|| Model::new(geo)),
             geo,
-            live: Vec::new(),
+            live: Vec::with_capacity(64),
             spans: BTreeMap::new(),
             regions: BTreeMap::new(),
-            graveyard: Vec::new(),
+            graveyard: Vec::with_capacity(GRAVEYARD),
             seed: 0,
         }
     }
@@ -115,8 +116,14 @@ impl<S: Subject> Driver<S> {
     }
 
     fn alloc(&mut self, size: usize, align: usize) {
-        let before = self.subject.stats();
+        let before = untraced(|| self.subject.stats());
         let got = self.subject.alloc(size, align);
+        untraced(|| self.alloc_done(size, align, got, before));
+    }
+
+    /// Checks the result `got` of `alloc(size, align)` on a heap that had the statistics
+    /// `before`, and files the allocation.
+    fn alloc_done(&mut self, size: usize, align: usize, got: Result<S::H, Error>, before: Stats) {
         let got_addr = got.as_ref().map(S::addr).map_err(|e| *e);
         if let Some(m) = &mut self.model {
             let want = m.alloc(size, align);
@@ -143,15 +150,16 @@ impl<S: Subject> Driver<S> {
         if let Ok(h) = got {
             assert_eq!(S::addr(&h) % align, 0, "alloc({size}, {align}) misaligned");
             self.seed = self.seed.wrapping_add(1);
-            self.adopt(h, size, self.seed);
+            self.adopt(h, 0, size, self.seed);
         }
     }
 
-    /// Files a new or moved live allocation: fills it and checks it against the others.
-    fn adopt(&mut self, h: S::H, size: usize, seed: u8) {
+    /// Files a new or moved live allocation: fills it (its first `kept` bytes already hold
+    /// the pattern of `seed`, verified) and checks it against the others.
+    fn adopt(&mut self, h: S::H, kept: usize, size: usize, seed: u8) {
         let addr = S::addr(&h);
         assert!(self.subject.usable(&h) >= size, "allocation too small");
-        self.subject.fill(&h, size, seed);
+        self.subject.fill(&h, kept.min(size), size, seed);
         self.live.push(Live {
             addr,
             h,
@@ -198,24 +206,42 @@ impl<S: Subject> Driver<S> {
     /// Frees the live allocation `i`, claiming it has `size` bytes (a size it may have).
     pub(crate) fn free_as(&mut self, i: usize, size: usize) {
         let l = self.live[i];
-        self.subject.verify(&l.h, l.size, l.seed);
+        untraced(|| self.subject.verify(&l.h, l.size, l.seed));
         let r = self.subject.free(l.h, size);
-        assert_eq!(
-            r,
-            Ok(()),
-            "free of the live allocation {l:?} as {size} bytes"
-        );
-        if let Some(m) = &mut self.model {
-            m.free(l.addr);
-        }
-        self.forget(i);
+        untraced(|| {
+            assert_eq!(
+                r,
+                Ok(()),
+                "free of the live allocation {l:?} as {size} bytes"
+            );
+            if let Some(m) = &mut self.model {
+                m.free(l.addr);
+            }
+            self.forget(i);
+        });
     }
 
     fn realloc(&mut self, i: usize, new: usize, align: usize) {
         let l = self.live[i];
-        self.subject.verify(&l.h, l.size, l.seed);
-        let before = self.subject.stats();
+        let before = untraced(|| {
+            self.subject.verify(&l.h, l.size, l.seed);
+            self.subject.stats()
+        });
         let got = self.subject.realloc(l.h, l.size, align, new);
+        untraced(|| self.realloc_done(i, new, align, got, before));
+    }
+
+    /// Checks the result `got` of resizing the live allocation `i` to `new` bytes (aligned to
+    /// `align` if it moves) on a heap that had the statistics `before`, and files the result.
+    fn realloc_done(
+        &mut self,
+        i: usize,
+        new: usize,
+        align: usize,
+        got: Result<S::H, Error>,
+        before: Stats,
+    ) {
+        let l = self.live[i];
         let got_addr = got.as_ref().map(S::addr).map_err(|e| *e);
         if let Some(m) = &mut self.model {
             let want = m.realloc(l.addr, new, align).map(|n| n.unwrap_or(l.addr));
@@ -245,8 +271,9 @@ impl<S: Subject> Driver<S> {
             assert_eq!(addr % align, 0, "realloc moved to a misaligned address");
             self.forget(i);
         }
-        self.subject.verify(&h, l.size.min(new), l.seed);
-        self.adopt(h, new, l.seed);
+        let kept = l.size.min(new);
+        self.subject.verify(&h, kept, l.seed);
+        self.adopt(h, kept, new, l.seed);
     }
 
     /// Whether `start..start + len` wraps or overlaps a region.
@@ -267,8 +294,16 @@ impl<S: Subject> Driver<S> {
             return;
         }
         let got = self.subject.add_region(base, len);
+        untraced(|| self.add_region_done(base, len, got));
+    }
+
+    /// Checks the result `got` of `add_region(base, len)` and files the region.
+    fn add_region_done(&mut self, base: usize, len: usize, got: Result<(), Error>) {
+        let g = self.geo.granule;
+        let rlen = len & !(g - 1);
         if let Some(m) = &mut self.model {
-            assert_eq!(got, m.add_region(base, len), "add_region({base:#x}, {len})");
+            let want = m.add_region(base, len);
+            assert_eq!(got, want, "add_region({base:#x}, {len})");
         } else {
             let small = rlen < self.geo.region_overhead + self.geo.min_chunk * g;
             let holds = match got {
@@ -304,12 +339,23 @@ impl<S: Subject> Driver<S> {
             }
         }
         let got = self.subject.extend_region(base, len);
+        untraced(|| self.extend_region_done(base, len, end, got));
+    }
+
+    /// Checks the result `got` of `extend_region(base, len)` (`end`: the region's end, if
+    /// `base` is a region's) and files the growth.
+    fn extend_region_done(
+        &mut self,
+        base: usize,
+        len: usize,
+        end: Option<usize>,
+        got: Result<(), Error>,
+    ) {
+        let g = self.geo.granule;
+        let rlen = len & !(g - 1);
         if let Some(m) = &mut self.model {
-            assert_eq!(
-                got,
-                m.extend_region(base, len),
-                "extend_region({base:#x}, {len})"
-            );
+            let want = m.extend_region(base, len);
+            assert_eq!(got, want, "extend_region({base:#x}, {len})");
         } else {
             let holds = match (end, got) {
                 (None, got) => got == Err(Error::UnknownRegion),
@@ -333,6 +379,11 @@ impl<S: Subject> Driver<S> {
     fn remove_region(&mut self, pick: RegionPick) {
         let base = self.region_base(pick);
         let got = self.subject.remove_region(base);
+        untraced(|| self.remove_region_done(base, got));
+    }
+
+    /// Checks the result `got` of `remove_region(base)` and forgets the region.
+    fn remove_region_done(&mut self, base: usize, got: Result<(usize, usize), Error>) {
         let want = match self.regions.get(&base) {
             None => Err(Error::UnknownRegion),
             Some(&end) if self.in_use(base, end) => Err(Error::RegionInUse),
@@ -340,11 +391,8 @@ impl<S: Subject> Driver<S> {
         };
         assert_eq!(got, want, "remove_region({base:#x})");
         if let Some(m) = &mut self.model {
-            assert_eq!(
-                m.remove_region(base),
-                got,
-                "remove_region({base:#x}): model"
-            );
+            let model = m.remove_region(base);
+            assert_eq!(model, got, "remove_region({base:#x}): model");
         }
         if got.is_ok() {
             self.regions.remove(&base);
@@ -352,7 +400,12 @@ impl<S: Subject> Driver<S> {
     }
 
     fn trim(&mut self) {
-        let mut got = self.subject.trim();
+        let got = self.subject.trim();
+        untraced(|| self.trim_done(got));
+    }
+
+    /// Checks the regions `trim()` released (`got`) and forgets them.
+    fn trim_done(&mut self, mut got: Vec<(usize, usize)>) {
         got.sort_unstable();
         let want: Vec<(usize, usize)> = self
             .regions
@@ -370,8 +423,12 @@ impl<S: Subject> Driver<S> {
     }
 
     /// The checks after every operation: the heap's invariants, and its statistics against
-    /// the driver's account.
-    pub(crate) fn after_step(&mut self) {
+    /// the driver's account (untraced: see [`crate::trace`]).
+    pub(crate) fn after_step(&self) {
+        untraced(|| self.check_account());
+    }
+
+    fn check_account(&self) {
         if let Err(e) = self.subject.check() {
             panic!("check() failed: {e}");
         }
@@ -389,9 +446,11 @@ impl<S: Subject> Driver<S> {
 
     /// Verifies the contents of every live allocation.
     pub fn verify_all(&self) {
-        for l in &self.live {
-            self.subject.verify(&l.h, l.size, l.seed);
-        }
+        untraced(|| {
+            for l in &self.live {
+                self.subject.verify(&l.h, l.size, l.seed);
+            }
+        });
     }
 
     /// Frees everything, then checks that every region is one free chunk again: the
@@ -410,9 +469,11 @@ impl<S: Subject> Driver<S> {
             "a region is not one free chunk: {st:?}"
         );
         if let Some(m) = &self.model {
-            assert!(m.chunks().values().all(|c| c.free));
-            assert_eq!(m.chunks().len(), self.regions.len());
-            assert!(m.regions().eq(self.regions.iter().map(|(&b, &e)| (b, e))));
+            untraced(|| {
+                assert!(m.chunks().values().all(|c| c.free));
+                assert_eq!(m.chunks().len(), self.regions.len());
+                assert!(m.regions().eq(self.regions.iter().map(|(&b, &e)| (b, e))));
+            });
         }
         let mut by_len: Vec<(usize, usize)> =
             self.regions.iter().map(|(&b, &e)| (e - b, b)).collect();
@@ -443,11 +504,11 @@ impl<S: Subject> Driver<S> {
         if all {
             assert_eq!(self.subject.stats().free_chunks, 0);
         }
-        self.subject.check().unwrap();
+        untraced(|| self.subject.check()).unwrap();
         for (h, size) in whole {
             assert_eq!(self.subject.free(h, size), Ok(()));
         }
-        self.subject.check().unwrap();
+        untraced(|| self.subject.check()).unwrap();
         let st = self.subject.stats();
         assert_eq!(st.free_chunks, st.regions, "{st:?}");
     }

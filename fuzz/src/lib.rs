@@ -2,21 +2,28 @@
 //!
 //! - [`ops`]: decoding input bytes into heap operations ([`ops::Op`]) and a run's set-up.
 //! - [`subject`]: both heaps behind one interface: an `InlineHeap` over regions carved from a
-//!   `Vec<u128>` arena, and a `DetachedHeap` over plain numbers, its record table growable or
-//!   capped.
+//!   zeroed arena ([`arena`]: one per thread, reused from run to run), and a `DetachedHeap`
+//!   over plain numbers, its record table growable or capped.
+//! - [`pattern`]: the byte pattern kept in every live allocation of an inline heap.
+//! - [`trace`]: keeps the checks' comparisons out of the fuzzer's feedback (when built for it).
 //! - [`driver`]: runs operations on a heap and checks every result, with or without the
 //!   reference model (`tagalloc::model`), then frees everything and checks that every region
 //!   is one free chunk again.
 //! - [`misuse`]: double, stale, interior, wrongly sized and foreign frees and reallocs.
 //!
-//! Every target is one of the `run_*` functions below; a failing input replays with
+//! Every target is one of the `run_*` functions below (after [`trace::init`] once); a failing input replays with
 //! `cargo +nightly fuzz run <target> <file>`, and `cargo +nightly fuzz fmt <target> <file>`
 //! prints it as a sequence of operations.
 
+#![cfg_attr(fuzzing, feature(linkage))]
+
+pub mod arena;
 pub mod driver;
 pub mod misuse;
 pub mod ops;
+pub mod pattern;
 pub mod subject;
+pub mod trace;
 
 use tagalloc::{DetachedHeap, Error, InlineHeap};
 

@@ -9,6 +9,7 @@ use tagalloc::{Error, Stats};
 use crate::driver::Driver;
 use crate::ops::{Op, Size};
 use crate::subject::Subject;
+use crate::trace::untraced;
 
 /// One misuse.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -127,7 +128,7 @@ impl<S: Subject> Driver<S> {
     /// Runs one misuse and checks that it was refused with one of `allowed`, changing
     /// nothing.
     fn refused(&mut self, h: S::H, size: usize, realloc: bool, allowed: &[Error], what: &str) {
-        let before = self.subject.stats();
+        let before = untraced(|| self.subject.stats());
         let got = if realloc {
             self.subject
                 .realloc(h, size, 16, size.saturating_add(4096))
@@ -135,26 +136,28 @@ impl<S: Subject> Driver<S> {
         } else {
             self.subject.free(h, size)
         };
-        let e = match got {
-            Ok(()) => panic!("{what}: {h:?} ({size} bytes) was obeyed"),
-            Err(e) => e,
-        };
-        assert!(
-            allowed.contains(&e),
-            "{what}: {h:?} ({size} bytes) refused as {e:?}, not one of {allowed:?}"
-        );
-        let after = self.subject.stats();
-        assert_eq!(
-            sans_refusals(after),
-            sans_refusals(before),
-            "{what}: refused, yet the heap changed"
-        );
-        let counted = after.refused_frees - before.refused_frees;
-        if realloc {
-            assert!(counted <= 1, "{what}: {counted} refusals counted");
-        } else {
-            assert_eq!(counted, 1, "{what}: refusal not counted");
-        }
+        untraced(|| {
+            let e = match got {
+                Ok(()) => panic!("{what}: {h:?} ({size} bytes) was obeyed"),
+                Err(e) => e,
+            };
+            assert!(
+                allowed.contains(&e),
+                "{what}: {h:?} ({size} bytes) refused as {e:?}, not one of {allowed:?}"
+            );
+            let after = self.subject.stats();
+            assert_eq!(
+                sans_refusals(after),
+                sans_refusals(before),
+                "{what}: refused, yet the heap changed"
+            );
+            let counted = after.refused_frees - before.refused_frees;
+            if realloc {
+                assert!(counted <= 1, "{what}: {counted} refusals counted");
+            } else {
+                assert_eq!(counted, 1, "{what}: refusal not counted");
+            }
+        });
         self.after_step();
         self.verify_all();
     }

@@ -260,7 +260,8 @@ pub struct Input<T> {
 impl<'a, T: Arbitrary<'a>> Arbitrary<'a> for Input<T> {
     fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
         let config = u.arbitrary()?;
-        let mut ops = Vec::new();
+        // Most operations take two bytes or more: one allocation, seldom grown.
+        let mut ops = Vec::with_capacity((u.len() / 2).min(MAX_OPS));
         while !u.is_empty() && ops.len() < MAX_OPS {
             match T::arbitrary(u) {
                 Ok(op) => ops.push(op),

@@ -6,7 +6,9 @@ use core::ptr::NonNull;
 use tagalloc::model::Geometry;
 use tagalloc::{Block, CheckError, DetachedHeap, Error, InlineHeap, Record, RecordStore, Stats};
 
+use crate::arena::Lease;
 use crate::ops::{Place, SPACE};
+use crate::pattern;
 
 /// A heap under test, in terms of absolute addresses (payloads and region bases).
 pub trait Subject {
@@ -59,8 +61,9 @@ pub trait Subject {
     /// The usable bytes of the live allocation `h`.
     fn usable(&self, h: &Self::H) -> usize;
 
-    /// Writes the pattern of `seed` into the first `len` bytes of `h` (inline only).
-    fn fill(&mut self, _h: &Self::H, _len: usize, _seed: u8) {}
+    /// Writes the pattern of `seed` into the first `len` bytes of `h` (inline only), at least
+    /// from byte `from` on (the bytes before it already hold the pattern).
+    fn fill(&mut self, _h: &Self::H, _from: usize, _len: usize, _seed: u8) {}
     /// Panics unless the first `len` bytes of `h` hold the pattern of `seed` (inline only).
     fn verify(&self, _h: &Self::H, _len: usize, _seed: u8) {}
 
@@ -71,35 +74,33 @@ pub trait Subject {
     fn foreign(&mut self, raw: usize) -> Self::H;
 }
 
-/// The byte at `i` of the pattern of `seed`: it changes along the allocation, so a copy from
-/// the wrong offset is caught too.
-#[inline]
-pub fn pattern(seed: u8, i: usize) -> u8 {
-    seed.wrapping_add(i as u8) ^ ((i >> 8) as u8).wrapping_mul(29)
-}
-
-/// An [`InlineHeap`] over regions carved from one `Vec<u128>` arena of [`SPACE`] bytes.
+/// An [`InlineHeap`] over regions carved from one arena of [`SPACE`] zeroed bytes (this
+/// thread's, lent for the run: see [`crate::arena`]).
 pub struct InlineSubject {
     heap: InlineHeap,
-    /// The arena; `base` is its first page-aligned byte.
-    _arena: Vec<u128>,
+    /// The arena; `base` is its first page-aligned byte. Declared after `heap`, so the heap is
+    /// gone when the lease zeroes what it wrote.
+    arena: Lease,
     base: *mut u8,
-    /// Memory no region ever covers, for foreign pointers.
-    outside: Vec<u128>,
+    /// Memory no region ever covers, for foreign pointers, and its length in bytes.
+    outside: (*mut u8, usize),
+    /// Every region handed to the heap in this run, as `(base, end)` (newest last; a region
+    /// removed and added again appears twice), to know where an extension starts.
+    ends: Vec<(usize, usize)>,
 }
 
 impl InlineSubject {
-    /// A heap with this granule over a fresh, zeroed arena.
+    /// A heap with this granule over this thread's arena, all zeros.
     pub fn new(heap: InlineHeap) -> Self {
-        let mut arena = vec![0u128; (SPACE + 4096) / 16];
-        let p = arena.as_mut_ptr().cast::<u8>();
-        // SAFETY: at most 4095 bytes into an allocation of `SPACE + 4096` bytes.
-        let base = unsafe { p.add(p.align_offset(4096)) };
+        let mut arena = Lease::take();
+        let base = arena.base();
+        let outside = arena.outside();
         InlineSubject {
             heap,
-            _arena: arena,
+            arena,
             base,
-            outside: vec![0u128; 64],
+            outside,
+            ends: Vec::new(),
         }
     }
 
@@ -168,16 +169,35 @@ impl Subject for InlineSubject {
     }
 
     fn add_region(&mut self, base: usize, len: usize) -> Result<(), Error> {
-        assert!(self.can_place(base, len & !(self.heap.granule() - 1)));
+        let end = base + (len & !(self.heap.granule() - 1));
+        assert!(self.can_place(base, end - base));
         // SAFETY: the range lies in the arena, which outlives the heap; nothing but the heap
         // uses arena memory, and the heap refuses ranges that overlap its regions.
-        unsafe { self.heap.add_region(self.ptr(base), len) }
+        let got = unsafe { self.heap.add_region(self.ptr(base), len) };
+        if got.is_ok() {
+            self.arena.lent(base, end);
+            self.ends.push((base, end));
+        }
+        got
     }
 
     fn extend_region(&mut self, base: usize, len: usize) -> Result<(), Error> {
         // SAFETY: the driver makes sure the added range lies in the arena (one allocation,
         // which the region's pointer reaches); the heap refuses overlaps and unknown regions.
-        unsafe { self.heap.extend_region(self.ptr(base), len) }
+        let got = unsafe { self.heap.extend_region(self.ptr(base), len) };
+        if got.is_ok() {
+            // The region is live, so its newest entry is its current extent.
+            let (_, end) = self
+                .ends
+                .iter_mut()
+                .rev()
+                .find(|(b, _)| *b == base)
+                .expect("an extended region was added");
+            let added = len & !(self.heap.granule() - 1);
+            self.arena.lent(*end, *end + added);
+            *end += added;
+        }
+        got
     }
 
     fn remove_region(&mut self, base: usize) -> Result<(usize, usize), Error> {
@@ -206,18 +226,18 @@ impl Subject for InlineSubject {
         unsafe { self.heap.usable_size(*h) }
     }
 
-    fn fill(&mut self, h: &NonNull<u8>, len: usize, seed: u8) {
-        // SAFETY: `h` is a live allocation of at least `len` bytes, which only the driver uses.
-        let s = unsafe { core::slice::from_raw_parts_mut(h.as_ptr(), len) };
-        for (i, b) in s.iter_mut().enumerate() {
-            *b = pattern(seed, i);
-        }
+    fn fill(&mut self, h: &NonNull<u8>, from: usize, len: usize, seed: u8) {
+        let from = from / 256 * 256;
+        // SAFETY: `h` is a live allocation of at least `len` bytes, which only the driver uses;
+        // `from <= len`.
+        let s = unsafe { core::slice::from_raw_parts_mut(h.as_ptr().add(from), len - from) };
+        pattern::fill_from(s, from, seed);
     }
 
     fn verify(&self, h: &NonNull<u8>, len: usize, seed: u8) {
         // SAFETY: as in `fill`.
         let s = unsafe { core::slice::from_raw_parts(h.as_ptr(), len) };
-        if let Some(i) = (0..len).find(|&i| s[i] != pattern(seed, i)) {
+        if let Err(i) = pattern::verify(s, seed) {
             panic!(
                 "contents of the live allocation at {:#x} ({len} bytes) changed at byte {i}",
                 h.as_ptr() as usize
@@ -234,11 +254,7 @@ impl Subject for InlineSubject {
             // Anywhere in the arena, in a region or not.
             0 | 1 => self.ptr(self.at_offset((raw >> 2) % SPACE)),
             // Memory the heap never managed.
-            2 => self
-                .outside
-                .as_mut_ptr()
-                .cast::<u8>()
-                .wrapping_add((raw >> 2) % 1024),
+            2 => self.outside.0.wrapping_add((raw >> 2) % self.outside.1),
             // Any address at all.
             _ => core::ptr::without_provenance_mut(raw),
         };
@@ -286,21 +302,26 @@ impl RecordStore for CappedTable {
 pub struct DetachedSubject<S: RecordStore> {
     heap: DetachedHeap<S>,
     capped: bool,
-    /// Another heap, over other addresses: its blocks are foreign to `heap`.
-    other: DetachedHeap<Vec<Record>>,
+    /// Another heap, over other addresses: its blocks are foreign to `heap`. Made when the
+    /// first foreign block is asked for (most runs ask for none).
+    other: Option<DetachedHeap<Vec<Record>>>,
 }
 
 impl<S: RecordStore> DetachedSubject<S> {
     /// Wraps `heap`; `capped` says whether its table may run out.
     pub fn new(heap: DetachedHeap<S>, capped: bool) -> Self {
-        let g = heap.granule();
-        let mut other = DetachedHeap::growable(g).unwrap();
-        other.add_region(DETACHED_BASE * 2, SPACE).unwrap();
         DetachedSubject {
             heap,
             capped,
-            other,
+            other: None,
         }
+    }
+
+    /// A fresh heap with one region of `SPACE` bytes, far from this heap's addresses.
+    fn other_heap(&self) -> DetachedHeap<Vec<Record>> {
+        let mut other = DetachedHeap::growable(self.heap.granule()).unwrap();
+        other.add_region(DETACHED_BASE * 2, SPACE).unwrap();
+        other
     }
 
     /// The heap, for checks the interface does not cover.
@@ -417,18 +438,23 @@ impl<S: RecordStore> Subject for DetachedSubject<S> {
     fn foreign(&mut self, raw: usize) -> Block {
         // A block of the other heap, live or already freed there.
         let size = raw % 5000 + 1;
-        match self.other.alloc(size, 1) {
+        if self.other.is_none() {
+            self.other = Some(self.other_heap());
+        }
+        let other = self.other.as_mut().unwrap();
+        match other.alloc(size, 1) {
             Ok(b) => {
                 if raw & 1 == 0 {
-                    self.other.free(b).unwrap();
+                    other.free(b).unwrap();
                 }
                 b
             }
             Err(_) => {
                 // Full: start the other heap afresh (its old blocks stay foreign here).
-                self.other = DetachedHeap::growable(self.heap.granule()).unwrap();
-                self.other.add_region(DETACHED_BASE * 2, SPACE).unwrap();
-                self.other.alloc(size, 1).unwrap()
+                let mut other = self.other_heap();
+                let b = other.alloc(size, 1).unwrap();
+                self.other = Some(other);
+                b
             }
         }
     }

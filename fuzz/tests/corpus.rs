@@ -1,11 +1,14 @@
 //! Replays the committed seed corpus through the targets' harness without libFuzzer, so that
 //! `cargo test` (from `fuzz/`, any toolchain) checks every seed still passes. Inputs that do
-//! not decode are skipped, as the fuzz targets skip them.
+//! not decode are skipped, as the fuzz targets skip them. The seeds of a target run one after
+//! another on one thread, reusing its arena as the fuzzer does; after each run the arena must
+//! be all zeros again.
 
 use std::fs;
 use std::path::Path;
 
 use arbitrary::{Arbitrary, Unstructured};
+use tagalloc_fuzz::arena::Lease;
 use tagalloc_fuzz::misuse::Step;
 use tagalloc_fuzz::ops::{Input, Op};
 
@@ -25,6 +28,11 @@ fn replay<T: for<'a> Arbitrary<'a>>(target: &str, run: impl Fn(&T)) -> usize {
         let data = fs::read(&p).unwrap();
         if let Ok(input) = T::arbitrary_take_rest(Unstructured::new(&data)) {
             run(&input);
+            assert!(
+                Lease::take().is_zeroed(),
+                "{}: the arena is not all zeros after the run",
+                p.display()
+            );
             ran += 1;
         }
     }

@@ -2,14 +2,17 @@
 //!
 //! [`trace`] reads the allocation traces (`tests/data/` in the repository, and the larger shared
 //! collection beside it when present); [`replay`] runs them through the heap in either tag
-//! placement, and [`contents`] writes and checks the byte pattern every test block carries. The
-//! replay example and the replay tests share that one replay loop, so what the tests verify is
-//! what the example measures. [`torch_replay`] likewise serves the `torch_model` example and
-//! tests: a trace through a model of PyTorch's CUDA caching allocator on the fake CUDA driver;
-//! [`device_replay`] runs the same traces, the same way, through tagalloc's own device pool.
+//! placement, [`threaded`] replays a multi-threaded trace with one OS thread per recorded thread
+//! through any allocator shared by threads, and [`contents`] writes and checks the byte pattern
+//! every test block carries. The replay example and the replay tests share that one replay
+//! loop, so what the tests verify is what the example measures. [`torch_replay`] likewise serves
+//! the `torch_model` example and tests: a trace through a model of PyTorch's CUDA caching
+//! allocator on the fake CUDA driver; [`device_replay`] runs the same traces, the same way,
+//! through tagalloc's own device pool.
 
 pub mod contents;
 pub mod device_replay;
 pub mod replay;
+pub mod threaded;
 pub mod torch_replay;
 pub mod trace;

@@ -6,25 +6,18 @@
 //! while the threads run and after they have finished.
 
 use std::alloc::{GlobalAlloc, Layout};
-use std::any::Any;
-use std::collections::HashMap;
-use std::fmt;
-use std::hint::spin_loop;
-use std::ptr::{self, NonNull};
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
-use std::sync::{mpsc, Barrier, Mutex};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Mutex};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tagalloc::{Error, GlobalHeap, Stats};
 use tagalloc_tests::contents::{fill, verify};
-use tagalloc_tests::replay::DEFAULT_ALIGN;
-use tagalloc_tests::trace::{shared_trace, Event, Trace};
-
-/// How often the main thread checks the heap's invariants while the workers run.
-const CHECK_PERIOD: Duration = Duration::from_millis(100);
-/// Busy-wait rounds before a thread waiting for another's event starts yielding its core.
-const SPINS_BEFORE_YIELD: u32 = 64;
+use tagalloc_tests::threaded::{
+    panic_message, replay_threaded, Plan, ThreadedAlloc, ThreadedOptions,
+};
+use tagalloc_tests::trace::{shared_trace, Trace};
 
 // ---------------------------------------------------------------------------------------------
 // Memory for the heaps
@@ -91,30 +84,6 @@ fn with_growth(
     }
 }
 
-/// Sets `flag` if the thread unwinds, so that the threads waiting on it give up instead of
-/// waiting for ever, and counts the thread as finished either way.
-struct ExitGuard<'a> {
-    failed: &'a AtomicBool,
-    finished: &'a AtomicUsize,
-}
-
-impl Drop for ExitGuard<'_> {
-    fn drop(&mut self) {
-        if thread::panicking() {
-            self.failed.store(true, Ordering::Relaxed);
-        }
-        self.finished.fetch_add(1, Ordering::Release);
-    }
-}
-
-fn panic_message(payload: &(dyn Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "non-string panic".to_owned())
-}
-
 /// Checks the heap's invariants and that no free was refused.
 fn assert_heap_sound(heap: &GlobalHeap) -> Stats {
     heap.with_heap(|h| h.check())
@@ -136,492 +105,95 @@ fn assert_heap_empty(heap: &GlobalHeap) {
     assert_eq!(stats.free_chunks, stats.regions, "{stats:?}");
 }
 
-// ---------------------------------------------------------------------------------------------
-// A multi-threaded trace, one OS thread per recorded thread
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Op {
-    Alloc,
-    Free,
-    Realloc,
+/// A `GlobalHeap` over arenas, growing when it runs out: what the threaded replay drives.
+/// The heap is declared first, so it is dropped (and can no longer hand any arena out) before
+/// the arenas are.
+struct GrowingHeap {
+    heap: GlobalHeap,
+    arenas: Arenas,
 }
 
-/// One trace event with everything its thread needs to perform it on its own.
-#[derive(Clone, Copy, Debug)]
-struct Step {
-    op: Op,
-    /// The event's index in the trace. An event that writes a block (`a`, `r`) fills it with
-    /// the pattern keyed by its own index.
-    index: usize,
-    /// The allocation the event is about: one slot per `a` event, so that even a trace that
-    /// allocated an id again after freeing it would give each allocation a slot of its own.
-    slot: usize,
-    /// For `f` and `r`: the index of the previous event on the same allocation, which must have
-    /// been performed first, and whose pattern the block holds.
-    prev: usize,
-    /// For `f` and `r`: the block's size before the event.
-    old_size: usize,
-    /// For `a` and `r`: the block's size after the event.
-    new_size: usize,
-    /// The alignment the block was allocated with.
-    align: usize,
-}
-
-/// An allocation of the trace that is live at a point of the plan.
-#[derive(Clone, Copy)]
-struct Planned {
-    slot: usize,
-    /// The last event on it.
-    last: usize,
-    /// The thread (index into [`Plan::threads`]) of its last event, and of its `a`.
-    last_thread: usize,
-    alloc_thread: usize,
-    size: usize,
-    align: usize,
-}
-
-/// The trace split into per-thread lists of steps.
-struct Plan {
-    /// The `t=` of each thread (`None` for events without one) and its steps in trace order.
-    threads: Vec<(Option<u32>, Vec<Step>)>,
-    events: usize,
-    allocs: usize,
-    frees: usize,
-    reallocs: usize,
-    /// Frees of a block allocated by another thread.
-    cross_thread_frees: usize,
-    /// Reallocs of a block allocated by another thread.
-    cross_thread_reallocs: usize,
-    /// Frees and reallocs whose previous event on the block was made by another thread: the
-    /// events that may have to wait.
-    cross_thread_deps: usize,
-    /// The allocations the trace leaves live at the end.
-    live_at_end: Vec<Planned>,
-    /// The most bytes (as replayed: sizes of 0 count 1) and blocks live at once.
-    peak_live_bytes: usize,
-    peak_live_count: usize,
-}
-
-impl Plan {
-    /// Plans the first `limit` events of `events`. Sizes of 0 become 1: the heap refuses
-    /// zero-size requests, while `malloc(0)` returns a unique pointer.
-    fn new(events: &[Event], limit: usize) -> Plan {
-        let mut plan = Plan {
-            threads: Vec::new(),
-            events: 0,
-            allocs: 0,
-            frees: 0,
-            reallocs: 0,
-            cross_thread_frees: 0,
-            cross_thread_reallocs: 0,
-            cross_thread_deps: 0,
-            live_at_end: Vec::new(),
-            peak_live_bytes: 0,
-            peak_live_count: 0,
+impl GrowingHeap {
+    /// A heap with a first arena of `bytes` bytes.
+    fn new(bytes: usize) -> Self {
+        let grown = GrowingHeap {
+            heap: GlobalHeap::new(),
+            arenas: Arenas::new(),
         };
-        let mut thread_index: HashMap<Option<u32>, usize> = HashMap::new();
-        let mut live: HashMap<u64, Planned> = HashMap::new();
-        let mut slots = 0;
-        let mut live_bytes = 0usize;
-        for (index, event) in events.iter().take(limit).enumerate() {
-            plan.events += 1;
-            let t = *thread_index.entry(event.thread()).or_insert_with(|| {
-                plan.threads.push((event.thread(), Vec::new()));
-                plan.threads.len() - 1
-            });
-            let step = match *event {
-                Event::Alloc {
-                    id, size, align, ..
-                } => {
-                    plan.allocs += 1;
-                    let size = size.max(1);
-                    let align = align.unwrap_or(DEFAULT_ALIGN);
-                    let fresh = Planned {
-                        slot: slots,
-                        last: index,
-                        last_thread: t,
-                        alloc_thread: t,
-                        size,
-                        align,
-                    };
-                    slots += 1;
-                    assert!(
-                        live.insert(id, fresh).is_none(),
-                        "event {index}: id {id} live"
-                    );
-                    live_bytes += size;
-                    Step {
-                        op: Op::Alloc,
-                        index,
-                        slot: fresh.slot,
-                        prev: index,
-                        old_size: 0,
-                        new_size: size,
-                        align,
-                    }
-                }
-                Event::Free { id, .. } | Event::Realloc { id, .. } => {
-                    let block = live
-                        .get_mut(&id)
-                        .unwrap_or_else(|| panic!("event {index}: id {id} is not live"));
-                    let (op, new_size) = match *event {
-                        Event::Realloc { new_size, .. } => (Op::Realloc, new_size.max(1)),
-                        _ => (Op::Free, 0),
-                    };
-                    let step = Step {
-                        op,
-                        index,
-                        slot: block.slot,
-                        prev: block.last,
-                        old_size: block.size,
-                        new_size,
-                        align: block.align,
-                    };
-                    if block.last_thread != t {
-                        plan.cross_thread_deps += 1;
-                    }
-                    let foreign = block.alloc_thread != t;
-                    live_bytes = live_bytes - block.size + new_size;
-                    if op == Op::Free {
-                        plan.frees += 1;
-                        plan.cross_thread_frees += usize::from(foreign);
-                        live.remove(&id);
-                    } else {
-                        plan.reallocs += 1;
-                        plan.cross_thread_reallocs += usize::from(foreign);
-                        block.last = index;
-                        block.last_thread = t;
-                        block.size = new_size;
-                    }
-                    step
-                }
-            };
-            plan.threads[t].1.push(step);
-            plan.peak_live_bytes = plan.peak_live_bytes.max(live_bytes);
-            plan.peak_live_count = plan.peak_live_count.max(live.len());
-        }
-        plan.live_at_end = live.into_values().collect();
-        plan.live_at_end.sort_by_key(|b| b.slot);
-        plan
-    }
-
-    fn slots(&self) -> usize {
-        self.allocs
+        grown
+            .arenas
+            .add_to(&grown.heap, bytes)
+            .unwrap_or_else(|e| panic!("first region of {bytes} bytes: {e}"));
+        grown
     }
 }
 
-/// Where an allocation of the replay stands, shared by all threads.
-///
-/// `done` is the index + 1 of the last event performed on it (0: none yet). The thread that
-/// performs an event stores the block's pointer and then `done` with Release; a thread whose
-/// event depends on it waits until `done` is exactly its `prev + 1` with Acquire, after which
-/// the pointer and the block's contents are those the previous event left.
-struct Slot {
-    ptr: AtomicPtr<u8>,
-    done: AtomicUsize,
-}
-
-/// What the replaying threads share.
-struct Replay<'a> {
-    heap: &'a GlobalHeap,
-    arenas: &'a Arenas,
-    slots: &'a [Slot],
-    events: &'a [Event],
-    failed: &'a AtomicBool,
-    finished: &'a AtomicUsize,
-}
-
-/// What one replaying thread saw.
-#[derive(Default)]
-struct ThreadReport {
-    /// Events whose previous event on the block had not happened yet when they came up.
-    waits: usize,
-}
-
-impl Replay<'_> {
-    fn error(&self, step: &Step, what: impl fmt::Display) -> String {
-        format!(
-            "event {} (`{}`): {what}",
-            step.index, self.events[step.index]
+impl ThreadedAlloc for GrowingHeap {
+    fn alloc(&self, size: usize, align: usize) -> Result<NonNull<u8>, String> {
+        with_growth(&self.heap, &self.arenas, size, align, || {
+            self.heap.try_alloc(size, align)
+        })
+        .map_err(|e| e.to_string())
+    }
+    unsafe fn free(&self, ptr: NonNull<u8>, size: usize, _align: usize) -> Result<(), String> {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.heap.try_free(ptr, size) }.map_err(|e| e.to_string())
+    }
+    unsafe fn realloc(
+        &self,
+        ptr: NonNull<u8>,
+        old_size: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Result<NonNull<u8>, String> {
+        with_growth(&self.heap, &self.arenas, new_size, align, || {
+            // SAFETY: `ptr` is live with `old_size` bytes, allocated with `align`; a failed
+            // realloc leaves it so, so every retry passes a live block.
+            unsafe { self.heap.try_realloc(ptr, old_size, align, new_size) }
+        })
+        .map_err(|e| e.to_string())
+    }
+    fn check(&self) -> Option<Result<(), String>> {
+        Some(
+            self.heap
+                .with_heap(|h| h.check())
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string())),
         )
     }
-
-    /// Waits until the previous event on `step`'s block has been performed, and returns the
-    /// block's pointer and whether it had to wait.
-    fn wait_for_prev(&self, step: &Step) -> Result<(NonNull<u8>, bool), String> {
-        let slot = &self.slots[step.slot];
-        let want = step.prev + 1;
-        let mut rounds = 0u32;
-        loop {
-            let done = slot.done.load(Ordering::Acquire);
-            if done == want {
-                let ptr = slot.ptr.load(Ordering::Relaxed);
-                let ptr = NonNull::new(ptr).ok_or_else(|| self.error(step, "null block"))?;
-                return Ok((ptr, rounds > 0));
-            }
-            // Events on a block are performed in trace order, one after the other, so `done`
-            // can only be behind; anything else is a bug in the replay itself.
-            if done > want {
-                return Err(self.error(step, format!("block already at event {}", done - 1)));
-            }
-            if self.failed.load(Ordering::Relaxed) {
-                return Err(self.error(step, "gave up: another thread failed"));
-            }
-            rounds = rounds.saturating_add(1);
-            if rounds < SPINS_BEFORE_YIELD {
-                spin_loop();
-            } else {
-                thread::yield_now();
-            }
-        }
+    fn stats(&self) -> Option<Stats> {
+        self.heap.stats().ok()
     }
-
-    fn publish(&self, step: &Step, ptr: *mut u8) {
-        let slot = &self.slots[step.slot];
-        slot.ptr.store(ptr, Ordering::Relaxed);
-        slot.done.store(step.index + 1, Ordering::Release);
-    }
-
-    fn check_aligned(&self, step: &Step, ptr: NonNull<u8>) -> Result<(), String> {
-        if ptr.addr().get() % step.align != 0 {
-            return Err(self.error(step, format!("{ptr:p} is not {}-aligned", step.align)));
-        }
-        Ok(())
-    }
-
-    /// Performs one thread's steps in order.
-    fn run_thread(&self, steps: &[Step]) -> Result<ThreadReport, String> {
-        let mut report = ThreadReport::default();
-        for step in steps {
-            if self.failed.load(Ordering::Relaxed) {
-                return Err(self.error(step, "gave up: another thread failed"));
-            }
-            match step.op {
-                Op::Alloc => {
-                    let p = with_growth(self.heap, self.arenas, step.new_size, step.align, || {
-                        self.heap.try_alloc(step.new_size, step.align)
-                    })
-                    .map_err(|e| self.error(step, format!("alloc: {e}")))?;
-                    self.check_aligned(step, p)?;
-                    // SAFETY: `p` was just allocated, `new_size` bytes long, and no other
-                    // thread knows it before `publish`.
-                    unsafe { fill(p, step.new_size, step.index as u64) };
-                    self.publish(step, p.as_ptr());
-                }
-                Op::Free => {
-                    let (p, waited) = self.wait_for_prev(step)?;
-                    report.waits += usize::from(waited);
-                    // SAFETY: the block is live with `old_size` bytes (the previous event on it
-                    // left it so, and `wait_for_prev` ordered this after it); its later events
-                    // wait for this one, so no other thread touches it meanwhile.
-                    unsafe { verify(p, step.old_size, step.old_size, step.prev as u64) }
-                        .map_err(|m| self.error(step, format!("before free: {m}")))?;
-                    self.publish(step, ptr::null_mut());
-                    // SAFETY: `p` is a live allocation of this heap of `old_size` bytes, as
-                    // above, and nothing uses it after this: the slot was cleared, and the
-                    // trace has no later event on the block.
-                    unsafe { self.heap.try_free(p, step.old_size) }
-                        .map_err(|e| self.error(step, format!("free: {e}")))?;
-                }
-                Op::Realloc => {
-                    let (p, waited) = self.wait_for_prev(step)?;
-                    report.waits += usize::from(waited);
-                    let (old, new) = (step.old_size, step.new_size);
-                    // SAFETY: as for a free: the block is live with `old` bytes and only this
-                    // thread uses it until `publish`.
-                    unsafe { verify(p, old, old, step.prev as u64) }
-                        .map_err(|m| self.error(step, format!("before realloc: {m}")))?;
-                    let q = with_growth(self.heap, self.arenas, new, step.align, || {
-                        // SAFETY: `p` is live with `old` bytes, allocated with `align`; a
-                        // failed realloc leaves it so, so every retry passes a live block, and
-                        // after a success only the returned pointer is used.
-                        unsafe { self.heap.try_realloc(p, old, step.align, new) }
-                    })
-                    .map_err(|e| self.error(step, format!("realloc: {e}")))?;
-                    self.check_aligned(step, q)?;
-                    // SAFETY: `q` is the live, resized block of `new` bytes, used by this
-                    // thread only until `publish`.
-                    unsafe {
-                        verify(q, old, old.min(new), step.prev as u64)
-                            .map_err(|m| self.error(step, format!("after realloc: {m}")))?;
-                        fill(q, new, step.index as u64);
-                    }
-                    self.publish(step, q.as_ptr());
-                }
-            }
-        }
-        Ok(report)
+    fn queued_frees(&self) -> Option<usize> {
+        Some(self.heap.queued_frees())
     }
 }
 
-/// What [`replay_threaded`] reports beyond what it prints.
+/// What [`replay_threaded_heap`] reports beyond what it prints.
 struct Threaded {
     /// Regions the heap was given after the first because it ran out.
     regions_added: usize,
 }
 
-/// Replays `events` (the first `limit` of them) through one `GlobalHeap`, one OS thread per
-/// `t=` value, then frees what the trace left live, checking the heap along the way. The heap
-/// starts with `first_region` bytes, or by default enough for the trace with room to spare.
-fn replay_threaded(trace: &Trace, limit: usize, first_region: Option<usize>) -> Threaded {
+/// Replays `trace` through one `GlobalHeap` (see `tagalloc_tests::threaded`). The heap starts
+/// with `first_region` bytes, or by default enough for the trace with room to spare.
+fn replay_threaded_heap(trace: &Trace, first_region: Option<usize>) -> Threaded {
     let started = Instant::now();
-    let plan = Plan::new(&trace.events, limit);
-    assert_eq!(plan.events, limit.min(trace.events.len()));
-
+    let plan = Plan::new(&trace.events, usize::MAX);
     // Twice the peak, plus tags and rounding for every block, plus slack; more is added if the
     // concurrent interleaving fragments the heap beyond that.
     let arena_bytes =
         first_region.unwrap_or(2 * plan.peak_live_bytes + 32 * plan.peak_live_count + (8 << 20));
-    let arenas = Arenas::new();
-    let heap = GlobalHeap::new();
-    arenas
-        .add_to(&heap, arena_bytes)
-        .unwrap_or_else(|e| panic!("first region of {arena_bytes} bytes: {e}"));
-
-    let slots: Vec<Slot> = (0..plan.slots())
-        .map(|_| Slot {
-            ptr: AtomicPtr::new(ptr::null_mut()),
-            done: AtomicUsize::new(0),
-        })
-        .collect();
-    let failed = AtomicBool::new(false);
-    let finished = AtomicUsize::new(0);
-    let replay = Replay {
-        heap: &heap,
-        arenas: &arenas,
-        slots: &slots,
-        events: &trace.events,
-        failed: &failed,
-        finished: &finished,
-    };
-    let threads = plan.threads.len();
-    let start = Barrier::new(threads + 1);
-
-    let mut checks = 0usize;
-    let mut check_error = None;
-    let (results, elapsed) = thread::scope(|s| {
-        let handles: Vec<_> = plan
-            .threads
-            .iter()
-            .map(|(t, steps)| {
-                let (replay, start) = (&replay, &start);
-                let name = t.map_or_else(|| "t=?".to_owned(), |t| format!("t={t}"));
-                let label = name.clone();
-                thread::Builder::new()
-                    .name(name.clone())
-                    .stack_size(1 << 20)
-                    .spawn_scoped(s, move || {
-                        let _exit = ExitGuard {
-                            failed: replay.failed,
-                            finished: replay.finished,
-                        };
-                        start.wait();
-                        let result = replay.run_thread(steps);
-                        if result.is_err() {
-                            replay.failed.store(true, Ordering::Relaxed);
-                        }
-                        result.map_err(|e| format!("{label}: {e}"))
-                    })
-                    .unwrap_or_else(|e| panic!("spawning thread {name}: {e}"))
-            })
-            .collect();
-        start.wait();
-        let t0 = Instant::now();
-        // Check the heap's invariants now and then while the threads run: a check takes the
-        // lock, does the queued frees, and walks every chunk of every region.
-        while finished.load(Ordering::Acquire) < threads && !failed.load(Ordering::Relaxed) {
-            thread::sleep(CHECK_PERIOD);
-            if let Err(e) = heap.with_heap(|h| h.check()).expect("not re-entrant") {
-                check_error = Some(format!("heap check while running: {e}"));
-                failed.store(true, Ordering::Relaxed);
-            }
-            checks += 1;
-        }
-        let results: Vec<Result<ThreadReport, String>> = handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|p| Err(panic_message(&*p))))
-            .collect();
-        (results, t0.elapsed())
-    });
-
-    if let Some(e) = check_error {
-        panic!("{e}");
-    }
-    let mut waits = 0;
-    let mut errors = Vec::new();
-    for result in results {
-        match result {
-            Ok(report) => waits += report.waits,
-            Err(e) => errors.push(e),
-        }
-    }
-    // The first thread to fail says why; the others only gave up because of it.
-    errors.sort_by_key(|e| e.contains("gave up"));
-    assert!(
-        errors.is_empty(),
-        "{} threads stopped with an error; first: {}",
-        errors.len(),
-        errors[0]
-    );
-
-    let stats = assert_heap_sound(&heap);
-    assert_eq!(stats.live, plan.live_at_end.len(), "{stats:?}");
-    // Every `a` and every moving `r` is one allocation; an `r` in place is none.
-    assert_eq!(
-        stats.allocs + stats.reallocs_in_place,
-        (plan.allocs + plan.reallocs) as u64,
-        "{stats:?}"
-    );
-    let queued = heap.queued_frees();
-    // A queued free only goes through the heap when the next lock holder drains the queue;
-    // `stats()` drained it, so the queue cannot have lost one.
-    assert!(queued <= plan.frees, "{queued} queued frees");
-
-    // Free, from this thread, what the trace left live (all threads have been joined, so
-    // every slot holds what its last event left).
-    for block in &plan.live_at_end {
-        let slot = &slots[block.slot];
-        assert_eq!(slot.done.load(Ordering::Acquire), block.last + 1);
-        let p = NonNull::new(slot.ptr.load(Ordering::Relaxed)).expect("live block");
-        // SAFETY: the block is live with `size` bytes (its last event left it so), and every
-        // thread that used it has been joined.
-        unsafe { verify(p, block.size, block.size, block.last as u64) }
-            .unwrap_or_else(|m| panic!("block of event {} at the end: {m}", block.last));
-        slot.ptr.store(ptr::null_mut(), Ordering::Relaxed);
-        // SAFETY: as above; the slot was cleared and the block is not used again.
-        unsafe { heap.try_free(p, block.size) }
-            .unwrap_or_else(|e| panic!("freeing the block of event {}: {e}", block.last));
-    }
-    assert_heap_empty(&heap);
-
+    let heap = GrowingHeap::new(arena_bytes);
+    let report = replay_threaded(&heap, trace, &plan, &ThreadedOptions::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let added = heap.arenas.added.load(Ordering::Relaxed);
     println!(
-        "{}: {} threads, {} events ({} alloc, {} free, {} realloc), {} cross-thread frees, \
-         {} cross-thread reallocs, {} events after another thread's event on the block ({} \
-         had to wait), {} queued frees, {} blocks live at the end, {} regions added, {} checks \
-         while running; peak live {} B in {} blocks, heap peak in use {} B; replay {:.2?}, \
-         total {:.2?}",
-        trace.name,
-        threads,
-        plan.events,
-        plan.allocs,
-        plan.frees,
-        plan.reallocs,
-        plan.cross_thread_frees,
-        plan.cross_thread_reallocs,
-        plan.cross_thread_deps,
-        waits,
-        heap.queued_frees(),
-        plan.live_at_end.len(),
-        arenas.added.load(Ordering::Relaxed),
-        checks,
-        plan.peak_live_bytes,
-        plan.peak_live_count,
-        stats.peak_in_use,
-        elapsed,
-        started.elapsed(),
+        "{report}, {added} regions added; total {:.2?}",
+        started.elapsed()
     );
     Threaded {
-        regions_added: arenas.added.load(Ordering::Relaxed),
+        regions_added: added,
     }
 }
 
@@ -646,7 +218,7 @@ fn android_systemui_with_one_thread_per_trace_thread() {
     let stats = trace.stats();
     println!("{}: {stats}", trace.name);
     assert!(stats.threads > 1, "the trace should name several threads");
-    replay_threaded(&trace, usize::MAX, None);
+    replay_threaded_heap(&trace, None);
 }
 
 /// A hand-made trace whose blocks pass from thread to thread, several times each, with resizes
@@ -675,7 +247,7 @@ fn hand_made_trace_passes_blocks_between_threads() {
     let trace = Trace::parse("hand-made", body.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
     let plan = Plan::new(&trace.events, usize::MAX);
     assert!(plan.cross_thread_frees > 0 && plan.cross_thread_reallocs > 0);
-    let report = replay_threaded(&trace, usize::MAX, Some(256 << 10));
+    let report = replay_threaded_heap(&trace, Some(256 << 10));
     assert!(report.regions_added > 0, "the heap should have grown");
 }
 

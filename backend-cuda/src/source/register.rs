@@ -21,11 +21,14 @@ use crate::error::DriverError;
 /// are synchronous, not wrong); it is counted in [`RegisterHook::failures`] with the last
 /// error.
 ///
-/// Order: the core calls `given_back` before the source takes a region back, so the memory is
-/// still mapped when it is unregistered. It calls `shrunk` after the source cut the tail, so
-/// a source that shrinks host regions in place unmaps memory before it is unregistered; the
-/// driver's pin survives that until the unregistration, but prefer sources that do not
-/// shrink.
+/// Order: the core calls `given_back` and `shrunk` after the source has taken the memory
+/// back (`tagalloc-host`'s tests fix that order), so a range is unregistered just after it
+/// was unmapped, not before. That is sound with the CUDA driver as this crate uses it (see
+/// [`Driver::host_register`]): the pool gives a range back only after its last use, so no
+/// device work touches it in between, and the driver keeps its pin on the pages until the
+/// unregistration that follows at once, inside the same pool call. A hook point before the
+/// give-back (TensorFlow calls its free visitors before it frees) would remove the gap; the
+/// core has none today.
 #[derive(Debug)]
 pub struct RegisterHook<D: Driver> {
     driver: D,
@@ -90,8 +93,9 @@ impl<D: Driver> RegisterHook<D> {
             return;
         }
         // SAFETY: the pool just handed this range to its heap: it is mapped host memory that
-        // stays mapped until the pool gives it back, and the hook unregisters it before then
-        // (`given_back` runs before the source takes a region back).
+        // stays mapped until the pool gives it back after its last use, and the hook
+        // unregisters it in the same pool call (`given_back`, `shrunk`), before the range can
+        // be obtained and registered again: what `host_register` asks.
         match unsafe { self.driver.host_register(ptr, len, self.flags) } {
             Ok(()) => {
                 self.pieces.insert(start, len);

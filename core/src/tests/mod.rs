@@ -7,6 +7,8 @@ mod loom;
 #[cfg(not(loom))]
 mod misuse;
 mod model;
+#[cfg(feature = "alloc")]
+mod plan;
 #[cfg(not(loom))]
 mod pool;
 #[cfg(not(loom))]

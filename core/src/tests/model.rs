@@ -200,8 +200,11 @@ fn size_strategy() -> impl Strategy<Value = usize> + Clone {
 /// dense and every branch of the best-fit search is taken.
 fn large_size_strategy() -> impl Strategy<Value = usize> + Clone {
     prop_oneof![
+        // Per-size lists (up to 511 granules) at the host granule.
         4 => 1040usize..=4096,
         2 => 4096usize..=40_000,
+        // Tries: above 511 granules at a 16-byte granule.
+        3 => 8200usize..=24_000,
         1 => 1usize..=64,
     ]
 }

@@ -1,0 +1,141 @@
+//! A ready global allocator for `std` programs: [`HostAllocator`], a shared pool of `mmap`
+//! regions behind a [`FutexLock`].
+//!
+//! Nothing on its allocation and free paths allocates: the pool and the heap work inside the
+//! regions they manage, the source calls `mmap`/`mremap`/`munmap`/`madvise` and reads `/proc`
+//! files into stack buffers, the lock is one atomic word and a futex, and the core's re-entry
+//! check reads the address of a constant-initialised thread-local without a destructor (no
+//! lazy initialisation, no destructor registration). `tests/global.rs` checks this with the
+//! allocator installed as a test program's `#[global_allocator]`, wrapped so that a call made
+//! from inside another is counted.
+
+use core::alloc::{GlobalAlloc, Layout};
+
+use tagalloc::{Error, Growth, InlineHeap, NoHooks, Policy, Pool, PoolStats, SharedPool, Trimmed};
+
+use crate::futex::FutexLock;
+use crate::mmap::{MmapSource, SourceError};
+
+/// A shared host pool: an [`InlineHeap`] over [`MmapSource`] regions behind lock `L`
+/// ([`FutexLock`] by default, `tagalloc::SpinLock` for comparison).
+pub type HostPool<L = FutexLock> = SharedPool<InlineHeap, MmapSource, NoHooks, L>;
+
+/// The `std` program's allocator: adopt it with one line,
+///
+/// ```no_run
+/// #[global_allocator]
+/// static A: tagalloc_host::HostAllocator = tagalloc_host::HostAllocator::new();
+/// ```
+///
+/// It is a [`HostPool`] with [`HostAllocator::POLICY`]: regions of 1 MiB doubling up to
+/// 64 MiB, requests above 1 MiB in regions of their own (returned to the system as soon as
+/// they are freed), and [`HostAllocator::trim`] giving back wholly free regions, cutting free
+/// region ends and releasing the pages of free chunks of 64 KiB or more. Waiting threads sleep
+/// ([`FutexLock`]). Nothing is mapped until the first allocation.
+///
+/// # Examples
+///
+/// A private instance, with another policy:
+///
+/// ```
+/// use std::alloc::{GlobalAlloc, Layout};
+/// use tagalloc::{Growth, Policy};
+/// use tagalloc_host::HostAllocator;
+///
+/// static SMALL: HostAllocator = HostAllocator::with_policy(
+///     Policy::new().growth(Growth::Fixed(256 << 10)).limit(8 << 20),
+/// );
+/// let layout = Layout::from_size_align(1000, 8).unwrap();
+/// // SAFETY: a non-zero size; the block is freed once with its layout.
+/// unsafe {
+///     let p = SMALL.alloc(layout);
+///     assert!(!p.is_null());
+///     SMALL.dealloc(p, layout);
+/// }
+/// assert_eq!(SMALL.trim().unwrap().regions, 1);
+/// assert_eq!(SMALL.stats().unwrap().reserved, 0);
+/// ```
+pub struct HostAllocator {
+    pool: HostPool,
+}
+
+impl HostAllocator {
+    /// The default policy: growth doubling from 1 MiB to 64 MiB regions (TensorFlow's
+    /// `allow_growth`), requests above 1 MiB bypassing the shared regions, and trim releasing
+    /// free spans of 64 KiB or more.
+    pub const POLICY: Policy = Policy::new()
+        .growth(Growth::Doubling {
+            initial: 1 << 20,
+            cap: 64 << 20,
+        })
+        .bypass_above(1 << 20)
+        .release_above(64 << 10);
+
+    /// The allocator with [`HostAllocator::POLICY`] over plain `mmap` regions.
+    pub const fn new() -> Self {
+        Self::with_policy(Self::POLICY)
+    }
+
+    /// The allocator with another policy.
+    pub const fn with_policy(policy: Policy) -> Self {
+        Self::with_source(MmapSource::new(), policy)
+    }
+
+    /// The allocator over another source (locked or huge pages, say) with `policy`.
+    pub const fn with_source(source: MmapSource, policy: Policy) -> Self {
+        HostAllocator {
+            pool: SharedPool::new(Pool::new(InlineHeap::new(), source, policy)),
+        }
+    }
+
+    /// Gives memory back to the system (see `tagalloc::Pool::trim`). `Error::Reentrant` only
+    /// if called from inside [`HostAllocator::pool`]'s `with_pool`.
+    pub fn trim(&self) -> Result<Trimmed, Error> {
+        self.pool.trim()
+    }
+
+    /// The pool's statistics (the heap's, and what is held from the system).
+    pub fn stats(&self) -> Result<PoolStats, Error> {
+        self.pool.stats()
+    }
+
+    /// The last system call of the source that failed, with the details (why an allocation
+    /// came back null, say).
+    pub fn last_error(&self) -> Result<Option<SourceError>, Error> {
+        self.pool.with_pool(|p| p.source().last_error())
+    }
+
+    /// The shared pool, for everything else (`with_pool` for snapshots and `check()`,
+    /// `queued_frees`).
+    pub fn pool(&self) -> &HostPool {
+        &self.pool
+    }
+}
+
+impl Default for HostAllocator {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+// SAFETY: every method forwards to the shared pool's `GlobalAlloc`, whose contract is the same;
+// the caller's promises are passed on unchanged.
+unsafe impl GlobalAlloc for HostAllocator {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded caller contract.
+        unsafe { GlobalAlloc::alloc(&self.pool, layout) }
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded caller contract.
+        unsafe { GlobalAlloc::dealloc(&self.pool, ptr, layout) }
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: forwarded caller contract.
+        unsafe { GlobalAlloc::realloc(&self.pool, ptr, layout, new_size) }
+    }
+}

@@ -1,0 +1,138 @@
+//! The inline heaps' memory: one arena per thread, allocated and zeroed once, lent to each run
+//! and given back zeroed again.
+//!
+//! A fresh zeroed arena for every input cost more than most runs themselves (under the address
+//! sanitizer, allocating and freeing a megabyte poisons and unpoisons its shadow and maps and
+//! unmaps its pages every time). The arena is reused instead, and each run starts from the
+//! same state a fresh arena had: all zeros. That holds because, within a run, only two things
+//! write the arena:
+//!
+//! - the heap, and only inside the ranges it was given as regions (the ranges passed to a
+//!   successful `add_region`, and those added by a successful `extend_region`, which also
+//!   rewrites the old fence just before them);
+//! - the driver, and only inside live allocations, which lie in those regions.
+//!
+//! A [`Lease`] records every range it hands to the heap ([`Lease::lent`]) and, when the run
+//! ends, writes zeros over those ranges and nothing else, so the cost follows what the run
+//! used rather than the arena's size. Memory outside every region keeps the zeros it was
+//! given; the `outside` buffer (memory no region ever covers, for foreign pointers) is zeroed
+//! whole.
+//!
+//! A run that panics aborts the fuzzer, so no dirty arena is ever lent again; `cargo test`'s
+//! replay lends a fresh arena on each thread.
+
+use std::cell::Cell;
+use std::ops::Range;
+
+use crate::ops::SPACE;
+
+/// `u128`s in the arena: `SPACE` bytes from its first page boundary.
+const ARENA_WORDS: usize = (SPACE + 4096) / 16;
+
+/// `u128`s of memory no region ever covers.
+const OUTSIDE_WORDS: usize = 64;
+
+/// The memory itself: all zeros whenever it is not lent.
+struct Memory {
+    arena: Box<[u128]>,
+    outside: Box<[u128]>,
+}
+
+impl Memory {
+    fn zeroed() -> Box<Memory> {
+        Box::new(Memory {
+            arena: vec![0u128; ARENA_WORDS].into_boxed_slice(),
+            outside: vec![0u128; OUTSIDE_WORDS].into_boxed_slice(),
+        })
+    }
+}
+
+thread_local! {
+    /// This thread's idle arena, if it has one.
+    static IDLE: Cell<Option<Box<Memory>>> = const { Cell::new(None) };
+}
+
+/// An arena lent to one run: `SPACE` zeroed bytes from a page boundary, and a buffer outside
+/// it. Dropping it zeroes what the run was lent and returns it to the thread.
+pub struct Lease {
+    memory: Option<Box<Memory>>,
+    /// The first page-aligned byte of the arena.
+    base: *mut u8,
+    /// Ranges of the arena handed to the heap, as offsets from `base`.
+    lent: Vec<Range<usize>>,
+}
+
+impl Lease {
+    /// This thread's arena, or a fresh one if it has none (or lends it already).
+    pub fn take() -> Lease {
+        let mut memory = IDLE.with(Cell::take).unwrap_or_else(Memory::zeroed);
+        let p = memory.arena.as_mut_ptr().cast::<u8>();
+        // SAFETY: at most 4095 bytes into an allocation of `SPACE + 4096` bytes.
+        let base = unsafe { p.add(p.align_offset(4096)) };
+        Lease {
+            memory: Some(memory),
+            base,
+            lent: Vec::new(),
+        }
+    }
+
+    /// The first byte of the arena (page-aligned); `SPACE` bytes follow.
+    pub fn base(&self) -> *mut u8 {
+        self.base
+    }
+
+    /// The buffer no region ever covers, and its length in bytes.
+    pub fn outside(&mut self) -> (*mut u8, usize) {
+        let m = self.memory.as_mut().expect("a lease holds its memory");
+        (m.outside.as_mut_ptr().cast(), m.outside.len() * 16)
+    }
+
+    /// Whether every byte of the arena and of the buffer outside it is zero (what a run may
+    /// rely on; the replay test checks it between runs).
+    pub fn is_zeroed(&self) -> bool {
+        let m = self.memory.as_ref().expect("a lease holds its memory");
+        m.arena.iter().chain(m.outside.iter()).all(|&w| w == 0)
+    }
+
+    /// Records that the heap may write `start..end` (addresses inside the arena).
+    pub fn lent(&mut self, start: usize, end: usize) {
+        let b = self.base as usize;
+        assert!(
+            b <= start && start <= end && end <= b + SPACE,
+            "lent outside the arena"
+        );
+        self.lent.push(start - b..end - b);
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let Some(mut memory) = self.memory.take() else {
+            return;
+        };
+        // Ranges may repeat (a region removed and added again): zero each byte once.
+        self.lent.sort_unstable_by_key(|r| r.start);
+        let zero = |r: Range<usize>| {
+            // SAFETY: `r` lies in `0..SPACE` (checked in `lent`), inside the arena's
+            // allocation from `base`; the heap that wrote it is gone, so nothing else refers
+            // to it.
+            unsafe { self.base.add(r.start).write_bytes(0, r.len()) }
+        };
+        let mut pending: Option<Range<usize>> = None;
+        for r in self.lent.drain(..) {
+            pending = match pending {
+                Some(p) if r.start <= p.end => Some(p.start..p.end.max(r.end)),
+                Some(p) => {
+                    zero(p);
+                    Some(r)
+                }
+                None => Some(r),
+            };
+        }
+        if let Some(p) = pending {
+            zero(p);
+        }
+        memory.outside.fill(0);
+        IDLE.with(|idle| idle.set(Some(memory)));
+    }
+}

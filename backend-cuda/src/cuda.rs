@@ -208,6 +208,21 @@ impl CudaDriver {
         })
     }
 
+    /// How many CUDA devices the driver sees, without opening one: [`DriverError::NoDriver`]
+    /// with no driver library, 0 when `cuInit` finds no device. Never panics.
+    pub fn count_devices() -> Result<u32, DriverError> {
+        if !driver_present() {
+            return Err(DriverError::NoDriver);
+        }
+        check_entry_points()?;
+        // SAFETY: every entry point exists (checked above); `cuInit` takes flags 0.
+        match unsafe { sys::cuInit(0) } {
+            sys::CUresult::CUDA_SUCCESS => device_count(),
+            sys::CUresult::CUDA_ERROR_NO_DEVICE => Ok(0),
+            other => Err(DriverError::cuda("cuInit", other as u32)),
+        }
+    }
+
     /// The retained primary context, for code that uses cudarc or the driver directly.
     pub fn context(&self) -> sys::CUcontext {
         self.ctx

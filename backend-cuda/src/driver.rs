@@ -253,9 +253,11 @@ pub trait Driver {
     ///
     /// # Safety
     ///
-    /// `ptr..ptr + bytes` is mapped host memory that stays mapped, and is not freed or
-    /// reused, until it is [unregistered](Driver::host_unregister): the device may read and
-    /// write it (by DMA) at any time until then.
+    /// `ptr..ptr + bytes` is mapped host memory, and stays mapped while any device work may
+    /// read or write it (by DMA). It may be unmapped before it is
+    /// [unregistered](Driver::host_unregister) only when no queued device work uses it, and it
+    /// must then be unregistered before any of its addresses is registered again (the driver
+    /// keeps the pages pinned until then; Linux keeps pinned pages alive after `munmap`).
     unsafe fn host_register(
         &self,
         ptr: NonNull<u8>,

@@ -1,4 +1,5 @@
-//! CUDA memory for the `tagalloc` core: the driver seam a device pool stands on.
+//! CUDA memory for the `tagalloc` core: the driver seam, region sources over the core's pool,
+//! and a device pool with stream-ordered reuse, one per device.
 //!
 //! Everything here builds and its tests run with no GPU and no CUDA toolkit: the driver
 //! library is opened at run time, and CPU tests run on a fake driver.
@@ -15,12 +16,24 @@
 //! - [`FakeDriver`] ([`fake`]): a driver for tests and benchmarks whose device memory is
 //!   address space the CPU cannot touch, with real bookkeeping, manual event completion, call
 //!   counts and injected failures.
+//! - Region sources ([`source`]) for the core's [`tagalloc::Pool`]: plain device allocations,
+//!   virtual-memory growth that keeps the pool one region and unmaps free tail chunks on trim,
+//!   pinned host memory, and a hook that registers any host pool's regions with CUDA.
+//! - [`DevicePool`]: a device pool with stream-ordered reuse (a block freed on one stream is
+//!   reusable at once by that stream, by others after an event; one event per batch of frees;
+//!   `record_stream`; completed-event reuse, then synchronise-and-retry, on exhaustion), with
+//!   an invariant checker over its pending lists. [`SharedDevicePool`] shares one between
+//!   threads; [`PoolRegistry`] keeps one per device, created on first use.
+//! - [`DeviceBuffer`]: a typed buffer freed to its pool (on its stream) when dropped;
+//!   [`CudaBuffer`] wraps one for cudarc, whose copies, memsets and kernel launches take it
+//!   as they take a `CudaSlice` (cudarc's device-pointer and kernel-argument traits).
 //! - `torch_model` (feature `torch-model`): a model of PyTorch's CUDA caching allocator's
-//!   placement policy over the seam, to compare tagalloc's device pool with on the same trace
-//!   and the same fake driver.
+//!   placement policy over the seam, to compare the device pool with on the same trace and
+//!   the same fake driver (`tagalloc-bench device`).
 //!
-//! The device pool itself (region sources over the core's pool, stream-ordered reuse, the C
-//! ABI) is built on this seam and is not here yet.
+//! The C ABI for PyTorch's `CUDAPluggableAllocator` is a crate of its own,
+//! `tagalloc-cuda-pluggable` (`backend-cuda/pluggable/`), so that no ordinary Rust build
+//! links a shared library.
 //!
 //! ```
 //! use tagalloc_cuda::{fake::Call, Driver, FakeConfig, FakeDriver};
@@ -48,8 +61,11 @@
 //! `tests/real_driver.rs` checks the real driver: that creating it without a driver reports
 //! [`DriverError::NoDriver`] and never panics (runs everywhere), and, on a GPU, device
 //! allocation and free, virtual-memory reserve, map, access and unmap, pinned and registered
-//! host memory, streams and events (built everywhere, ignored unless asked for). On a machine
-//! with a GPU and a Rust toolchain:
+//! host memory, streams and events; its `pool` module runs the device pool on the GPU with
+//! both kinds of regions and two streams, and cudarc's copies and memset into and out of
+//! [`CudaBuffer`]s. They are built everywhere (so they always compile, and so does the check
+//! that cudarc's launches accept a `CudaBuffer`) and ignored unless asked for. Every GPU test
+//! of the crate is in that one binary; on a machine with a GPU and a Rust toolchain:
 //!
 //! ```text
 //! cargo test -p tagalloc-cuda --test real_driver -- --ignored
@@ -68,14 +84,30 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+mod addr_hash;
+mod buffer;
 pub mod cuda;
+mod cudarc_buffer;
+pub mod device_pool;
 pub mod driver;
 pub mod error;
 pub mod fake;
+mod pending;
+mod registry;
+mod shared_device;
+pub mod source;
 #[cfg(feature = "torch-model")]
 pub mod torch_model;
 
+pub use buffer::DeviceBuffer;
 pub use cuda::{driver_present, CuEvent, CuPhysical, CuStream, CudaDriver};
+pub use cudarc_buffer::CudaBuffer;
+pub use device_pool::{
+    DeviceBlock, DeviceConfig, DeviceCounters, DeviceError, DeviceHeap, DevicePool, DeviceStats,
+};
 pub use driver::{DevicePtr, Driver, Granularity, MemInfo, PinFlags};
 pub use error::{code, code_name, DriverError};
 pub use fake::{FakeConfig, FakeDriver};
+pub use registry::PoolRegistry;
+pub use shared_device::SharedDevicePool;
+pub use source::{DeviceSource, Regions};

@@ -1,7 +1,9 @@
 //! The real driver ([`CudaDriver`]): without a GPU, that creating it reports why it cannot work
-//! and never panics; with one, that every kind of call of the seam does what its contract says.
+//! and never panics; with one, that every kind of call of the seam does what its contract says,
+//! and (module `pool`) that the device pool and its cudarc buffers work on it.
 //!
-//! The GPU tests are built everywhere and ignored unless asked for:
+//! Every GPU test of the crate is in this one binary, built everywhere and ignored unless
+//! asked for:
 //!
 //! ```text
 //! cargo test -p tagalloc-cuda --test real_driver -- --ignored
@@ -13,6 +15,9 @@
 
 use std::ffi::CStr;
 use std::ptr::NonNull;
+
+#[path = "real_driver/pool.rs"]
+mod pool;
 
 use cudarc::driver::sys;
 use tagalloc_cuda::{code, CudaDriver, DevicePtr, Driver, DriverError, Granularity, PinFlags};

@@ -95,45 +95,60 @@ fn obtain_and_grow(src: &mut MmapSource, len: usize, room: usize, key: u8) -> No
 #[test]
 fn grow_extends_the_same_mapping_in_place_or_refuses_and_changes_nothing() {
     let mut src = MmapSource::new();
-    let base = obtain_and_grow(&mut src, MIB, MIB, 1);
-    let addr = base.addr().get();
-    // One mapping from the base over both parts, the old contents kept, the new part zeros.
-    let (start, end) = mapping_of(addr).expect("mapped");
-    assert!(
-        start <= addr && end >= addr + 2 * MIB,
-        "{start:#x}..{end:#x}"
-    );
-    assert!(holds(addr, MIB, 1));
-    assert!(zeros(addr + MIB, MIB));
-    fill(addr, 2 * MIB, 2);
+    // Another test thread may map the addresses right after the region between the growth
+    // and the placing of the blocker below (its stack, its own regions): then the whole
+    // attempt starts again, up to five times.
+    for _ in 0..5 {
+        let base = obtain_and_grow(&mut src, MIB, MIB, 1);
+        let addr = base.addr().get();
+        // One mapping from the base over both parts, the old contents kept, the new part zeros.
+        let (start, end) = mapping_of(addr).expect("mapped");
+        assert!(
+            start <= addr && end >= addr + 2 * MIB,
+            "{start:#x}..{end:#x}"
+        );
+        assert!(holds(addr, MIB, 1));
+        assert!(zeros(addr + MIB, MIB));
+        fill(addr, 2 * MIB, 2);
 
-    // Take the addresses right after the end: growth must now be refused, as a value, with
-    // the region untouched.
-    // SAFETY: a fresh anonymous mapping at free addresses (MAP_FIXED_NOREPLACE never replaces
-    // an existing mapping).
-    let blocker = unsafe {
-        libc::mmap(
-            (addr + 2 * MIB) as *mut libc::c_void,
-            page_size(),
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
-            -1,
-            0,
-        )
-    };
-    assert_eq!(blocker as usize, addr + 2 * MIB, "blocker placed");
-    assert_eq!(src.grow(base, 2 * MIB, MIB), Err(Error::OutOfMemory));
-    let e = src.last_error().expect("recorded");
-    assert_eq!((e.call, e.bytes), (Call::Remap, MIB));
-    assert!(e.to_string().contains("mremap"), "{e}");
-    assert!(holds(addr, 2 * MIB, 2));
-    assert_eq!(src.mapped(), 2 * MIB);
-    // SAFETY: the blocker and the region are ours and unused from here on.
-    unsafe {
-        libc::munmap(blocker, page_size());
-        src.give_back(base, 2 * MIB);
+        // Take the addresses right after the end: growth must now be refused, as a value,
+        // with the region untouched.
+        // SAFETY: a fresh anonymous mapping at free addresses (MAP_FIXED_NOREPLACE never
+        // replaces an existing mapping).
+        let blocker = unsafe {
+            libc::mmap(
+                (addr + 2 * MIB) as *mut libc::c_void,
+                page_size(),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            )
+        };
+        if blocker as usize != addr + 2 * MIB {
+            if blocker != libc::MAP_FAILED {
+                // SAFETY: a mapping this test made elsewhere, unused.
+                unsafe { libc::munmap(blocker, page_size()) };
+            }
+            // SAFETY: the region is ours and unused from here on.
+            unsafe { src.give_back(base, 2 * MIB) };
+            continue;
+        }
+        assert_eq!(src.grow(base, 2 * MIB, MIB), Err(Error::OutOfMemory));
+        let e = src.last_error().expect("recorded");
+        assert_eq!((e.call, e.bytes), (Call::Remap, MIB));
+        assert!(e.to_string().contains("mremap"), "{e}");
+        assert!(holds(addr, 2 * MIB, 2));
+        assert_eq!(src.mapped(), 2 * MIB);
+        // SAFETY: the blocker and the region are ours and unused from here on.
+        unsafe {
+            libc::munmap(blocker, page_size());
+            src.give_back(base, 2 * MIB);
+        }
+        assert!(unmapped(addr, 2 * MIB));
+        return;
     }
-    assert!(unmapped(addr, 2 * MIB));
+    panic!("the addresses after a grown region were taken five times in a row");
 }
 
 #[test]

@@ -16,6 +16,10 @@
 //!   footprint on the same events. Neither planning command is part of the default suite.
 //! - `threads`: 1, 2, 4 and 8 threads allocating and freeing through one shared allocator,
 //!   some frees handed to another thread: operations per second. Not in the default suite.
+//! - `device [TRACE]`: a device trace through tagalloc's stream-ordered device pool (plain
+//!   and virtual-memory regions) and a model of PyTorch's CUDA caching allocator, on the fake
+//!   CUDA driver: peak reserved ÷ peak live, driver calls, host ns per event. Not in the
+//!   default suite.
 //! - `programs`: real programs (CPython, perl, sqlite3, git, g++) timed with glibc, jemalloc,
 //!   mimalloc, tcmalloc and tagalloc's preload library, wall time and peak resident memory.
 //!   Not in the default suite.
@@ -30,6 +34,7 @@
 mod arena_source;
 mod bump;
 mod clock;
+mod device;
 mod efficiency;
 mod heapmap;
 mod micro;
@@ -86,6 +91,11 @@ SUBCOMMANDS (none: the default suite, the first four shortened, about a minute):
                         operations per second (--runs: rounds, default 7); naming thread
                         counts or allocators (their JSON keys) runs only those, to
                         profile one; not in the default suite
+    device [TRACE]      a device trace (default ../shared/traces/torch-cs336.trace.gz;
+                        with --quick a synthetic 3-stream one) through tagalloc's device
+                        pool (plain and VMM regions) and a model of PyTorch's caching
+                        allocator on the fake CUDA driver (15 interleaved
+                        runs); not in the default suite
     programs            real programs (CPython, perl, sqlite3, git, g++) with glibc,
                         jemalloc, mimalloc, tcmalloc and tagalloc preloaded: wall time and
                         peak resident memory, 3 rounds (a few minutes); missing peers are
@@ -207,12 +217,14 @@ fn parse_args() -> Result<Option<Args>, String> {
                 let name = v.string().map_err(e)?;
                 match name.as_str() {
                     "micro" | "random-actions" | "efficiency" | "replay" | "pool" | "snapshot"
-                    | "plan" | "plan-trace" | "threads" | "programs" => args.command = Some(name),
+                    | "plan" | "plan-trace" | "threads" | "device" | "programs" => {
+                        args.command = Some(name)
+                    }
                     other => {
                         return Err(format!(
                             "unknown subcommand `{other}` (expected micro, random-actions, \
-                             efficiency, replay, pool, snapshot, plan, plan-trace, threads or \
-                             programs)"
+                             efficiency, replay, pool, snapshot, plan, plan-trace, threads, \
+                             device or programs)"
                         ))
                     }
                 }
@@ -228,6 +240,9 @@ fn parse_args() -> Result<Option<Args>, String> {
             Value(v) if args.command.as_deref() == Some("plan") => args.problems.push(v.into()),
             Value(v) if args.command.as_deref() == Some("threads") => {
                 args.selection.push(v.string().map_err(e)?)
+            }
+            Value(v) if args.command.as_deref() == Some("device") && args.traces.is_empty() => {
+                args.traces.push(v.into())
             }
             other => return Err(other.unexpected().to_string()),
         }
@@ -393,6 +408,31 @@ fn trace_set(args: &Args, mode: Mode, wanted: Option<&[&str]>) -> Result<TraceSe
     })
 }
 
+/// The trace `device` replays, and where it came from: the one named, else the PyTorch trace
+/// of the shared collection (an error if it is missing), or, with `--quick`, a synthetic
+/// three-stream trace that needs no file.
+fn device_trace(args: &Args, mode: Mode) -> Result<(trace::Trace, String), Failure> {
+    if let Some(path) = args.traces.first() {
+        let t = trace::Trace::load(path).map_err(|e| Failure::Input(e.to_string()))?;
+        return Ok((t, format!("{} (named on the command line)", path.display())));
+    }
+    if mode == Mode::Quick {
+        let t = tagalloc_tests::device_replay::synthetic_trace(3000, 3, 50, 1);
+        let origin = format!(
+            "{}, generated (--quick: 3000 events on 3 streams, no file needed)",
+            t.name
+        );
+        return Ok((t, origin));
+    }
+    let path = trace::shared_trace("torch-cs336.trace.gz").map_err(|e| {
+        Failure::Input(format!(
+            "{e} (name a device trace: tagalloc-bench device TRACE, or use --quick)"
+        ))
+    })?;
+    let t = trace::Trace::load(&path).map_err(|e| Failure::Input(e.to_string()))?;
+    Ok((t, format!("{} (the shared collection)", path.display())))
+}
+
 /// The planning problems to solve: those named (directories expanded), or the shared
 /// collection, or (for `--quick`, or without it) the bundled ones.
 fn problem_paths(args: &Args, mode: Mode) -> Result<Vec<PathBuf>, Failure> {
@@ -475,6 +515,11 @@ fn run(args: &Args) -> Result<(), Failure> {
     let run_err = Failure::Run;
 
     // Traces first, so that a bad one stops the tool before any long measurement.
+    let device_trace = if args.command.as_deref() == Some("device") {
+        Some(device_trace(args, mode)?)
+    } else {
+        None
+    };
     let mut prepared = Vec::new();
     let mut traces = None;
     if wants("replay") || only("pool") || only("snapshot") {
@@ -734,6 +779,21 @@ fn run(args: &Args) -> Result<(), Failure> {
         emit(md, "threads", json);
     }
 
+    if let Some((trace, origin)) = &device_trace {
+        eprintln!("tagalloc-bench: device: replaying {origin}");
+        let opts = device::Options {
+            runs: pick(15, 15, 1),
+        };
+        let bar = progress((3 * (opts.runs + 1)) as u64);
+        let (md, json) = device::run(trace, &opts, &bar).map_err(run_err)?;
+        bar.finish_and_clear();
+        emit(
+            format!("**Device trace replayed:** {origin}.\n\n{md}"),
+            "device",
+            json,
+        );
+    }
+
     // Only when asked for: it needs the programs installed and takes minutes.
     if only("programs") {
         let opts = programs::Options {
@@ -749,9 +809,11 @@ fn run(args: &Args) -> Result<(), Failure> {
         emit(md, "programs", json);
     }
 
-    let charts = plots
-        .as_ref()
-        .filter(|_| !["pool", "plan", "plan-trace"].iter().any(|c| only(c)));
+    let charts = plots.as_ref().filter(|_| {
+        !["pool", "plan", "plan-trace", "device"]
+            .iter()
+            .any(|c| only(c))
+    });
     if let Some(dir) = charts {
         out_json.insert("plots_dir".into(), json!(dir.display().to_string()));
     }

@@ -203,6 +203,58 @@ fn programs() {
     }
 }
 
+/// `device --quick` replays a generated three-stream trace (no ../shared needed) through the
+/// device pool and the PyTorch model, and prints the comparison table.
+#[test]
+fn device() {
+    let out = bench(&["--quick", "--no-plots", "device"]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}\n{stdout}");
+    assert!(
+        stdout.contains("## Device pool against PyTorch's caching allocator"),
+        "{stdout}"
+    );
+    for row in [
+        "| tagalloc device, plain regions |",
+        "| tagalloc device, VMM growth |",
+        "| PyTorch caching allocator (model) |",
+    ] {
+        assert!(stdout.contains(row), "no `{row}` in\n{stdout}");
+    }
+    assert!(stdout.contains("÷ peak live (lower is better)"), "{stdout}");
+    assert!(
+        stdout.contains("÷ PyTorch model (lower is better)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("synthetic-3-streams"), "{stdout}");
+    assert!(stderr.contains("device: replaying"), "{stderr}");
+}
+
+#[test]
+fn device_as_json() {
+    let out = bench(&["--quick", "--json", "--no-plots", "device"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("--json prints one JSON document");
+    let results = json["device"]["results"].as_array().expect("results");
+    assert_eq!(results.len(), 3);
+    for r in results {
+        let ratio = r["reserved_over_live"].as_f64().expect("a ratio");
+        assert!(ratio >= 1.0, "{r}");
+        assert!(r["driver_calls"].as_u64().is_some(), "{r}");
+    }
+    assert_eq!(json["device"]["streams"], 3);
+}
+
+#[test]
+fn device_with_a_missing_trace_is_a_clear_error() {
+    let out = bench(&["device", "/nonexistent/missing.trace.gz"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("missing.trace.gz"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
 /// The pool subcommand: both tables for every bundled trace, every pool checked clean.
 #[test]
 fn pool() {

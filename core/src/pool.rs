@@ -297,6 +297,24 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
         }
     }
 
+    /// Allocates from the free chunks the pool already holds, never growing it or calling its
+    /// source: `OutOfMemory` when no free chunk fits, and for a request above the bypass
+    /// threshold (which never takes a shared chunk). What a caller that holds memory elsewhere
+    /// (a stream-ordered device pool's blocks waiting for events) tries before it lets the
+    /// pool grow.
+    ///
+    /// # Time Complexity
+    /// As the heap's `alloc`.
+    #[inline]
+    pub fn alloc_cached(&mut self, size: usize, align: usize) -> Result<H::Block, PoolError> {
+        if self.policy.bypass_above.is_some_and(|t| size > t) {
+            return Err(self.report(Error::OutOfMemory, size));
+        }
+        self.heap
+            .alloc(size, align)
+            .map_err(|e| self.report(e, size))
+    }
+
     /// Frees a block of `size` bytes (the size it was allocated with: it tells a bypassed
     /// block, whose region goes back to the source at once). A block above the bypass
     /// threshold may be larger than it was asked to be (a bypassed block takes its whole

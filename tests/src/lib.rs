@@ -7,9 +7,11 @@
 //! every test block carries. The replay example and the replay tests share that one replay
 //! loop, so what the tests verify is what the example measures. [`torch_replay`] likewise serves
 //! the `torch_model` example and tests: a trace through a model of PyTorch's CUDA caching
-//! allocator on the fake CUDA driver.
+//! allocator on the fake CUDA driver; [`device_replay`] runs the same traces, the same way,
+//! through tagalloc's own device pool.
 
 pub mod contents;
+pub mod device_replay;
 pub mod replay;
 pub mod threaded;
 pub mod torch_replay;

@@ -1,0 +1,179 @@
+//! The C ABI: the allocator layer over the fake driver (what the exported functions do over
+//! the real one), the exported functions themselves on this machine (with no driver, malloc
+//! returns null and the reason is readable), and the shared library's symbols, looked up by
+//! name as PyTorch looks them up.
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::Arc;
+
+use tagalloc_cuda::fake::Outstanding;
+use tagalloc_cuda::{DeviceConfig, DevicePtr, Driver, FakeConfig, FakeDriver, PoolRegistry};
+use tagalloc_cuda_pluggable::{
+    tagalloc_empty_cache, tagalloc_free, tagalloc_last_error, tagalloc_malloc,
+    tagalloc_record_stream, tagalloc_stats, Allocator, TagallocStats,
+};
+
+fn fake_allocator(count: u32) -> (Allocator<Arc<FakeDriver>>, Vec<Arc<FakeDriver>>) {
+    let gpus: Vec<Arc<FakeDriver>> = (0..count)
+        .map(|device| {
+            Arc::new(
+                FakeDriver::new(FakeConfig {
+                    device,
+                    device_count: count,
+                    ..FakeConfig::default()
+                })
+                .unwrap(),
+            )
+        })
+        .collect();
+    let open = gpus.clone();
+    let reg = PoolRegistry::new(count, DeviceConfig::VMM, move |d| {
+        Ok(open[d as usize].clone())
+    });
+    (Allocator::new(reg), gpus)
+}
+
+#[test]
+fn the_allocator_serves_frees_by_address_and_reports() {
+    let (a, gpus) = fake_allocator(2);
+    let (s0, s1) = (gpus[1].default_stream(), gpus[1].stream_create().unwrap());
+    assert_eq!(a.malloc(0, 1, s0), Ok(None), "nothing for a size of 0");
+    let p = a.malloc(1000, 1, s0).unwrap().unwrap();
+    let q = a.malloc(5 << 20, 1, s1).unwrap().unwrap();
+    assert!(gpus[1].is_device_address(p) && gpus[1].is_accessible(q, 5 << 20));
+    a.record_stream(p, s1).unwrap();
+    assert!(a
+        .record_stream(DevicePtr(8), s1)
+        .unwrap_err()
+        .contains("not a live block"));
+    let st = a.stats(1).unwrap();
+    assert_eq!(st.status, 0);
+    assert_eq!(st.in_use, 1024 + (5 << 20));
+    assert_eq!(st.regions, 1);
+    // The size given with a free must be the block's.
+    let e = a.free(p, 999, 1).unwrap_err();
+    assert!(e.contains("allocated with 1000"), "{e}");
+    a.free(p, 1000, 1).unwrap();
+    let e = a.free(p, 1000, 1).unwrap_err();
+    assert!(e.contains("not a live block"), "{e}");
+    a.free(q, -1, 1).unwrap(); // a negative size: not checked
+    assert!(a.malloc(-5, 1, s0).unwrap_err().contains("bad size"));
+    assert!(a.malloc(10, -1, s0).unwrap_err().contains("bad device"));
+    let e = a.malloc(10, 2, s0).unwrap_err();
+    assert!(e.contains("no CUDA device 2"), "{e}");
+    gpus[1].complete_all();
+    a.empty_cache(-1).unwrap();
+    let st = a.stats(1).unwrap();
+    assert_eq!((st.in_use, st.reserved, st.pending), (0, 0, 0));
+    assert!(st.peak_reserved >= 5 << 20);
+    drop(a);
+    // SAFETY: the test's stream, unused from now on.
+    unsafe { gpus[1].stream_destroy(s1).unwrap() };
+    assert_eq!(gpus[1].outstanding(), Outstanding::default());
+    assert_eq!(
+        gpus[0].outstanding(),
+        Outstanding::default(),
+        "device 0 never opened"
+    );
+}
+
+fn last_error() -> String {
+    let mut buf = [0 as c_char; 512];
+    // SAFETY: `buf` has 512 writable bytes.
+    let n = unsafe { tagalloc_last_error(buf.as_mut_ptr(), buf.len()) };
+    // SAFETY: the function wrote a NUL-terminated string into `buf`.
+    let s = unsafe { CStr::from_ptr(buf.as_ptr()) }
+        .to_string_lossy()
+        .into_owned();
+    assert!(n >= s.len());
+    s
+}
+
+#[test]
+fn the_exported_functions_on_this_machine() {
+    let null = std::ptr::null_mut::<c_void>();
+    let p = tagalloc_malloc(4096, 0, null);
+    let mut st = TagallocStats::default();
+    // SAFETY: `st` is writable.
+    let status = unsafe { tagalloc_stats(0, &mut st) };
+    if tagalloc_cuda::driver_present() {
+        // A machine with a driver: a device answers, or the reason there is none is given.
+        if p.is_null() {
+            assert_eq!(status, -1);
+            assert!(last_error().contains("CUDA"), "{}", last_error());
+        } else {
+            assert_eq!((status, st.status), (0, 0));
+            assert!(st.in_use >= 4096);
+            tagalloc_free(p, 4096, 0, null);
+            tagalloc_empty_cache();
+        }
+    } else {
+        assert!(p.is_null(), "no driver: malloc returns null");
+        assert_eq!((status, st.status), (-1, -1));
+        let e = last_error();
+        assert!(e.contains("no CUDA driver"), "{e}");
+        tagalloc_empty_cache();
+        tagalloc_record_stream(null, null);
+        tagalloc_free(null, 0, 0, null); // null: nothing to do
+        tagalloc_free(8 as *mut c_void, 16, 0, null); // refused, not a crash
+        assert!(last_error().contains("no CUDA driver"));
+    }
+    // SAFETY: a null `out` is refused, nothing written.
+    assert_eq!(unsafe { tagalloc_stats(0, std::ptr::null_mut()) }, -2);
+    // SAFETY: a null buffer only asks for the length.
+    let n = unsafe { tagalloc_last_error(std::ptr::null_mut(), 0) };
+    assert_eq!(n, "tagalloc_stats: out is null".len());
+    // A buffer too short gets the message cut, NUL-terminated.
+    let mut short = [1 as c_char; 8];
+    // SAFETY: `short` has 8 writable bytes.
+    let n = unsafe { tagalloc_last_error(short.as_mut_ptr(), short.len()) };
+    assert!(n > 7);
+    // SAFETY: NUL-terminated by the call.
+    assert_eq!(
+        unsafe { CStr::from_ptr(short.as_ptr()) }.to_bytes().len(),
+        7
+    );
+}
+
+/// The shared library exports each entry point under its C name, as PyTorch's
+/// `CUDAPluggableAllocator` looks them up (`dlopen` + `dlsym`).
+#[test]
+fn the_shared_library_exports_the_c_names() {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap();
+    let lib = [
+        "libtagalloc_cuda_pluggable.so",
+        "../libtagalloc_cuda_pluggable.so",
+    ]
+    .iter()
+    .map(|name| dir.join(name))
+    .find(|p| p.exists())
+    .expect("the cdylib is built beside the tests");
+    let path = std::ffi::CString::new(lib.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path; the library's initialisers are Rust's own.
+    let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    assert!(!handle.is_null(), "dlopen {lib:?}");
+    for name in [
+        c"tagalloc_malloc",
+        c"tagalloc_free",
+        c"tagalloc_record_stream",
+        c"tagalloc_empty_cache",
+        c"tagalloc_stats",
+        c"tagalloc_last_error",
+    ] {
+        // SAFETY: a live handle and a NUL-terminated name; the symbol is only looked up.
+        let sym = unsafe { libc::dlsym(handle, name.as_ptr()) };
+        assert!(!sym.is_null(), "{name:?} is not exported");
+    }
+    // Through the library, as C calls it: with no driver, null and a reason.
+    if !tagalloc_cuda::driver_present() {
+        type Malloc = extern "C" fn(isize, c_int, *mut c_void) -> *mut c_void;
+        // SAFETY: as above.
+        let sym = unsafe { libc::dlsym(handle, c"tagalloc_malloc".as_ptr()) };
+        // SAFETY: the symbol is `tagalloc_malloc`, whose signature this is.
+        let malloc: Malloc = unsafe { std::mem::transmute::<*mut c_void, Malloc>(sym) };
+        assert!(malloc(1 << 20, 0, std::ptr::null_mut()).is_null());
+    }
+    // SAFETY: the handle is live and nothing from the library is used after.
+    unsafe { libc::dlclose(handle) };
+}

@@ -1,0 +1,129 @@
+//! [`SharedDevicePool`]: a [`DevicePool`] shared between threads, the unit a
+//! [`PoolRegistry`](crate::PoolRegistry) hands out per device and a
+//! [`DeviceBuffer`](crate::DeviceBuffer) frees itself to.
+
+use std::any::Any;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tagalloc::Trimmed;
+
+use crate::buffer::DeviceBuffer;
+use crate::device_pool::{DeviceBlock, DeviceError, DevicePool, DeviceStats};
+use crate::driver::{DevicePtr, Driver};
+
+/// A [`DevicePool`] behind a mutex, for one device, shared by every thread (and every buffer)
+/// that allocates there. The host work of an allocation is tens of nanoseconds, so one lock
+/// per device is not where time goes; a thread never holds it across a driver wait except
+/// when the pool itself must synchronise (switching to several streams, running out).
+pub struct SharedDevicePool<D: Driver> {
+    device: u32,
+    pool: Mutex<DevicePool<D>>,
+    /// Whatever must live as long as the pool, by key: the streams (cudarc's
+    /// `Arc<CudaStream>`, keyed by their handle) whose handles the pool holds, so none is
+    /// destroyed while the pool may still record an event on it.
+    keep: Mutex<Vec<(usize, Box<dyn Any + Send + Sync>)>>,
+}
+
+impl<D: Driver> std::fmt::Debug for SharedDevicePool<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedDevicePool")
+            .field("device", &self.device)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<D: Driver> SharedDevicePool<D> {
+    /// Shares `pool`, the pool of device `device`.
+    pub fn new(device: u32, pool: DevicePool<D>) -> SharedDevicePool<D> {
+        SharedDevicePool {
+            device,
+            pool: Mutex::new(pool),
+            keep: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The device's ordinal.
+    pub fn device(&self) -> u32 {
+        self.device
+    }
+
+    /// The locked pool. A panic while it was held (a failed assertion in another thread)
+    /// leaves no half-made change the pool's next call relies on: carry on.
+    pub fn lock(&self) -> MutexGuard<'_, DevicePool<D>> {
+        self.pool.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` with the locked pool.
+    pub fn with<R>(&self, f: impl FnOnce(&mut DevicePool<D>) -> R) -> R {
+        f(&mut self.lock())
+    }
+
+    /// Allocates `size` bytes on `stream` (see [`DevicePool::alloc`]).
+    pub fn alloc(
+        &self,
+        size: usize,
+        stream: D::Stream,
+    ) -> Result<DeviceBlock<D::Stream>, DeviceError> {
+        self.lock().alloc(size, stream)
+    }
+
+    /// Frees a block on its stream (see [`DevicePool::free`]).
+    pub fn free(&self, block: DeviceBlock<D::Stream>) -> Result<(), DeviceError> {
+        self.lock().free(block)
+    }
+
+    /// Marks a block as used by another stream (see [`DevicePool::record_stream`]).
+    pub fn record_stream(
+        &self,
+        block: &DeviceBlock<D::Stream>,
+        other: D::Stream,
+    ) -> Result<(), DeviceError> {
+        self.lock().record_stream(block, other)
+    }
+
+    /// [`DevicePool::alloc_ptr`].
+    pub fn alloc_ptr(&self, size: usize, stream: D::Stream) -> Result<DevicePtr, DeviceError> {
+        self.lock().alloc_ptr(size, stream)
+    }
+
+    /// [`DevicePool::free_ptr`].
+    pub fn free_ptr(&self, ptr: DevicePtr) -> Result<(), DeviceError> {
+        self.lock().free_ptr(ptr)
+    }
+
+    /// A typed buffer of `len` values of `T` on `stream`, freed to this pool when dropped.
+    /// Errors: `len == 0` or a zero-sized `T` (`ZeroSize`), a size that overflows
+    /// (`SizeOverflow`), a `T` aligned beyond the pool's granule (`BadAlign`), and every error
+    /// of [`DevicePool::alloc`].
+    pub fn buffer<T>(
+        self: &Arc<Self>,
+        len: usize,
+        stream: D::Stream,
+    ) -> Result<DeviceBuffer<T, D>, DeviceError> {
+        DeviceBuffer::new(self, len, stream)
+    }
+
+    /// Empties the cache (see [`DevicePool::trim`]).
+    pub fn trim(&self) -> Result<Trimmed, DeviceError> {
+        self.lock().trim()
+    }
+
+    /// The pool's statistics.
+    pub fn stats(&self) -> DeviceStats {
+        self.lock().stats()
+    }
+
+    /// Keeps `value` alive as long as the pool (a stream the pool holds the handle of), once
+    /// per `key`: a second value with a key already kept is dropped at once.
+    pub fn keep_alive(&self, key: usize, value: Box<dyn Any + Send + Sync>) {
+        let mut keep = self.keep.lock().unwrap_or_else(|e| e.into_inner());
+        if !keep.iter().any(|(k, _)| *k == key) {
+            keep.push((key, value));
+        }
+    }
+
+    /// How many values [`SharedDevicePool::keep_alive`] keeps.
+    pub fn kept(&self) -> usize {
+        self.keep.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}

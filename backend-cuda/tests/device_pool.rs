@@ -1,0 +1,686 @@
+//! The device pool on the fake driver: stream-ordered reuse (same stream at once, another
+//! stream only after an event, `record_stream`, one event per batch), virtual-memory growth
+//! and trimming, plain device regions, the out-of-memory path, and a randomised run on three
+//! streams that checks, after every step, the pool's invariants, that no two live blocks
+//! overlap, that every block lies in accessible device memory, and that no stream ever gets
+//! memory another stream may still be using. Device memory is the fake's `PROT_NONE` space:
+//! any CPU access to it would crash the test.
+
+use tagalloc::{Error, Growth, Policy};
+use tagalloc_cuda::fake::{Call, CallCounts, FakeStream, Outstanding};
+use tagalloc_cuda::{
+    DeviceBlock, DeviceConfig, DeviceError, DevicePool, Driver, FakeConfig, FakeDriver, Regions,
+};
+
+const MIB: usize = 1 << 20;
+
+fn fake(total: usize) -> FakeDriver {
+    FakeDriver::new(FakeConfig {
+        total_memory: total,
+        ..FakeConfig::default()
+    })
+    .unwrap()
+}
+
+/// Plain regions of exactly `region` bytes, at most `limit` bytes in all, fences every
+/// `batch` frees.
+fn plain(region: usize, limit: Option<usize>, batch: usize) -> DeviceConfig {
+    let mut policy = Policy::new().growth(Growth::Fixed(region));
+    if let Some(l) = limit {
+        policy = policy.limit(l);
+    }
+    DeviceConfig {
+        regions: Regions::Plain { round: 2 * MIB },
+        policy,
+        batch,
+        ..DeviceConfig::PLAIN
+    }
+}
+
+fn vmm(chunk: usize) -> DeviceConfig {
+    DeviceConfig {
+        regions: Regions::Vmm { chunk, reserve: 0 },
+        policy: Policy::new()
+            .growth(Growth::Fixed(chunk))
+            .release_above(chunk),
+        ..DeviceConfig::VMM
+    }
+}
+
+fn streams(gpu: &FakeDriver, n: usize) -> Vec<FakeStream> {
+    (0..n).map(|_| gpu.stream_create().unwrap()).collect()
+}
+
+fn destroy(gpu: &FakeDriver, streams: Vec<FakeStream>) {
+    for s in streams {
+        // SAFETY: the test created the stream and uses it no more.
+        unsafe { gpu.stream_destroy(s).unwrap() };
+    }
+}
+
+fn calls(gpu: &FakeDriver, before: &CallCounts, call: Call) -> u64 {
+    gpu.calls().since(before).get(call)
+}
+
+/// Every block lies in the fake device's address space, mapped and accessible.
+fn assert_device_memory(gpu: &FakeDriver, blocks: &[DeviceBlock<FakeStream>]) {
+    for b in blocks {
+        assert!(gpu.is_device_address(b.ptr()), "{b:?}");
+        assert!(gpu.is_accessible(b.ptr(), b.size()), "{b:?}");
+    }
+}
+
+#[test]
+fn one_stream_frees_to_the_heap_with_no_driver_call() {
+    let gpu = fake(1 << 30);
+    let s = gpu.stream_create().unwrap();
+    let mut pool = DevicePool::new(&gpu, plain(64 * MIB, None, 64)).unwrap();
+    let first = pool.alloc(MIB, s).unwrap();
+    assert_device_memory(&gpu, &[first]);
+    pool.free(first).unwrap();
+    let before = gpu.calls();
+    for _ in 0..100 {
+        let b = pool.alloc(MIB, s).unwrap();
+        assert_eq!(b.ptr(), first.ptr(), "the same stream reuses at once");
+        pool.free(b).unwrap();
+    }
+    assert_eq!(gpu.calls().since(&before).total(), 0, "no driver call");
+    assert!(!pool.stats().multi_stream);
+    assert_eq!(pool.stats().pool.heap.live, 0);
+    pool.check().unwrap();
+    assert_eq!(
+        pool.free(first),
+        Err(DeviceError::Block(Error::DoubleFree)),
+        "a stale copy is refused"
+    );
+    drop(pool);
+    destroy(&gpu, vec![s]);
+    assert_eq!(gpu.outstanding(), Outstanding::default());
+}
+
+#[test]
+fn same_stream_reuses_a_pending_block_at_once() {
+    let gpu = fake(1 << 30);
+    let st = streams(&gpu, 2);
+    let (s, t) = (st[0], st[1]);
+    let mut pool = DevicePool::new(&gpu, plain(64 * MIB, None, 64)).unwrap();
+    let x = pool.alloc(256, t).unwrap();
+    let before = gpu.calls();
+    let a = pool.alloc(3 * MIB, s).unwrap();
+    assert_eq!(
+        calls(&gpu, &before, Call::StreamSynchronize),
+        1,
+        "one switch"
+    );
+    pool.free(a).unwrap();
+    assert_eq!(pool.stats().pending_blocks, 1);
+    let before = gpu.calls();
+    // Slightly smaller still fits closely: S takes it back, no event, no sync.
+    let b = pool.alloc(3 * MIB - 1000, s).unwrap();
+    assert_eq!(b.ptr(), a.ptr());
+    assert_eq!(gpu.calls().since(&before).total(), 0, "no driver call");
+    assert_eq!(pool.stats().counters.reused_pending, 1);
+    pool.check().unwrap();
+    // The old copy of the block is stale now.
+    assert_eq!(pool.free(a), Err(DeviceError::Block(Error::DoubleFree)));
+    pool.free(b).unwrap();
+    assert_eq!(pool.free(b), Err(DeviceError::Block(Error::DoubleFree)));
+    pool.free(x).unwrap();
+    pool.check().unwrap();
+    drop(pool);
+    destroy(&gpu, st);
+    assert_eq!(gpu.outstanding(), Outstanding::default());
+}
+
+#[test]
+fn another_stream_reuses_only_after_the_event() {
+    let gpu = fake(1 << 30);
+    let st = streams(&gpu, 2);
+    let (s, t) = (st[0], st[1]);
+    // Fence at every free, so the event exists before the test completes it.
+    let mut pool = DevicePool::new(&gpu, plain(4 * MIB, None, 1)).unwrap();
+    let a = pool.alloc(4 * MIB, s).unwrap();
+    let t0 = pool.alloc(256, t).unwrap(); // a second region: T is in use
+    let before = gpu.calls();
+    pool.free(a).unwrap();
+    assert_eq!(calls(&gpu, &before, Call::EventRecord), 1);
+    assert_eq!(calls(&gpu, &before, Call::EventSynchronize), 0);
+    pool.check().unwrap();
+
+    // Before the event completes, T gets other memory (the pool grows).
+    let b = pool.alloc(4 * MIB, t).unwrap();
+    assert_ne!(b.ptr(), a.ptr());
+    assert_eq!(gpu.calls().since(&before).synchronizations(), 0);
+    assert_eq!(pool.stats().pending_blocks, 1);
+
+    // The device finishes S's work: T's next miss finds the event complete and reuses.
+    gpu.complete_stream(s).unwrap();
+    let c = pool.alloc(4 * MIB, t).unwrap();
+    assert_eq!(c.ptr(), a.ptr(), "reused after the event completed");
+    assert_eq!(pool.stats().pending_blocks, 0);
+    assert_eq!(
+        gpu.calls().since(&before).synchronizations(),
+        0,
+        "never waited"
+    );
+    assert!(calls(&gpu, &before, Call::EventQuery) >= 2);
+    pool.check().unwrap();
+    for b in [t0, b, c] {
+        pool.free(b).unwrap();
+    }
+    drop(pool);
+    destroy(&gpu, st);
+    assert_eq!(gpu.outstanding(), Outstanding::default());
+}
+
+#[test]
+fn record_stream_makes_a_free_wait_for_every_stream_that_used_it() {
+    let gpu = fake(1 << 30);
+    let st = streams(&gpu, 3);
+    let (s, t, u) = (st[0], st[1], st[2]);
+    let mut pool = DevicePool::new(&gpu, plain(64 * MIB, None, 1)).unwrap();
+    let a = pool.alloc(MIB, s).unwrap();
+    pool.record_stream(&a, t).unwrap();
+    assert!(pool.stats().multi_stream, "a second stream in use");
+    let before = gpu.calls();
+    pool.free(a).unwrap();
+    assert_eq!(
+        calls(&gpu, &before, Call::EventRecord),
+        2,
+        "an event on S and on T"
+    );
+    // S may not take it back: T may still be using it.
+    let b = pool.alloc(MIB, s).unwrap();
+    assert_ne!(b.ptr(), a.ptr());
+    // S's work done, T's not: still pending.
+    gpu.complete_stream(s).unwrap();
+    assert_eq!(pool.process_events().unwrap(), 0);
+    let c = pool.alloc(MIB, u).unwrap();
+    assert_ne!(c.ptr(), a.ptr());
+    pool.check().unwrap();
+    // Both done: back in the heap, for any stream.
+    gpu.complete_stream(t).unwrap();
+    assert_eq!(pool.process_events().unwrap(), 1);
+    assert_eq!(pool.stats().pending_blocks, 0);
+    let d = pool.alloc(MIB, u).unwrap();
+    assert_eq!(d.ptr(), a.ptr());
+    pool.check().unwrap();
+    // Refused: a block freed already.
+    let e = pool.record_stream(&a, u);
+    assert_eq!(e, Err(DeviceError::Block(Error::DoubleFree)));
+    for x in [b, c, d] {
+        pool.free(x).unwrap();
+    }
+    drop(pool);
+    destroy(&gpu, st);
+    assert_eq!(gpu.outstanding(), Outstanding::default());
+}
+
+#[test]
+fn one_event_per_batch_of_frees_not_per_free() {
+    let gpu = fake(1 << 30);
+    let st = streams(&gpu, 2);
+    let (s, t) = (st[0], st[1]);
+    let mut pool = DevicePool::new(&gpu, plain(64 * MIB, None, 8)).unwrap();
+    let t0 = pool.alloc(256, t).unwrap();
+    let blocks: Vec<_> = (0..37).map(|_| pool.alloc(4096, s).unwrap()).collect();
+    let before = gpu.calls();
+    for b in blocks {
+        pool.free(b).unwrap();
+    }
+    // 37 frees: four full batches of 8 fenced; 5 still open.
+    assert_eq!(calls(&gpu, &before, Call::EventRecord), 4);
+    assert_eq!(
+        calls(&gpu, &before, Call::EventCreate),
+        4,
+        "events are pooled"
+    );
+    assert!(calls(&gpu, &before, Call::EventQuery) <= 4);
+    assert_eq!(gpu.calls().since(&before).synchronizations(), 0);
+    pool.check().unwrap();
+    // Once the device is done, one pass over the events returns them all but the open five,
+    // which get their event now and are returned once it completes.
+    gpu.complete_all();
+    assert_eq!(pool.process_events().unwrap(), 32);
+    assert_eq!(calls(&gpu, &before, Call::EventRecord), 5);
+    gpu.complete_all();
+    assert_eq!(pool.process_events().unwrap(), 5);
+    assert!(
+        calls(&gpu, &before, Call::EventCreate) <= 5,
+        "completed events are recorded again"
+    );
+    pool.check().unwrap();
+    pool.free(t0).unwrap();
+    drop(pool);
+    destroy(&gpu, st);
+    assert_eq!(gpu.outstanding(), Outstanding::default());
+}
+
+#[test]
+fn vmm_growth_stays_one_region_and_trim_unmaps_its_free_tail() {
+    let gpu = fake(1 << 30);
+    let s = gpu.stream_create().unwrap();
+    let chunk = 4 * MIB;
+    let mut pool = DevicePool::new(&gpu, vmm(chunk)).unwrap();
+    let mut blocks = Vec::new();
+    for i in 0..40 {
+        blocks.push(pool.alloc(MIB + i * 1000, s).unwrap());
+        pool.check().unwrap();
+    }
+    assert_device_memory(&gpu, &blocks);
+    let st = pool.stats().pool;
+    assert_eq!(st.heap.regions, 1, "one region however much it grew");
+    assert_eq!(st.regions_obtained, 1);
+    assert!(st.grown >= 9, "{st:?}");
+    let out = gpu.outstanding();
+    assert_eq!(out.reservations, 1);
+    assert_eq!(out.mappings, st.reserved / chunk);
+    assert_eq!(out.physical, st.reserved / chunk);
+    assert_eq!(out.allocations, 0, "no plain allocation");
+
+    // Free the last half: trimming unmaps the free tail chunks and keeps the rest mapped.
+    for b in blocks.drain(20..) {
+        pool.free(b).unwrap();
+    }
+    let reserved = pool.stats().pool.reserved;
+    let before = gpu.calls();
+    let t = pool.trim().unwrap();
+    assert!(t.bytes >= 4 * chunk, "{t:?}");
+    assert_eq!(t.regions, 0, "the region stays");
+    let after = pool.stats().pool;
+    assert_eq!(after.reserved, reserved - t.bytes);
+    assert_eq!(gpu.outstanding().mappings, after.reserved / chunk);
+    assert_eq!(
+        calls(&gpu, &before, Call::MemUnmap),
+        1,
+        "one unmap for the tail"
+    );
+    assert_eq!(
+        calls(&gpu, &before, Call::MemRelease) as usize,
+        t.bytes / chunk
+    );
+    assert_eq!(
+        calls(&gpu, &before, Call::CtxSynchronize),
+        1,
+        "unmap waits for the device"
+    );
+    assert_device_memory(&gpu, &blocks);
+    pool.check().unwrap();
+
+    // Growing again maps at the end of the same range: still one region.
+    blocks.push(pool.alloc(30 * MIB, s).unwrap());
+    assert_eq!(pool.stats().pool.heap.regions, 1);
+    assert_device_memory(&gpu, &blocks);
+
+    for b in blocks.drain(..) {
+        pool.free(b).unwrap();
+    }
+    pool.trim().unwrap();
+    let out = gpu.outstanding();
+    assert_eq!((out.mappings, out.physical, out.device_bytes), (0, 0, 0));
+    assert_eq!(
+        out.reservations, 1,
+        "the address range is kept for the next region"
+    );
+    drop(pool);
+    destroy(&gpu, vec![s]);
+    assert_eq!(gpu.outstanding(), Outstanding::default());
+}
+
+#[test]
+fn plain_regions_are_device_allocations_given_back_on_trim() {
+    let gpu = fake(1 << 30);
+    let s = gpu.default_stream();
+    let mut pool = DevicePool::new(&gpu, plain(8 * MIB, None, 64)).unwrap();
+    let a = pool.alloc(5 * MIB, s).unwrap();
+    let b = pool.alloc(5 * MIB, s).unwrap();
+    let c = pool.alloc(20 * MIB, s).unwrap();
+    assert_device_memory(&gpu, &[a, b, c]);
+    assert_eq!(
+        gpu.calls().get(Call::MemAlloc),
+        3,
+        "two 8 MiB regions and one 20 MiB"
+    );
+    assert_eq!(pool.stats().pool.heap.regions, 3);
+    assert_eq!(gpu.outstanding().device_bytes, 36 * MIB);
+    pool.free(c).unwrap();
+    pool.free(a).unwrap();
+    let t = pool.trim().unwrap();
+    assert_eq!((t.regions, t.bytes), (2, 28 * MIB));
+    assert_eq!(gpu.outstanding().allocations, 1);
+    pool.free(b).unwrap();
+    pool.trim().unwrap();
+    assert_eq!(gpu.outstanding(), Outstanding::default());
+    assert_eq!(gpu.calls().get(Call::MemFree), 3);
+    pool.check().unwrap();
+}
+
+#[test]
+fn large_requests_bypass_the_pool_and_go_back_when_freed() {
+    let gpu = fake(1 << 30);
+    let st = streams(&gpu, 2);
+    for regions in [
+        Regions::PLAIN,
+        Regions::Vmm {
+            chunk: 2 * MIB,
+            reserve: 0,
+        },
+    ] {
+        let config = DeviceConfig {
+            regions,
+            policy: Policy::new()
+                .growth(Growth::Fixed(4 * MIB))
+                .bypass_above(16 * MIB)
+                .release_above(2 * MIB),
+            ..DeviceConfig::PLAIN
+        };
+        let mut pool = DevicePool::new(&gpu, config).unwrap();
+        let small = pool.alloc(MIB, st[0]).unwrap();
+        let big = pool.alloc(40 * MIB, st[0]).unwrap();
+        assert_device_memory(&gpu, &[small, big]);
+        let s = pool.stats().pool;
+        assert_eq!((s.bypassed, s.heap.regions), (1, 2), "{regions:?}");
+        let held = gpu.outstanding().device_bytes;
+        assert!(held >= 44 * MIB, "{held}");
+        // One stream: the bypassed region goes back at its free.
+        pool.free(big).unwrap();
+        assert_eq!(pool.stats().pool.heap.regions, 1);
+        assert_eq!(gpu.outstanding().device_bytes, held - 40 * MIB);
+        // Several streams: it goes back once its event has completed.
+        let big = pool.alloc(40 * MIB, st[1]).unwrap();
+        pool.free(big).unwrap();
+        assert_eq!(
+            pool.stats().pool.heap.regions,
+            2,
+            "pending: its region stays"
+        );
+        gpu.complete_all();
+        pool.process_events().unwrap();
+        gpu.complete_all();
+        pool.process_events().unwrap();
+        assert_eq!(pool.stats().pool.heap.regions, 1, "{regions:?}");
+        pool.check().unwrap();
+        pool.free(small).unwrap();
+        pool.trim().unwrap();
+        drop(pool);
+        let out = gpu.outstanding();
+        assert_eq!((out.allocations, out.mappings, out.device_bytes), (0, 0, 0));
+    }
+    destroy(&gpu, st);
+    assert_eq!(gpu.outstanding(), Outstanding::default());
+}
+
+#[test]
+fn reserve_a_fraction_of_free_memory_up_front() {
+    let gpu = fake(64 * MIB);
+    gpu.set_external_usage(16 * MIB);
+    let config = DeviceConfig {
+        policy: vmm(2 * MIB)
+            .policy
+            .reserve(tagalloc::Reserve::Fraction(0.5)),
+        ..vmm(2 * MIB)
+    };
+    let mut pool = DevicePool::new(&gpu, config).unwrap();
+    pool.reserve_now().unwrap();
+    assert_eq!(
+        pool.stats().pool.reserved,
+        24 * MIB,
+        "half of the 48 MiB free"
+    );
+    let a = pool.alloc(20 * MIB, gpu.default_stream()).unwrap();
+    assert_eq!(
+        pool.stats().pool.reserved,
+        24 * MIB,
+        "served from the reservation"
+    );
+    pool.free(a).unwrap();
+    drop(pool);
+    assert_eq!(gpu.outstanding(), Outstanding::default());
+}
+
+#[test]
+fn out_of_memory_reuses_completed_frees_then_synchronises_then_reports() {
+    // 8 MiB of device memory, 2 MiB regions: four regions at most.
+    let gpu = fake(8 * MIB);
+    let st = streams(&gpu, 2);
+    let (s, t) = (st[0], st[1]);
+    let mut pool = DevicePool::new(&gpu, plain(2 * MIB, None, 1)).unwrap();
+    let mut on_s: Vec<_> = (0..3).map(|_| pool.alloc(2 * MIB, s).unwrap()).collect();
+    let t0 = pool.alloc(2 * MIB, t).unwrap();
+    assert_eq!(gpu.outstanding().device_bytes, 8 * MIB);
+
+    // 1. A free on S whose event has completed: T reuses it, no synchronisation.
+    pool.free(on_s.pop().unwrap()).unwrap();
+    gpu.complete_stream(s).unwrap();
+    let before = gpu.calls();
+    let t1 = pool.alloc(2 * MIB, t).unwrap();
+    assert_eq!(gpu.calls().since(&before).synchronizations(), 0);
+    pool.check().unwrap();
+
+    // 2. A free whose event has not completed: T's request runs out, the pool synchronises
+    //    and retries.
+    pool.free(on_s.pop().unwrap()).unwrap();
+    let before = gpu.calls();
+    let t2 = pool.alloc(2 * MIB, t).unwrap();
+    assert_eq!(calls(&gpu, &before, Call::CtxSynchronize), 1);
+    assert_eq!(pool.stats().counters.exhaustion_retries, 1);
+    pool.check().unwrap();
+
+    // 3. Nothing to reuse: the pool's error, with its figures and the driver's.
+    let e = pool.alloc(2 * MIB, t).unwrap_err();
+    match e {
+        DeviceError::Pool { error, driver } => {
+            assert_eq!(error.error, Error::OutOfMemory);
+            assert_eq!(error.requested, 2 * MIB);
+            assert_eq!(error.reserved, 8 * MIB);
+            assert_eq!(error.in_use, 8 * MIB);
+            let d = driver.expect("the driver's error");
+            assert!(d.is_out_of_memory(), "{d}");
+        }
+        other => panic!("{other}"),
+    }
+    assert!(e.to_string().contains("CUDA_ERROR_OUT_OF_MEMORY"), "{e}");
+    pool.check().unwrap();
+    for b in [t0, t1, t2, on_s.pop().unwrap()] {
+        pool.free(b).unwrap();
+    }
+    pool.trim().unwrap();
+    assert_eq!(gpu.outstanding().device_bytes, 0);
+    drop(pool);
+    destroy(&gpu, st);
+    assert_eq!(gpu.outstanding(), Outstanding::default());
+}
+
+#[test]
+fn a_limit_is_reported_with_its_figures() {
+    let gpu = fake(1 << 30);
+    let mut pool = DevicePool::new(&gpu, plain(4 * MIB, Some(8 * MIB), 64)).unwrap();
+    let s = gpu.default_stream();
+    let _a = pool.alloc(6 * MIB, s).unwrap();
+    match pool.alloc(4 * MIB, s) {
+        Err(DeviceError::Pool { error, .. }) => {
+            assert_eq!(error.error, Error::LimitExceeded);
+            assert_eq!(error.limit, Some(8 * MIB));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        pool.alloc(0, s),
+        Err(DeviceError::Pool { error, .. }) if error.error == Error::ZeroSize
+    ));
+}
+
+#[test]
+fn address_frees_find_their_block() {
+    let gpu = fake(1 << 30);
+    let st = streams(&gpu, 2);
+    let mut pool = DevicePool::new(&gpu, DeviceConfig::VMM).unwrap();
+    let p = pool.alloc_ptr(1000, st[0]).unwrap();
+    let q = pool.alloc_ptr(1000, st[1]).unwrap();
+    assert_ne!(p, q);
+    pool.free_ptr(p).unwrap();
+    assert_eq!(pool.free_ptr(p), Err(DeviceError::UnknownPointer(p)));
+    pool.check().unwrap();
+    pool.free_ptr(q).unwrap();
+    pool.trim().unwrap();
+    drop(pool);
+    destroy(&gpu, st);
+    assert_eq!(gpu.outstanding(), Outstanding::default());
+}
+
+/// A small deterministic generator (xorshift64*), so that a failure replays.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// A block freed on a stream, as the test saw it: the events the test itself recorded at the
+/// free on each stream that used it. Until each has completed, no other stream may get any of
+/// its bytes.
+struct Freed {
+    start: u64,
+    end: u64,
+    stream: FakeStream,
+    guards: Vec<tagalloc_cuda::fake::FakeEvent>,
+}
+
+fn random_run(config: DeviceConfig, total: usize, seed: u64, steps: usize) {
+    let gpu = fake(total);
+    let st = streams(&gpu, 3);
+    let mut pool = DevicePool::new(&gpu, config).unwrap();
+    let mut rng = Rng(seed);
+    let mut live: Vec<(DeviceBlock<FakeStream>, Vec<FakeStream>)> = Vec::new();
+    let mut freed: Vec<Freed> = Vec::new();
+    let mut failures = 0;
+    for step in 0..steps {
+        match rng.below(100) {
+            0..=49 => {
+                let size = match rng.below(10) {
+                    0 => 1 + rng.below(8 * MIB as u64) as usize,
+                    1..=3 => 1 + rng.below(MIB as u64) as usize,
+                    _ => 1 + rng.below(64 << 10) as usize,
+                };
+                let s = st[rng.below(3) as usize];
+                match pool.alloc(size, s) {
+                    Ok(b) => {
+                        let (start, end) = (b.ptr().0, b.ptr().0 + size as u64);
+                        assert_device_memory(&gpu, &[b]);
+                        for (other, _) in &live {
+                            let (os, oe) = (other.ptr().0, other.ptr().0 + other.size() as u64);
+                            assert!(end <= os || oe <= start, "step {step}: overlap");
+                        }
+                        // Memory freed on another stream comes back only after the device has
+                        // finished there.
+                        for f in freed.iter().filter(|f| f.start < end && start < f.end) {
+                            for &g in &f.guards {
+                                // SAFETY: the test's own live event.
+                                let done = unsafe { gpu.event_query(g).unwrap() };
+                                assert!(
+                                    done || (f.stream == s && f.guards.len() == 1),
+                                    "step {step}: reused before the device was done with it"
+                                );
+                            }
+                        }
+                        live.push((b, vec![s]));
+                    }
+                    Err(DeviceError::Pool { error, .. }) if error.is_exhaustion() => failures += 1,
+                    Err(e) => panic!("step {step}: {e}"),
+                }
+            }
+            50..=84 if !live.is_empty() => {
+                let (b, used) = live.swap_remove(rng.below(live.len() as u64) as usize);
+                let mut guards = Vec::new();
+                for &u in &used {
+                    let g = gpu.event_create().unwrap();
+                    // SAFETY: the test's live event and stream.
+                    unsafe { gpu.event_record(g, u).unwrap() };
+                    guards.push(g);
+                }
+                freed.push(Freed {
+                    start: b.ptr().0,
+                    end: b.ptr().0 + b.size() as u64,
+                    stream: b.stream(),
+                    guards,
+                });
+                pool.free(b).unwrap_or_else(|e| panic!("step {step}: {e}"));
+            }
+            85..=89 if !live.is_empty() => {
+                let i = rng.below(live.len() as u64) as usize;
+                let other = st[rng.below(3) as usize];
+                let (b, used) = &mut live[i];
+                pool.record_stream(b, other).unwrap();
+                if !used.contains(&other) {
+                    used.push(other);
+                }
+            }
+            90..=95 => gpu.complete_stream(st[rng.below(3) as usize]).unwrap(),
+            96..=97 => {
+                pool.process_events().unwrap();
+            }
+            _ => {
+                pool.trim().unwrap();
+            }
+        }
+        pool.check().unwrap_or_else(|e| panic!("step {step}: {e}"));
+        // Forget freed ranges whose guards have all completed.
+        freed.retain(|f| {
+            let pending = f.guards.iter().any(|&g| {
+                // SAFETY: the test's own live event.
+                !unsafe { gpu.event_query(g).unwrap() }
+            });
+            if !pending {
+                for &g in &f.guards {
+                    // SAFETY: the test's own event, destroyed once: its entry goes.
+                    unsafe { gpu.event_destroy(g).unwrap() };
+                }
+            }
+            pending
+        });
+    }
+    assert!(failures < steps / 4, "{failures} failures");
+    for (b, _) in live.drain(..) {
+        pool.free(b).unwrap();
+    }
+    pool.trim().unwrap();
+    pool.check().unwrap();
+    let out = gpu.outstanding();
+    assert_eq!((out.allocations, out.mappings, out.device_bytes), (0, 0, 0));
+    drop(pool);
+    for g in freed.into_iter().flat_map(|f| f.guards) {
+        // SAFETY: the test's own event, destroyed once.
+        unsafe { gpu.event_destroy(g).unwrap() };
+    }
+    destroy(&gpu, st);
+    assert_eq!(gpu.outstanding(), Outstanding::default());
+}
+
+#[test]
+fn random_three_streams_plain() {
+    for seed in 1..=4 {
+        random_run(plain(16 * MIB, None, 4), 256 * MIB, seed, 1500);
+    }
+}
+
+#[test]
+fn random_three_streams_vmm() {
+    for seed in 11..=14 {
+        random_run(vmm(2 * MIB), 256 * MIB, seed, 1500);
+    }
+}
+
+#[test]
+fn random_three_streams_short_of_memory() {
+    for seed in 21..=24 {
+        random_run(plain(4 * MIB, None, 2), 48 * MIB, seed, 1500);
+    }
+}

@@ -29,15 +29,28 @@ use crate::detached::Block;
 use crate::queue::FreeQueue;
 use crate::{DetachedHeap, GlobalHeap, Record, SharedDetachedHeap, SpinLock};
 
-/// Runs `f` under loom and prints how many executions it explored.
+/// The stack each modelled thread gets. Loom runs threads as coroutines with 32 KiB stacks by
+/// default, and a `GlobalHeap` (its bin heads and list bitmaps, about 10 KiB) is built on the
+/// stack before it moves into its `Arc`: two copies in a frame overflow that.
+const STACK: usize = 1 << 20;
+
+/// Runs `f` under loom, on a thread with a `STACK`-sized stack (the model's own first thread
+/// keeps loom's default, which cannot be changed), and prints how many executions it explored.
 fn model(name: &str, f: impl Fn() + Sync + Send + 'static) {
     let runs = std::sync::Arc::new(CountCell::new(0));
     let counter = runs.clone();
+    let f = std::sync::Arc::new(f);
     loom::model(move || {
         counter.fetch_add(1, Count);
-        f();
+        let f = f.clone();
+        spawn(move || f()).join().unwrap();
     });
     println!("loom model {name}: {} executions", runs.load(Count));
+}
+
+/// `loom::thread::spawn` with a `STACK`-sized stack.
+fn spawn<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> thread::JoinHandle<T> {
+    thread::Builder::new().stack_size(STACK).spawn(f).unwrap()
 }
 
 fn nn(addr: usize) -> NonNull<u8> {
@@ -63,7 +76,7 @@ fn ring_push_races_drain() {
             .into_iter()
             .map(|addrs| {
                 let (ring, refused) = (ring.clone(), refused.clone());
-                thread::spawn(move || {
+                spawn(move || {
                     let mut mine = Vec::new();
                     for a in addrs {
                         if let Err(b) = ring.push(block(a)) {
@@ -111,7 +124,7 @@ fn global_heap_frees_race_alloc() {
             .into_iter()
             .map(|p| {
                 let heap = heap.clone();
-                thread::spawn(move || {
+                spawn(move || {
                     // SAFETY: `p` is a live 48-byte allocation given to this thread only.
                     unsafe { heap.try_free(nn(p), 48).unwrap() };
                 })
@@ -151,7 +164,7 @@ fn global_heap_threads_alloc_and_free() {
         let workers: Vec<_> = (0..2)
             .map(|i| {
                 let heap = heap.clone();
-                thread::spawn(move || {
+                spawn(move || {
                     let p = heap.try_alloc(32 + 32 * i, 16).unwrap();
                     // SAFETY: this thread's live allocation, not used afterwards.
                     unsafe { heap.try_free(p, 32 + 32 * i).unwrap() };
@@ -185,7 +198,7 @@ fn shared_detached_frees_race_alloc() {
             .into_iter()
             .map(|b| {
                 let heap = heap.clone();
-                thread::spawn(move || heap.free(b).unwrap())
+                spawn(move || heap.free(b).unwrap())
             })
             .collect();
         let c = heap.alloc(256, 256).unwrap();
@@ -221,7 +234,7 @@ fn global_heap_double_free_races_its_first_free() {
         let freers: Vec<_> = (0..2)
             .map(|_| {
                 let heap = heap.clone();
-                thread::spawn(move || {
+                spawn(move || {
                     // SAFETY: deliberately a double free between the two threads; the heap
                     // must refuse one of them. `a`'s chunk cannot be handed out again in
                     // between (the only other request is too large for it).

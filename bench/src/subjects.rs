@@ -338,15 +338,18 @@ impl Tagalloc<DetachedSubject<Vec<Record>>> {
 
 impl<A: model::Subject> Subject for Tagalloc<A> {
     type Block = A::H;
+    #[inline]
     fn alloc(&mut self, size: usize, align: usize) -> Option<A::H> {
         self.heap.alloc(size, align).ok()
     }
+    #[inline]
     unsafe fn free(&mut self, block: A::H, size: usize, _align: usize) {
         // SAFETY: `block` is a live block of this heap of `size` bytes (caller contract).
         if unsafe { self.heap.free(block, size) }.is_err() {
             self.refused += 1;
         }
     }
+    #[inline]
     unsafe fn realloc(
         &mut self,
         block: A::H,
@@ -485,6 +488,7 @@ trait GlobalPeer: GlobalAlloc {
 }
 
 impl<A: GlobalPeer> HostPeer for A {
+    #[inline]
     fn alloc(&mut self, size: usize, align: usize) -> *mut u8 {
         match layout(size, align) {
             // SAFETY: the layout's size is non-zero (the trait's promise).
@@ -492,12 +496,14 @@ impl<A: GlobalPeer> HostPeer for A {
             None => null_mut(),
         }
     }
+    #[inline]
     unsafe fn free(&mut self, ptr: *mut u8, size: usize, align: usize) {
         if let Some(l) = layout(size, align) {
             // SAFETY: `ptr` came from this allocator with this layout (caller contract).
             unsafe { self.dealloc(ptr, l) }
         }
     }
+    #[inline]
     unsafe fn realloc(&mut self, ptr: *mut u8, size: usize, align: usize, new: usize) -> *mut u8 {
         match (layout(size, align), layout(new, align)) {
             // SAFETY: as for `free`; the new layout is valid and non-zero.
@@ -575,15 +581,18 @@ fn nullable(block: Option<NonNull<u8>>) -> *mut u8 {
 }
 
 impl HostPeer for Tlsf<'_> {
+    #[inline]
     fn alloc(&mut self, size: usize, align: usize) -> *mut u8 {
         nullable(layout(size, align).and_then(|l| self.allocate(l)))
     }
+    #[inline]
     unsafe fn free(&mut self, ptr: *mut u8, _size: usize, align: usize) {
         if let Some(block) = NonNull::new(ptr) {
             // SAFETY: `block` came from this pool with alignment `align` (caller contract).
             unsafe { self.deallocate(block, align) }
         }
     }
+    #[inline]
     unsafe fn realloc(&mut self, ptr: *mut u8, _size: usize, align: usize, new: usize) -> *mut u8 {
         let (Some(block), Some(l)) = (NonNull::new(ptr), layout(new, align)) else {
             return null_mut();
@@ -650,15 +659,18 @@ fn dlmalloc(arena: &mut Arena) -> Host<'_, dlmalloc::Dlmalloc<ArenaSource>> {
 }
 
 impl HostPeer for dlmalloc::Dlmalloc<ArenaSource> {
+    #[inline]
     fn alloc(&mut self, size: usize, align: usize) -> *mut u8 {
         // SAFETY: size non-zero, align a power of two (the trait's promise).
         unsafe { self.malloc(size, align) }
     }
+    #[inline]
     unsafe fn free(&mut self, ptr: *mut u8, size: usize, align: usize) {
         // SAFETY: `ptr` came from this allocator with this size and alignment (caller
         // contract).
         unsafe { dlmalloc::Dlmalloc::free(self, ptr, size, align) }
     }
+    #[inline]
     unsafe fn realloc(&mut self, ptr: *mut u8, size: usize, align: usize, new: usize) -> *mut u8 {
         // SAFETY: as for `free`; `new` is non-zero.
         unsafe { dlmalloc::Dlmalloc::realloc(self, ptr, size, align, new) }
@@ -676,9 +688,11 @@ fn linked_list(arena: &mut Arena) -> Host<'_, linked_list_allocator::Heap> {
 }
 
 impl HostPeer for linked_list_allocator::Heap {
+    #[inline]
     fn alloc(&mut self, size: usize, align: usize) -> *mut u8 {
         nullable(layout(size, align).and_then(|l| self.allocate_first_fit(l).ok()))
     }
+    #[inline]
     unsafe fn free(&mut self, ptr: *mut u8, size: usize, align: usize) {
         if let (Some(block), Some(l)) = (NonNull::new(ptr), layout(size, align)) {
             // SAFETY: `block` came from this heap with this layout (caller contract).

@@ -257,7 +257,11 @@ impl<R: Rig> Driver<R> {
         untraced(|| verify::<R>(&l.h, l.size, l.seed));
         // SAFETY: `free_checked` refuses anything but a live block whose size `size` fits, and
         // the driver forgets the block once it is freed.
-        let r = unsafe { self.rig.subject_mut().free_checked(l.h, size) };
+        let r = unsafe {
+            self.rig
+                .subject_mut()
+                .free_checked(R::resized(&l.h, size), size)
+        };
         untraced(|| {
             assert_eq!(
                 r,

@@ -271,10 +271,26 @@ impl<R: Rig> Driver<R> {
         self.live.iter().any(|l| l.addr == a)
     }
 
+    /// The live allocation `pick` names, if `size` is a size it may have been allocated with
+    /// (a free with that size is an ordinary free).
+    fn fitting(&self, pick: u16, size: usize) -> Option<usize> {
+        let i = self.pick(pick)?;
+        let granules = (self.usable(&self.live[i].h) + self.geo.head()) >> self.geo.shift();
+        self.geo.size_fits(granules, size).then_some(i)
+    }
+
     /// Runs one misuse.
     pub fn misuse(&mut self, m: &Misuse) {
         match m {
             Misuse::Now { bad, realloc } => {
+                if let (Bad::WrongSize { pick, size }, false) = (bad, realloc) {
+                    if let Some(i) = self.fitting(*pick, size.0) {
+                        // A size the allocation may have: an ordinary free.
+                        self.free_as(i, size.0);
+                        self.after_step();
+                        return;
+                    }
+                }
                 if let Some(p) = self.prepare(bad, true) {
                     self.refused(p, *realloc);
                 }
@@ -355,12 +371,11 @@ impl<R: Rig> Driver<R> {
                 size: Size(size),
             } => {
                 let l = self.live[self.pick(pick)?];
-                let granules = (self.usable(&l.h) + self.geo.head()) >> self.geo.shift();
-                if self.geo.size_fits(granules, size) {
+                if self.fitting(pick, size).is_some() {
                     return None;
                 }
                 Prepared {
-                    h: l.h,
+                    h: R::resized(&l.h, size),
                     size,
                     allowed: &[WrongSize],
                     what: "wrong size",
@@ -448,6 +463,27 @@ impl<R: Rig> Driver<R> {
                 QueuedFree::Live { pick } => {
                     if let Some(i) = self.pick(*pick) {
                         freeing(&mut planned, i, self.live[i]);
+                    }
+                }
+                QueuedFree::Bad(Bad::WrongSize { pick, size }) => {
+                    let (pick, size) = (*pick, size.0);
+                    if let Some(i) = self.fitting(pick, size) {
+                        // A size the allocation may have: an ordinary free.
+                        let l = self.live[i];
+                        let h = R::resized(&l.h, size);
+                        freeing(&mut planned, i, Live { h, size, ..l });
+                    } else if let Some(p) = self.prepare(
+                        &Bad::WrongSize {
+                            pick,
+                            size: Size(size),
+                        },
+                        false,
+                    ) {
+                        planned.push(Planned {
+                            h: p.h,
+                            size: p.size,
+                            frees: None,
+                        });
                     }
                 }
                 QueuedFree::Bad(bad) => {

@@ -50,6 +50,9 @@ pub trait Rig {
     /// `h` moved `k` bytes into its allocation: an interior pointer, or a block whose address
     /// was changed.
     fn interior(h: &H<Self>, k: usize) -> H<Self>;
+    /// `h` claimed to be a block of `size` bytes: the same pointer (the size goes with it to
+    /// the heap), or a block whose size was changed.
+    fn resized(h: &H<Self>, size: usize) -> H<Self>;
     /// A handle this heap never gave out, made from `raw`.
     fn foreign(&mut self, raw: usize) -> H<Self>;
     /// Puts the heap behind a lock (a [`GlobalHeap`], a [`SharedDetachedHeap`]), runs `f` on
@@ -64,8 +67,8 @@ pub trait SharedHeap {
     /// `with_heap`: runs `f` with the lock held, given the heap's statistics and `check()` as
     /// they are then (queued frees are done when the lock is next taken).
     fn with_heap<T>(&self, f: impl FnOnce(Stats, Result<(), CheckError>) -> T) -> Result<T, Error>;
-    /// A free of `h` as a block of `size` bytes: done at once if the lock is free, queued if
-    /// it is held (refused as re-entrant if the ring is full).
+    /// A free of `h`, a block of `size` bytes (see [`Subject`] on sizes): done at once if the
+    /// lock is free, queued if it is held (refused as re-entrant if the ring is full).
     fn free(&self, h: Self::H, size: usize) -> Result<(), Error>;
     /// An allocation.
     fn alloc(&self, size: usize, align: usize) -> Result<Self::H, Error>;
@@ -136,6 +139,10 @@ impl Rig for InlineRig {
 
     fn interior(h: &NonNull<u8>, k: usize) -> NonNull<u8> {
         NonNull::new(h.as_ptr().wrapping_add(k)).unwrap_or(*h)
+    }
+
+    fn resized(h: &NonNull<u8>, _size: usize) -> NonNull<u8> {
+        *h
     }
 
     fn foreign(&mut self, raw: usize) -> NonNull<u8> {
@@ -344,6 +351,10 @@ impl<T: Table> Rig for DetachedRig<T> {
         }
     }
 
+    fn resized(h: &Block, size: usize) -> Block {
+        Block { size, ..*h }
+    }
+
     fn foreign(&mut self, raw: usize) -> Block {
         // A block of another heap, live or already freed there: over other addresses, or over
         // the same ones (equal addresses, sizes, even record numbers: only the heap differs).
@@ -394,16 +405,15 @@ impl<T: Table> SharedHeap for SharedDetachedHeap<T, SpinLock, RING> {
         SharedDetachedHeap::with_heap(self, |h| f(h.stats(), h.check()))
     }
 
-    fn free(&self, h: Block, size: usize) -> Result<(), Error> {
-        SharedDetachedHeap::free(self, Block { size, ..h })
+    fn free(&self, h: Block, _size: usize) -> Result<(), Error> {
+        SharedDetachedHeap::free(self, h)
     }
 
     fn alloc(&self, size: usize, align: usize) -> Result<Block, Error> {
         SharedDetachedHeap::alloc(self, size, align)
     }
 
-    fn realloc(&self, h: Block, old: usize, _align: usize, new: usize) -> Result<Block, Error> {
-        let h = Block { size: old, ..h };
+    fn realloc(&self, h: Block, _old: usize, _align: usize, new: usize) -> Result<Block, Error> {
         SharedDetachedHeap::with_heap(self, |heap| heap.resize_in_place(h, new))?
     }
 

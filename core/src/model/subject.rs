@@ -26,8 +26,10 @@ use crate::{Block, DetachedHeap, InlineHeap};
 
 /// A heap under test, in terms of addresses and handles.
 ///
-/// Sizes are what the caller asks for; a handle is freed or resized with the size it was
-/// allocated (or last resized) with, unless a test means to misuse it.
+/// A block is freed or resized with the size it was allocated (or last resized) with, unless a
+/// test means to misuse it. That size is passed with the handle; an inline heap is told it, a
+/// detached block carries its own ([`Block::size`], what the heap checks), so a detached block
+/// is misused with another size by changing that field.
 pub trait Subject {
     /// What names a block: its payload pointer (inline) or its [`Block`] (detached).
     type H: Copy + Debug;
@@ -50,7 +52,7 @@ pub trait Subject {
     /// `alloc(size, align)`.
     fn alloc(&mut self, size: usize, align: usize) -> Result<Self::H, Error>;
 
-    /// The heap's plain free of `h` as a block of `size` bytes: what the build checks (see
+    /// The heap's plain free of `h`, a block of `size` bytes: what the build checks (see
     /// [`InlineHeap::free`]); a detached free is always checked.
     ///
     /// # Safety
@@ -295,6 +297,19 @@ impl<S: RecordStore> DetachedSubject<S> {
     pub fn heap_mut(&mut self) -> &mut DetachedHeap<S> {
         &mut self.heap
     }
+
+    /// The end of a resize of `h` to `new` bytes that could not stay in place: a new block
+    /// aligned to `align`, and `h` freed (out of line, so that the resize in place stays
+    /// small where it is inlined).
+    #[cold]
+    fn moved(&mut self, h: Block, new: usize, align: usize) -> Result<Block, Error> {
+        let moved = self.heap.alloc(new, align)?;
+        // `resize_in_place` validated `h` before it ran out of room.
+        if let Err(e) = self.heap.free(h) {
+            panic!("a block validated by resize_in_place was refused: {e}");
+        }
+        Ok(moved)
+    }
 }
 
 impl<S: RecordStore> Subject for DetachedSubject<S> {
@@ -321,32 +336,24 @@ impl<S: RecordStore> Subject for DetachedSubject<S> {
     }
 
     #[inline]
-    unsafe fn free(&mut self, h: Block, size: usize) -> Result<(), Error> {
-        self.heap.free(Block { size, ..h })
+    unsafe fn free(&mut self, h: Block, _size: usize) -> Result<(), Error> {
+        self.heap.free(h)
     }
 
-    unsafe fn free_checked(&mut self, h: Block, size: usize) -> Result<(), Error> {
-        self.heap.free(Block { size, ..h })
+    unsafe fn free_checked(&mut self, h: Block, _size: usize) -> Result<(), Error> {
+        self.heap.free(h)
     }
 
     #[inline]
     unsafe fn realloc(
         &mut self,
         h: Block,
-        old: usize,
+        _old: usize,
         align: usize,
         new: usize,
     ) -> Result<Block, Error> {
-        let h = Block { size: old, ..h };
         match self.heap.resize_in_place(h, new) {
-            Err(Error::OutOfMemory) => {
-                let moved = self.heap.alloc(new, align)?;
-                // `resize_in_place` validated `h` before it ran out of room.
-                if let Err(e) = self.heap.free(h) {
-                    panic!("a block validated by resize_in_place was refused: {e}");
-                }
-                Ok(moved)
-            }
+            Err(Error::OutOfMemory) => self.moved(h, new, align),
             other => other,
         }
     }

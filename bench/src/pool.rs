@@ -16,13 +16,16 @@ use std::fmt::Write as _;
 
 use indicatif::ProgressBar;
 use serde_json::{json, Value};
+use std::ptr::NonNull;
+
+use tagalloc::model::InlineSubject;
 use tagalloc::{Growth, InlineHeap, Policy, Pool, PoolStats, Reserve};
 
 use crate::arena_source::ArenaSource;
 use crate::clock::{Elapsed, Stopwatch};
 use crate::replay::{Kind, Op, Prepared};
 use crate::report::{self, Better, Table};
-use crate::subjects::Arena;
+use crate::subjects::{self, Arena, Subject};
 
 /// The traces `pool` replays by default, from the shared collection.
 pub const DEFAULT_TRACES: [&str; 3] = ["python-json", "sqlite", "android-systemui"];
@@ -138,24 +141,11 @@ fn configs() -> Vec<Config> {
     out
 }
 
-/// What the replay loop drives: the bare heap or a pool.
-pub trait Target {
-    type Block: Copy;
-    fn alloc(&mut self, size: usize, align: usize) -> Option<Self::Block>;
-    /// # Safety
-    /// `block` is live, of `size` bytes.
-    unsafe fn free(&mut self, block: Self::Block, size: usize);
-    /// # Safety
-    /// As for [`Target::free`]; the old block is not used again unless returned.
-    unsafe fn realloc(
-        &mut self,
-        block: Self::Block,
-        size: usize,
-        align: usize,
-        new_size: usize,
-    ) -> Option<Self::Block>;
-    /// Trims, adding what was given back to `totals`.
-    fn trim(&mut self, totals: &mut TrimTotals);
+/// What the replay loop drives: the bare heap (tagalloc's inline heap through the benchmarks'
+/// [`Subject`]) or a pool.
+pub trait Target: Subject<Block = NonNull<u8>> {
+    /// Trims, adding what was given back to `totals` (the bare heap never trims).
+    fn trim(&mut self, _totals: &mut TrimTotals) {}
 }
 
 /// What the trims of one run gave back.
@@ -173,58 +163,9 @@ pub struct TrimTotals {
 }
 
 /// The bare heap: one region, the whole arena, given up front.
-pub struct Bare<'a> {
-    heap: InlineHeap,
-    refused: u64,
-    _arena: std::marker::PhantomData<&'a mut Arena>,
-}
+pub type Bare<'a> = subjects::Tagalloc<InlineSubject<&'a mut Arena>>;
 
-impl<'a> Bare<'a> {
-    pub fn new(arena: &'a mut Arena) -> Result<Self, String> {
-        let mut heap = InlineHeap::new();
-        // SAFETY: the arena is page-aligned, valid for its length, and borrowed mutably for 'a,
-        // which this target cannot outlive; nothing else touches it meanwhile.
-        unsafe { heap.add_region(arena.base().as_ptr(), arena.len()) }
-            .map_err(|e| format!("bare heap: add_region: {e}"))?;
-        Ok(Bare {
-            heap,
-            refused: 0,
-            _arena: std::marker::PhantomData,
-        })
-    }
-
-    fn check(&self) -> Result<(), String> {
-        self.heap.check().map_err(|e| e.to_string())?;
-        refused(self.refused)
-    }
-}
-
-impl Target for Bare<'_> {
-    type Block = std::ptr::NonNull<u8>;
-    #[inline]
-    fn alloc(&mut self, size: usize, align: usize) -> Option<Self::Block> {
-        self.heap.alloc(size, align).ok()
-    }
-    #[inline]
-    unsafe fn free(&mut self, block: Self::Block, size: usize) {
-        // SAFETY: forwarded caller contract.
-        if unsafe { self.heap.free(block, size) }.is_err() {
-            self.refused += 1;
-        }
-    }
-    #[inline]
-    unsafe fn realloc(
-        &mut self,
-        block: Self::Block,
-        size: usize,
-        align: usize,
-        new_size: usize,
-    ) -> Option<Self::Block> {
-        // SAFETY: forwarded caller contract.
-        unsafe { self.heap.realloc(block, size, align, new_size) }.ok()
-    }
-    fn trim(&mut self, _totals: &mut TrimTotals) {}
-}
+impl Target for Bare<'_> {}
 
 /// A pool over an arena source.
 pub struct PoolTarget<'a> {
@@ -272,14 +213,14 @@ impl<'a> PoolTarget<'a> {
     }
 }
 
-impl Target for PoolTarget<'_> {
-    type Block = std::ptr::NonNull<u8>;
+impl Subject for PoolTarget<'_> {
+    type Block = NonNull<u8>;
     #[inline]
-    fn alloc(&mut self, size: usize, align: usize) -> Option<Self::Block> {
+    fn alloc(&mut self, size: usize, align: usize) -> Option<NonNull<u8>> {
         self.pool.alloc(size, align).ok()
     }
     #[inline]
-    unsafe fn free(&mut self, block: Self::Block, size: usize) {
+    unsafe fn free(&mut self, block: NonNull<u8>, size: usize, _align: usize) {
         // SAFETY: forwarded caller contract.
         if unsafe { self.pool.free(block, size) }.is_err() {
             self.refused += 1;
@@ -288,14 +229,23 @@ impl Target for PoolTarget<'_> {
     #[inline]
     unsafe fn realloc(
         &mut self,
-        block: Self::Block,
-        size: usize,
+        block: NonNull<u8>,
+        old_size: usize,
         align: usize,
         new_size: usize,
-    ) -> Option<Self::Block> {
+    ) -> Option<NonNull<u8>> {
         // SAFETY: forwarded caller contract.
-        unsafe { self.pool.realloc(block, size, align, new_size) }.ok()
+        unsafe { self.pool.realloc(block, old_size, align, new_size) }.ok()
     }
+    fn addr(&self, block: &NonNull<u8>) -> usize {
+        block.addr().get()
+    }
+    fn check(&self) -> Result<(), String> {
+        PoolTarget::check(self)
+    }
+}
+
+impl Target for PoolTarget<'_> {
     fn trim(&mut self, totals: &mut TrimTotals) {
         let t = self.pool.trim();
         totals.calls += 1;
@@ -347,8 +297,8 @@ pub fn replay<T: Target>(t: &mut T, ops: &[Op], slots: usize, trims: &[usize]) -
             Kind::Free => {
                 if let Some(b) = slot.take() {
                     // SAFETY: the slot holds a live block of this target, allocated with this
-                    // size (the trace's bookkeeping in `replay::prepare`).
-                    unsafe { t.free(b, size) };
+                    // size and alignment (the trace's bookkeeping in `replay::prepare`).
+                    unsafe { t.free(b, size, align) };
                 }
             }
             Kind::Realloc => {
@@ -361,7 +311,7 @@ pub fn replay<T: Target>(t: &mut T, ops: &[Op], slots: usize, trims: &[usize]) -
                         None => {
                             failures += 1;
                             // SAFETY: a refused realloc leaves the old block live.
-                            unsafe { t.free(b, old) };
+                            unsafe { t.free(b, old, align) };
                         }
                     }
                 }
@@ -515,7 +465,7 @@ pub fn run(p: &Prepared, opts: &Options, bar: &ProgressBar) -> Result<TraceResul
             bar.inc(1);
             let (out, check) = match r.row {
                 Row::Bare(_) => {
-                    let mut t = Bare::new(&mut arena)?;
+                    let mut t = subjects::tagalloc_inline(&mut arena)?;
                     let out = replay(&mut t, &p.ops, p.slots, &[]);
                     (out, t.check())
                 }

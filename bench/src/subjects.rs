@@ -9,13 +9,23 @@
 //!   (tagalloc's detached heap, offset-allocator): what device memory needs. A realloc that
 //!   cannot stay in place moves the range without copying anything, so their timings are not
 //!   directly comparable with the host ones.
+//!
+//! Three adapters make subjects, so that no call is written twice:
+//! - [`Tagalloc`]: either of tagalloc's heaps through the core's own adapter
+//!   (`tagalloc::model::Subject`, the one its tests, fuzz targets and trace replay use).
+//! - `Host`: any peer that speaks `GlobalAlloc`'s language (`HostPeer`: a pointer, the size
+//!   and alignment it was asked for); peers with a `GlobalAlloc` implementation (glibc's malloc
+//!   through `System`, talc) go through it, the others say in a few lines how they allocate
+//!   and free, and those without a realloc of their own move blocks as `GlobalAlloc` does.
+//! - the address peers, offset-allocator and the bump pointer over addresses, each its own.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::marker::PhantomData;
-use std::ptr::NonNull;
+use std::ptr::{null_mut, NonNull};
 
-use tagalloc::{Block, DetachedHeap, Error, InlineHeap, Record};
+use tagalloc::model::{self, DetachedSubject, InlineSubject, Memory, Subject as _};
+use tagalloc::{DetachedHeap, Error, InlineHeap, Record};
 
 use crate::bump::Bump;
 
@@ -266,16 +276,16 @@ pub fn with_subject<B: Bench>(
     let base = space.base();
     let mismatch = || format!("{} cannot run over this kind of space", peer.name());
     Ok(match (peer, space) {
-        (Peer::Glibc, _) => bench.run(Glibc, 0),
-        (Peer::Inline, Space::Host(a)) => bench.run(Inline::new(a)?, base),
-        (Peer::Talc, Space::Host(a)) => bench.run(Talc::new(a)?, base),
-        (Peer::Rlsf, Space::Host(a)) => bench.run(Rlsf::new(a), base),
-        (Peer::Dlmalloc, Space::Host(a)) => bench.run(Dl::new(a), base),
-        (Peer::LinkedList, Space::Host(a)) => bench.run(LinkedList::new(a), base),
-        (Peer::Buddy, Space::Host(a)) => bench.run(Buddy::new(a), base),
-        (Peer::Bump, Space::Host(a)) => bench.run(HostBump::new(a, setup.wrap), base),
+        (Peer::Glibc, _) => bench.run(Host::without_arena(System), 0),
+        (Peer::Inline, Space::Host(a)) => bench.run(tagalloc_inline(a)?, base),
+        (Peer::Talc, Space::Host(a)) => bench.run(talc(a)?, base),
+        (Peer::Rlsf, Space::Host(a)) => bench.run(rlsf(a), base),
+        (Peer::Dlmalloc, Space::Host(a)) => bench.run(dlmalloc(a), base),
+        (Peer::LinkedList, Space::Host(a)) => bench.run(linked_list(a), base),
+        (Peer::Buddy, Space::Host(a)) => bench.run(buddy(a), base),
+        (Peer::Bump, Space::Host(a)) => bench.run(host_bump(a, setup.wrap), base),
         (Peer::Detached(g), Space::Addresses { base, len }) => {
-            bench.run(Detached::new(g, base, len)?, base)
+            bench.run(Tagalloc::detached(g, base, len)?, base)
         }
         (Peer::Offset(u), Space::Addresses { base, len }) => {
             bench.run(Offset::new(u, base, len, setup.max_allocs)?, base)
@@ -291,143 +301,160 @@ fn layout(size: usize, align: usize) -> Option<Layout> {
     Layout::from_size_align(size, align).ok()
 }
 
-/// tagalloc's inline heap over the arena.
-struct Inline<'a> {
-    heap: InlineHeap,
-    refused: Cell<u64>,
-    _arena: PhantomData<&'a mut Arena>,
-}
-
-impl<'a> Inline<'a> {
-    fn new(arena: &'a mut Arena) -> Result<Self, String> {
-        let mut heap = InlineHeap::new();
-        // SAFETY: the arena is page-aligned, valid for its length, and borrowed mutably for 'a,
-        // which this subject cannot outlive; nothing else touches it meanwhile.
-        unsafe { heap.add_region(arena.ptr.as_ptr(), arena.len()) }
-            .map_err(|e| format!("tagalloc inline: add_region: {e}"))?;
-        Ok(Inline {
-            heap,
-            refused: Cell::new(0),
-            _arena: PhantomData,
-        })
-    }
-
-    fn note(&self, r: Result<(), Error>) {
-        if r.is_err() {
-            self.refused.set(self.refused.get() + 1);
-        }
+// SAFETY: the arena's bytes are valid for its length for as long as it lives, and a subject
+// over it holds it borrowed mutably, so nothing else uses them meanwhile.
+unsafe impl Memory for Arena {
+    fn ranges(&mut self) -> impl Iterator<Item = (NonNull<u8>, usize)> {
+        std::iter::once((self.ptr, self.len()))
     }
 }
 
-impl Subject for Inline<'_> {
-    type Block = NonNull<u8>;
-    fn alloc(&mut self, size: usize, align: usize) -> Option<NonNull<u8>> {
-        self.heap.alloc(size, align).ok()
-    }
-    unsafe fn free(&mut self, block: NonNull<u8>, size: usize, _align: usize) {
-        // SAFETY: `block` is a live allocation of this heap (caller contract).
-        let r = unsafe { self.heap.free(block, size) };
-        self.note(r);
-    }
-    unsafe fn realloc(
-        &mut self,
-        block: NonNull<u8>,
-        size: usize,
-        align: usize,
-        new_size: usize,
-    ) -> Option<NonNull<u8>> {
-        // SAFETY: `block` is a live allocation of this heap of `size` bytes (caller contract).
-        unsafe { self.heap.realloc(block, size, align, new_size) }.ok()
-    }
-    fn addr(&self, block: &NonNull<u8>) -> usize {
-        block.addr().get()
-    }
-    fn check(&self) -> Result<(), String> {
-        self.heap.check().map_err(|e| e.to_string())?;
-        refused(self.refused.get())
-    }
-}
-
-fn refused(n: u64) -> Result<(), String> {
-    if n == 0 {
-        Ok(())
-    } else {
-        Err(format!("{n} frees refused"))
-    }
-}
-
-/// tagalloc's detached heap over an address range; its record table grows on the heap.
-struct Detached {
-    heap: DetachedHeap<Vec<Record>>,
+/// One of tagalloc's heaps, through the adapter the core's tests, the fuzz targets and the
+/// trace replay drive it with ([`tagalloc::model::Subject`]): the heap's own calls, nothing
+/// added on their way. A refused free or resize is counted and reported by `check`.
+pub struct Tagalloc<A> {
+    heap: A,
     refused: u64,
 }
 
-impl Detached {
-    fn new(granule: usize, base: usize, len: usize) -> Result<Self, String> {
+/// tagalloc's inline heap over the whole arena, as one region.
+pub fn tagalloc_inline(arena: &mut Arena) -> Result<Tagalloc<InlineSubject<&mut Arena>>, String> {
+    let (base, len) = (arena.ptr.addr().get(), arena.len());
+    let mut heap = InlineSubject::new(InlineHeap::new(), arena);
+    heap.add_region(base, len)
+        .map_err(|e| format!("tagalloc inline: add_region: {e}"))?;
+    Ok(Tagalloc { heap, refused: 0 })
+}
+
+impl Tagalloc<DetachedSubject<Vec<Record>>> {
+    /// The detached heap over `base..base + len`, its record table growing on the heap.
+    fn detached(granule: usize, base: usize, len: usize) -> Result<Self, String> {
         let err = |e: Error| format!("tagalloc detached: {e}");
-        let mut heap = DetachedHeap::growable(granule).map_err(err)?;
+        let mut heap = DetachedSubject::new(DetachedHeap::growable(granule).map_err(err)?);
         heap.add_region(base, len).map_err(err)?;
-        Ok(Detached { heap, refused: 0 })
+        Ok(Tagalloc { heap, refused: 0 })
     }
 }
 
-impl Subject for Detached {
-    type Block = Block;
-    fn alloc(&mut self, size: usize, align: usize) -> Option<Block> {
+impl<A: model::Subject> Subject for Tagalloc<A> {
+    type Block = A::H;
+    #[inline]
+    fn alloc(&mut self, size: usize, align: usize) -> Option<A::H> {
         self.heap.alloc(size, align).ok()
     }
-    unsafe fn free(&mut self, block: Block, _size: usize, _align: usize) {
-        if self.heap.free(block).is_err() {
+    #[inline]
+    unsafe fn free(&mut self, block: A::H, size: usize, _align: usize) {
+        // SAFETY: `block` is a live block of this heap of `size` bytes (caller contract).
+        if unsafe { self.heap.free(block, size) }.is_err() {
             self.refused += 1;
         }
     }
+    #[inline]
     unsafe fn realloc(
         &mut self,
-        block: Block,
-        _size: usize,
+        block: A::H,
+        size: usize,
         align: usize,
         new_size: usize,
-    ) -> Option<Block> {
-        match self.heap.resize_in_place(block, new_size) {
+    ) -> Option<A::H> {
+        // SAFETY: as for `free`; the caller uses only the returned block afterwards.
+        match unsafe { self.heap.realloc(block, size, align, new_size) } {
             Ok(b) => Some(b),
-            // Moving device memory is the caller's job: take a new range, give the old back.
-            Err(Error::OutOfMemory) => {
-                let moved = self.heap.alloc(new_size, align).ok()?;
-                if self.heap.free(block).is_err() {
-                    self.refused += 1;
-                }
-                Some(moved)
-            }
-            Err(_) => {
-                self.refused += 1;
+            Err(e) => {
+                self.refused += u64::from(e != Error::OutOfMemory);
                 None
             }
         }
     }
-    fn addr(&self, block: &Block) -> usize {
-        block.addr
+    fn addr(&self, block: &A::H) -> usize {
+        A::addr(block)
     }
     fn check(&self) -> Result<(), String> {
         self.heap.check().map_err(|e| e.to_string())?;
-        refused(self.refused)
+        match self.refused {
+            0 => Ok(()),
+            n => Err(format!("{n} frees refused")),
+        }
     }
 }
 
-/// glibc's malloc, through the standard library's `System`.
-struct Glibc;
+/// A peer that hands out real memory, in `GlobalAlloc`'s terms (a pointer, null for a refusal)
+/// by `&mut self`: [`Host`] makes a [`Subject`] of it.
+trait HostPeer {
+    /// `size` bytes aligned to `align` (as for [`Subject::alloc`]), or null.
+    fn alloc(&mut self, size: usize, align: usize) -> *mut u8;
 
-impl Subject for Glibc {
-    type Block = NonNull<u8>;
-    fn alloc(&mut self, size: usize, align: usize) -> Option<NonNull<u8>> {
-        // SAFETY: the layout's size is non-zero (the trait's promise).
-        NonNull::new(unsafe { System.alloc(layout(size, align)?) })
+    /// Frees a block.
+    ///
+    /// # Safety
+    /// As for [`Subject::free`].
+    unsafe fn free(&mut self, ptr: *mut u8, size: usize, align: usize);
+
+    /// Resizes a block, or returns null and leaves it live. Unless the peer has a realloc of
+    /// its own, the block moves the way `GlobalAlloc::realloc` moves it by default: allocate,
+    /// copy, free.
+    ///
+    /// # Safety
+    /// As for [`Subject::realloc`].
+    unsafe fn realloc(&mut self, ptr: *mut u8, size: usize, align: usize, new: usize) -> *mut u8 {
+        let moved = self.alloc(new, align);
+        if !moved.is_null() {
+            // SAFETY: both blocks are live and distinct, each at least `min(size, new)` long.
+            unsafe { std::ptr::copy_nonoverlapping(ptr, moved, size.min(new)) };
+            // SAFETY: `ptr` is live with this layout (caller contract) and not used again.
+            unsafe { self.free(ptr, size, align) };
+        }
+        moved
     }
-    unsafe fn free(&mut self, block: NonNull<u8>, size: usize, align: usize) {
-        if let Some(l) = layout(size, align) {
-            // SAFETY: `block` came from `System` with this layout (caller contract).
-            unsafe { System.dealloc(block.as_ptr(), l) }
+
+    /// As [`Subject::chunk_bytes`].
+    fn chunk_bytes(&self, _block: NonNull<u8>) -> Option<usize> {
+        None
+    }
+
+    /// As [`Subject::needs_cleanup`].
+    fn needs_cleanup(&self) -> bool {
+        false
+    }
+}
+
+/// A host peer as a [`Subject`], holding the arena it was built over borrowed for as long as
+/// it lives (glibc, which brings its own memory, holds none).
+struct Host<'a, P> {
+    peer: P,
+    _arena: PhantomData<&'a mut Arena>,
+}
+
+impl<'a, P: HostPeer> Host<'a, P> {
+    /// `peer`, built over `arena`, which stays borrowed while the subject lives.
+    fn over(_arena: &'a mut Arena, peer: P) -> Self {
+        Host {
+            peer,
+            _arena: PhantomData,
         }
     }
+
+    /// A peer that uses no arena.
+    fn without_arena(peer: P) -> Self {
+        Host {
+            peer,
+            _arena: PhantomData,
+        }
+    }
+}
+
+impl<P: HostPeer> Subject for Host<'_, P> {
+    type Block = NonNull<u8>;
+    #[inline]
+    fn alloc(&mut self, size: usize, align: usize) -> Option<NonNull<u8>> {
+        NonNull::new(self.peer.alloc(size, align))
+    }
+    #[inline]
+    unsafe fn free(&mut self, block: NonNull<u8>, size: usize, align: usize) {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.peer.free(block.as_ptr(), size, align) }
+    }
+    #[inline]
     unsafe fn realloc(
         &mut self,
         block: NonNull<u8>,
@@ -435,20 +462,70 @@ impl Subject for Glibc {
         align: usize,
         new_size: usize,
     ) -> Option<NonNull<u8>> {
-        layout(new_size, align)?;
-        // SAFETY: `block` came from `System` with this layout (caller contract); the new
-        // layout is valid (checked above) and non-zero.
-        NonNull::new(unsafe { System.realloc(block.as_ptr(), layout(size, align)?, new_size) })
+        // SAFETY: forwarded caller contract.
+        NonNull::new(unsafe { self.peer.realloc(block.as_ptr(), size, align, new_size) })
     }
     fn addr(&self, block: &NonNull<u8>) -> usize {
         block.addr().get()
     }
     fn chunk_bytes(&self, block: &NonNull<u8>) -> Option<usize> {
-        glibc_chunk_bytes(*block)
+        self.peer.chunk_bytes(*block)
     }
     fn needs_cleanup(&self) -> bool {
-        true
+        self.peer.needs_cleanup()
     }
+}
+
+/// A peer used through its own `GlobalAlloc` implementation: glibc's malloc (through the
+/// standard library's `System`) and talc's `TalcCell`.
+trait GlobalPeer: GlobalAlloc {
+    /// As [`Subject::chunk_bytes`].
+    fn own_chunk_bytes(&self, _block: NonNull<u8>) -> Option<usize> {
+        None
+    }
+    /// As [`Subject::needs_cleanup`].
+    const NEEDS_CLEANUP: bool = false;
+}
+
+impl<A: GlobalPeer> HostPeer for A {
+    #[inline]
+    fn alloc(&mut self, size: usize, align: usize) -> *mut u8 {
+        match layout(size, align) {
+            // SAFETY: the layout's size is non-zero (the trait's promise).
+            Some(l) => unsafe { GlobalAlloc::alloc(self, l) },
+            None => null_mut(),
+        }
+    }
+    #[inline]
+    unsafe fn free(&mut self, ptr: *mut u8, size: usize, align: usize) {
+        if let Some(l) = layout(size, align) {
+            // SAFETY: `ptr` came from this allocator with this layout (caller contract).
+            unsafe { self.dealloc(ptr, l) }
+        }
+    }
+    #[inline]
+    unsafe fn realloc(&mut self, ptr: *mut u8, size: usize, align: usize, new: usize) -> *mut u8 {
+        match (layout(size, align), layout(new, align)) {
+            // SAFETY: as for `free`; the new layout is valid and non-zero.
+            (Some(l), Some(_)) => unsafe { GlobalAlloc::realloc(self, ptr, l, new) },
+            _ => null_mut(),
+        }
+    }
+    fn chunk_bytes(&self, block: NonNull<u8>) -> Option<usize> {
+        self.own_chunk_bytes(block)
+    }
+    fn needs_cleanup(&self) -> bool {
+        A::NEEDS_CLEANUP
+    }
+}
+
+/// glibc's malloc: not confined to the arena, so its footprint is read from its own
+/// accounting, and what a run leaves live is freed one by one.
+impl GlobalPeer for System {
+    fn own_chunk_bytes(&self, block: NonNull<u8>) -> Option<usize> {
+        glibc_chunk_bytes(block)
+    }
+    const NEEDS_CLEANUP: bool = true;
 }
 
 /// The bytes of glibc's chunk for `block`: its usable size plus the 8-byte size header.
@@ -458,8 +535,8 @@ impl Subject for Glibc {
 /// The chunks of the live blocks can, exactly, at every event.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn glibc_chunk_bytes(block: NonNull<u8>) -> Option<usize> {
-    // SAFETY: `block` is a live allocation of glibc's malloc (the `Glibc` subject's blocks
-    // come from `System`, which is glibc's malloc here).
+    // SAFETY: `block` is a live allocation of glibc's malloc (the glibc subject's blocks come
+    // from `System`, which is glibc's malloc here).
     Some(unsafe { libc::malloc_usable_size(block.as_ptr().cast()) } + 8)
 }
 
@@ -469,96 +546,59 @@ fn glibc_chunk_bytes(_block: NonNull<u8>) -> Option<usize> {
     None
 }
 
-/// talc 5 as its docs suggest for single-threaded arena use: a `TalcCell` over the `Manual`
-/// source (which never asks for more memory), the arena given with `claim`, allocation through
-/// its `GlobalAlloc` implementation (talc's own in-place realloc included).
-struct Talc<'a> {
-    talc: talc::TalcCell<talc::source::Manual>,
-    _arena: PhantomData<&'a mut Arena>,
-}
+/// talc 5 as its docs suggest for single-threaded arena use: allocation through its
+/// `GlobalAlloc` implementation (talc's own in-place realloc included).
+impl GlobalPeer for talc::TalcCell<talc::source::Manual> {}
 
-impl<'a> Talc<'a> {
-    fn new(arena: &'a mut Arena) -> Result<Self, String> {
-        let talc = talc::TalcCell::new(talc::source::Manual);
-        // SAFETY: the arena is borrowed mutably for 'a, which this subject cannot outlive;
-        // nothing else touches it meanwhile. `Manual` allows manual heap management.
-        unsafe { talc.claim(arena.ptr.as_ptr(), arena.len()) }
-            .ok_or("talc: claim refused the arena")?;
-        Ok(Talc {
-            talc,
-            _arena: PhantomData,
-        })
-    }
-}
-
-impl Subject for Talc<'_> {
-    type Block = NonNull<u8>;
-    fn alloc(&mut self, size: usize, align: usize) -> Option<NonNull<u8>> {
-        // SAFETY: the layout's size is non-zero.
-        NonNull::new(unsafe { self.talc.alloc(layout(size, align)?) })
-    }
-    unsafe fn free(&mut self, block: NonNull<u8>, size: usize, align: usize) {
-        if let Some(l) = layout(size, align) {
-            // SAFETY: `block` came from this allocator with this layout (caller contract).
-            unsafe { self.talc.dealloc(block.as_ptr(), l) }
-        }
-    }
-    unsafe fn realloc(
-        &mut self,
-        block: NonNull<u8>,
-        size: usize,
-        align: usize,
-        new_size: usize,
-    ) -> Option<NonNull<u8>> {
-        layout(new_size, align)?;
-        // SAFETY: as for `free`; the new layout is valid and non-zero.
-        NonNull::new(unsafe {
-            self.talc
-                .realloc(block.as_ptr(), layout(size, align)?, new_size)
-        })
-    }
-    fn addr(&self, block: &NonNull<u8>) -> usize {
-        block.addr().get()
-    }
+/// talc 5 over a `TalcCell` with the `Manual` source (which never asks for more memory), the
+/// arena given with `claim`.
+fn talc(arena: &mut Arena) -> Result<Host<'_, talc::TalcCell<talc::source::Manual>>, String> {
+    let talc = talc::TalcCell::new(talc::source::Manual);
+    // SAFETY: the arena is borrowed mutably for as long as the subject lives (`Host::over`);
+    // nothing else touches it meanwhile. `Manual` allows manual heap management.
+    unsafe { talc.claim(arena.ptr.as_ptr(), arena.len()) }
+        .ok_or("talc: claim refused the arena")?;
+    Ok(Host::over(arena, talc))
 }
 
 /// rlsf's TLSF with the parameters of its own global allocator (`FLLEN = SLLEN = usize::BITS`).
-struct Rlsf<'a> {
-    tlsf: rlsf::Tlsf<'a, usize, usize, { usize::BITS as usize }, { usize::BITS as usize }>,
+type Tlsf<'a> = rlsf::Tlsf<'a, usize, usize, { usize::BITS as usize }, { usize::BITS as usize }>;
+
+/// rlsf's TLSF with the arena as its one pool.
+fn rlsf(arena: &mut Arena) -> Host<'_, Tlsf<'_>> {
+    let mut tlsf = Tlsf::new();
+    let pool = NonNull::slice_from_raw_parts(arena.ptr, arena.len());
+    // SAFETY: the pool is the arena, borrowed mutably for as long as the subject lives (the
+    // pool lifetime of `Tlsf`); nothing else touches it meanwhile.
+    unsafe { tlsf.insert_free_block_ptr(pool) };
+    Host::over(arena, tlsf)
 }
 
-impl<'a> Rlsf<'a> {
-    fn new(arena: &'a mut Arena) -> Self {
-        let mut tlsf = rlsf::Tlsf::new();
-        let pool = NonNull::slice_from_raw_parts(arena.ptr, arena.len());
-        // SAFETY: the pool is the arena, borrowed mutably for 'a (the pool lifetime of `Tlsf`);
-        // nothing else touches it meanwhile.
-        unsafe { tlsf.insert_free_block_ptr(pool) };
-        Rlsf { tlsf }
-    }
+/// A block as a `GlobalAlloc` pointer, null for `None` (what rlsf, linked_list_allocator and
+/// buddy_system_allocator return on a refusal, as does a layout that cannot be made).
+fn nullable(block: Option<NonNull<u8>>) -> *mut u8 {
+    block.map_or(null_mut(), NonNull::as_ptr)
 }
 
-impl Subject for Rlsf<'_> {
-    type Block = NonNull<u8>;
-    fn alloc(&mut self, size: usize, align: usize) -> Option<NonNull<u8>> {
-        self.tlsf.allocate(layout(size, align)?)
+impl HostPeer for Tlsf<'_> {
+    #[inline]
+    fn alloc(&mut self, size: usize, align: usize) -> *mut u8 {
+        nullable(layout(size, align).and_then(|l| self.allocate(l)))
     }
-    unsafe fn free(&mut self, block: NonNull<u8>, _size: usize, align: usize) {
-        // SAFETY: `block` came from this pool with alignment `align` (caller contract).
-        unsafe { self.tlsf.deallocate(block, align) }
+    #[inline]
+    unsafe fn free(&mut self, ptr: *mut u8, _size: usize, align: usize) {
+        if let Some(block) = NonNull::new(ptr) {
+            // SAFETY: `block` came from this pool with alignment `align` (caller contract).
+            unsafe { self.deallocate(block, align) }
+        }
     }
-    unsafe fn realloc(
-        &mut self,
-        block: NonNull<u8>,
-        _size: usize,
-        align: usize,
-        new_size: usize,
-    ) -> Option<NonNull<u8>> {
+    #[inline]
+    unsafe fn realloc(&mut self, ptr: *mut u8, _size: usize, align: usize, new: usize) -> *mut u8 {
+        let (Some(block), Some(l)) = (NonNull::new(ptr), layout(new, align)) else {
+            return null_mut();
+        };
         // SAFETY: `block` came from this pool with the same alignment (caller contract).
-        unsafe { self.tlsf.reallocate(block, layout(new_size, align)?) }
-    }
-    fn addr(&self, block: &NonNull<u8>) -> usize {
-        block.addr().get()
+        nullable(unsafe { self.reallocate(block, l) })
     }
 }
 
@@ -608,157 +648,80 @@ unsafe impl dlmalloc::Allocator for ArenaSource {
     }
 }
 
-struct Dl<'a> {
-    dl: dlmalloc::Dlmalloc<ArenaSource>,
-    _arena: PhantomData<&'a mut Arena>,
+/// dlmalloc's Rust port, fed the arena as its only system memory.
+fn dlmalloc(arena: &mut Arena) -> Host<'_, dlmalloc::Dlmalloc<ArenaSource>> {
+    let dl = dlmalloc::Dlmalloc::new_with_allocator(ArenaSource {
+        ptr: arena.ptr,
+        len: arena.len(),
+        given: Cell::new(false),
+    });
+    Host::over(arena, dl)
 }
 
-impl<'a> Dl<'a> {
-    fn new(arena: &'a mut Arena) -> Self {
-        Dl {
-            dl: dlmalloc::Dlmalloc::new_with_allocator(ArenaSource {
-                ptr: arena.ptr,
-                len: arena.len(),
-                given: Cell::new(false),
-            }),
-            _arena: PhantomData,
-        }
-    }
-}
-
-impl Subject for Dl<'_> {
-    type Block = NonNull<u8>;
-    fn alloc(&mut self, size: usize, align: usize) -> Option<NonNull<u8>> {
+impl HostPeer for dlmalloc::Dlmalloc<ArenaSource> {
+    #[inline]
+    fn alloc(&mut self, size: usize, align: usize) -> *mut u8 {
         // SAFETY: size non-zero, align a power of two (the trait's promise).
-        NonNull::new(unsafe { self.dl.malloc(size, align) })
+        unsafe { self.malloc(size, align) }
     }
-    unsafe fn free(&mut self, block: NonNull<u8>, size: usize, align: usize) {
-        // SAFETY: `block` came from this allocator with this size and alignment (caller
+    #[inline]
+    unsafe fn free(&mut self, ptr: *mut u8, size: usize, align: usize) {
+        // SAFETY: `ptr` came from this allocator with this size and alignment (caller
         // contract).
-        unsafe { self.dl.free(block.as_ptr(), size, align) }
+        unsafe { dlmalloc::Dlmalloc::free(self, ptr, size, align) }
     }
-    unsafe fn realloc(
-        &mut self,
-        block: NonNull<u8>,
-        size: usize,
-        align: usize,
-        new_size: usize,
-    ) -> Option<NonNull<u8>> {
-        // SAFETY: as for `free`; `new_size` is non-zero.
-        NonNull::new(unsafe { self.dl.realloc(block.as_ptr(), size, align, new_size) })
-    }
-    fn addr(&self, block: &NonNull<u8>) -> usize {
-        block.addr().get()
+    #[inline]
+    unsafe fn realloc(&mut self, ptr: *mut u8, size: usize, align: usize, new: usize) -> *mut u8 {
+        // SAFETY: as for `free`; `new` is non-zero.
+        unsafe { dlmalloc::Dlmalloc::realloc(self, ptr, size, align, new) }
     }
 }
 
-/// Moves a host block the way `GlobalAlloc::realloc` does by default, for peers that have no
-/// realloc of their own: allocate, copy, free.
-///
-/// # Safety
-/// As for [`Subject::realloc`].
-unsafe fn move_block<S: Subject<Block = NonNull<u8>>>(
-    s: &mut S,
-    block: NonNull<u8>,
-    size: usize,
-    align: usize,
-    new_size: usize,
-) -> Option<NonNull<u8>> {
-    let new = s.alloc(new_size, align)?;
-    // SAFETY: both blocks are live and distinct, each at least `min(size, new_size)` long.
-    unsafe { std::ptr::copy_nonoverlapping(block.as_ptr(), new.as_ptr(), size.min(new_size)) };
-    // SAFETY: `block` is live with this layout (caller contract) and not used again.
-    unsafe { s.free(block, size, align) };
-    Some(new)
+/// linked_list_allocator's `Heap` (first fit over an address-ordered hole list) over the
+/// arena; a realloc moves the block.
+fn linked_list(arena: &mut Arena) -> Host<'_, linked_list_allocator::Heap> {
+    let mut heap = linked_list_allocator::Heap::empty();
+    // SAFETY: the arena is valid and borrowed mutably for as long as the subject lives (the
+    // crate asks for 'static only because its heaps usually are global).
+    unsafe { heap.init(arena.ptr.as_ptr(), arena.len()) };
+    Host::over(arena, heap)
 }
 
-/// linked_list_allocator's `Heap` (first fit over an address-ordered hole list).
-struct LinkedList<'a> {
-    heap: linked_list_allocator::Heap,
-    _arena: PhantomData<&'a mut Arena>,
-}
-
-impl<'a> LinkedList<'a> {
-    fn new(arena: &'a mut Arena) -> Self {
-        let mut heap = linked_list_allocator::Heap::empty();
-        // SAFETY: the arena is valid and borrowed mutably for 'a, which this subject cannot
-        // outlive (the crate asks for 'static only because its heaps usually are global).
-        unsafe { heap.init(arena.ptr.as_ptr(), arena.len()) };
-        LinkedList {
-            heap,
-            _arena: PhantomData,
-        }
+impl HostPeer for linked_list_allocator::Heap {
+    #[inline]
+    fn alloc(&mut self, size: usize, align: usize) -> *mut u8 {
+        nullable(layout(size, align).and_then(|l| self.allocate_first_fit(l).ok()))
     }
-}
-
-impl Subject for LinkedList<'_> {
-    type Block = NonNull<u8>;
-    fn alloc(&mut self, size: usize, align: usize) -> Option<NonNull<u8>> {
-        self.heap.allocate_first_fit(layout(size, align)?).ok()
-    }
-    unsafe fn free(&mut self, block: NonNull<u8>, size: usize, align: usize) {
-        if let Some(l) = layout(size, align) {
+    #[inline]
+    unsafe fn free(&mut self, ptr: *mut u8, size: usize, align: usize) {
+        if let (Some(block), Some(l)) = (NonNull::new(ptr), layout(size, align)) {
             // SAFETY: `block` came from this heap with this layout (caller contract).
-            unsafe { self.heap.deallocate(block, l) }
+            unsafe { self.deallocate(block, l) }
         }
-    }
-    unsafe fn realloc(
-        &mut self,
-        block: NonNull<u8>,
-        size: usize,
-        align: usize,
-        new_size: usize,
-    ) -> Option<NonNull<u8>> {
-        // SAFETY: forwarded caller contract.
-        unsafe { move_block(self, block, size, align, new_size) }
-    }
-    fn addr(&self, block: &NonNull<u8>) -> usize {
-        block.addr().get()
     }
 }
 
 /// buddy_system_allocator's `Heap`; 32 orders cover blocks up to 2 GiB.
-struct Buddy<'a> {
-    heap: buddy_system_allocator::Heap<32>,
-    _arena: PhantomData<&'a mut Arena>,
+type Buddy = buddy_system_allocator::Heap<32>;
+
+/// buddy_system_allocator's `Heap` over the arena; a realloc moves the block.
+fn buddy(arena: &mut Arena) -> Host<'_, Buddy> {
+    let mut heap = Buddy::new();
+    // SAFETY: the arena is valid and borrowed mutably for as long as the subject lives; nothing
+    // else touches it meanwhile.
+    unsafe { heap.init(arena.ptr.addr().get(), arena.len()) };
+    Host::over(arena, heap)
 }
 
-impl<'a> Buddy<'a> {
-    fn new(arena: &'a mut Arena) -> Self {
-        let mut heap = buddy_system_allocator::Heap::<32>::new();
-        // SAFETY: the arena is valid and borrowed mutably for 'a, which this subject cannot
-        // outlive; nothing else touches it meanwhile.
-        unsafe { heap.init(arena.ptr.addr().get(), arena.len()) };
-        Buddy {
-            heap,
-            _arena: PhantomData,
-        }
+impl HostPeer for Buddy {
+    fn alloc(&mut self, size: usize, align: usize) -> *mut u8 {
+        nullable(layout(size, align).and_then(|l| Buddy::alloc(self, l).ok()))
     }
-}
-
-impl Subject for Buddy<'_> {
-    type Block = NonNull<u8>;
-    fn alloc(&mut self, size: usize, align: usize) -> Option<NonNull<u8>> {
-        self.heap.alloc(layout(size, align)?).ok()
-    }
-    unsafe fn free(&mut self, block: NonNull<u8>, size: usize, align: usize) {
-        if let Some(l) = layout(size, align) {
+    unsafe fn free(&mut self, ptr: *mut u8, size: usize, align: usize) {
+        if let (Some(block), Some(l)) = (NonNull::new(ptr), layout(size, align)) {
             // SAFETY: `block` came from this heap with this layout (caller contract).
-            unsafe { self.heap.dealloc(block, l) }
+            unsafe { self.dealloc(block, l) }
         }
-    }
-    unsafe fn realloc(
-        &mut self,
-        block: NonNull<u8>,
-        size: usize,
-        align: usize,
-        new_size: usize,
-    ) -> Option<NonNull<u8>> {
-        // SAFETY: forwarded caller contract.
-        unsafe { move_block(self, block, size, align, new_size) }
-    }
-    fn addr(&self, block: &NonNull<u8>) -> usize {
-        block.addr().get()
     }
 }
 
@@ -828,53 +791,45 @@ impl Subject for Offset {
 }
 
 /// The bump reference over real memory: a moving realloc copies, as a real one must.
-struct HostBump<'a> {
+struct HostBump {
     bump: Bump,
     ptr: NonNull<u8>,
-    _arena: PhantomData<&'a mut Arena>,
 }
 
-impl<'a> HostBump<'a> {
-    fn new(arena: &'a mut Arena, wrap: bool) -> Self {
-        HostBump {
-            bump: Bump::new(arena.ptr.addr().get(), arena.len(), wrap),
-            ptr: arena.ptr,
-            _arena: PhantomData,
-        }
-    }
+/// The bump reference over the arena.
+fn host_bump(arena: &mut Arena, wrap: bool) -> Host<'_, HostBump> {
+    let bump = HostBump {
+        bump: Bump::new(arena.ptr.addr().get(), arena.len(), wrap),
+        ptr: arena.ptr,
+    };
+    Host::over(arena, bump)
 }
 
-impl Subject for HostBump<'_> {
-    type Block = NonNull<u8>;
-    fn alloc(&mut self, size: usize, align: usize) -> Option<NonNull<u8>> {
-        let off = self.bump.alloc(size, align)?;
-        // SAFETY: the bump range is the arena, so `off + size <= len` stays inside it.
-        Some(unsafe { self.ptr.add(off) })
-    }
-    unsafe fn free(&mut self, _block: NonNull<u8>, _size: usize, _align: usize) {
-        self.bump.free();
-    }
-    unsafe fn realloc(
-        &mut self,
-        block: NonNull<u8>,
-        size: usize,
-        align: usize,
-        new_size: usize,
-    ) -> Option<NonNull<u8>> {
-        // SAFETY: `block` came from this arena (caller contract), so both are in one allocation.
-        let off = unsafe { block.offset_from(self.ptr) } as usize;
-        if self.bump.resize_last(off, new_size) {
-            return Some(block);
+impl HostPeer for HostBump {
+    fn alloc(&mut self, size: usize, align: usize) -> *mut u8 {
+        match self.bump.alloc(size, align) {
+            // SAFETY: the bump range is the arena, so `off + size <= len` stays inside it.
+            Some(off) => unsafe { self.ptr.as_ptr().add(off) },
+            None => null_mut(),
         }
-        let new = self.alloc(new_size, align)?;
-        // SAFETY: both ranges lie inside the arena. They may overlap when the bump pointer
-        // wrapped, hence `copy` (memmove) rather than `copy_nonoverlapping`.
-        unsafe { std::ptr::copy(block.as_ptr(), new.as_ptr(), size.min(new_size)) };
-        self.bump.free();
-        Some(new)
     }
-    fn addr(&self, block: &NonNull<u8>) -> usize {
-        block.addr().get()
+    unsafe fn free(&mut self, _ptr: *mut u8, _size: usize, _align: usize) {
+        self.bump.free();
+    }
+    unsafe fn realloc(&mut self, ptr: *mut u8, size: usize, align: usize, new: usize) -> *mut u8 {
+        // SAFETY: `ptr` came from this arena (caller contract), so both are in one allocation.
+        let off = unsafe { ptr.offset_from(self.ptr.as_ptr()) } as usize;
+        if self.bump.resize_last(off, new) {
+            return ptr;
+        }
+        let moved = self.alloc(new, align);
+        if !moved.is_null() {
+            // SAFETY: both ranges lie inside the arena. They may overlap when the bump pointer
+            // wrapped, hence `copy` (memmove) rather than `copy_nonoverlapping`.
+            unsafe { std::ptr::copy(ptr, moved, size.min(new)) };
+            self.bump.free();
+        }
+        moved
     }
 }
 

@@ -56,7 +56,8 @@
 //! (bins and best fit), `heap` (the algorithm), `region` (regions), `check` (the invariant
 //! walk), `stats` (counters), `lock` (locks and re-entry), `queue` (the ring of queued frees),
 //! `shared` (a heap behind a lock), `global` and `shared_detached` (the two shared heaps),
-//! `sync` (atomics that loom can swap), `model` (the reference model, for tests).
+//! `sync` (atomics that loom can swap), `model` (the reference model and the one adapter
+//! that tests, fuzz targets, trace replay and benchmarks drive both heaps through; hidden).
 //!
 //! ```
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {

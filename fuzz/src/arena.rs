@@ -23,6 +23,9 @@
 
 use std::cell::Cell;
 use std::ops::Range;
+use std::ptr::NonNull;
+
+use tagalloc::model;
 
 use crate::ops::SPACE;
 
@@ -102,6 +105,14 @@ impl Lease {
             "lent outside the arena"
         );
         self.lent.push(start - b..end - b);
+    }
+}
+
+// SAFETY: the arena's `SPACE` bytes from `base` lie in the memory the lease holds until it is
+// dropped, and while lent they are used only by the run's heap and the blocks it hands out.
+unsafe impl model::Memory for Lease {
+    fn ranges(&mut self) -> impl Iterator<Item = (NonNull<u8>, usize)> {
+        NonNull::new(self.base).map(|b| (b, SPACE)).into_iter()
     }
 }
 

@@ -1,15 +1,19 @@
 //! Fuzz harness for the tagalloc core, shared by the targets in `fuzz_targets/`.
 //!
 //! - [`ops`]: decoding input bytes into heap operations ([`ops::Op`]) and a run's set-up.
-//! - [`subject`]: both heaps behind one interface: an `InlineHeap` over regions carved from a
-//!   zeroed arena ([`arena`]: one per thread, reused from run to run), and a `DetachedHeap`
-//!   over plain numbers, its record table growable or capped.
+//! - [`rig`]: both heaps, driven through the core's adapter (`tagalloc::model::Subject`), with
+//!   what surrounds them: an `InlineHeap` over regions carved from a zeroed arena ([`arena`]:
+//!   one per thread, reused from run to run), a `DetachedHeap` over plain numbers with its
+//!   record table growable or capped, foreign handles, and each heap behind a lock for a
+//!   while (`GlobalHeap`, `SharedDetachedHeap`).
 //! - [`pattern`]: the byte pattern kept in every live allocation of an inline heap.
 //! - [`trace`]: keeps the checks' comparisons out of the fuzzer's feedback (when built for it).
 //! - [`driver`]: runs operations on a heap and checks every result, with or without the
 //!   reference model (`tagalloc::model`), then frees everything and checks that every region
 //!   is one free chunk again.
-//! - [`misuse`]: double, stale, interior, wrongly sized and foreign frees and reallocs.
+//! - [`misuse`]: double, stale, interior, wrongly sized and foreign frees and reallocs, frees
+//!   queued while the heap's lock is held and calls that re-enter it, and requests and
+//!   constructors at the limits of the size arithmetic.
 //!
 //! Every target is one of the `run_*` functions below (after [`trace::init`] once); a failing input replays with
 //! `cargo +nightly fuzz run <target> <file>`, and `cargo +nightly fuzz fmt <target> <file>`
@@ -22,7 +26,7 @@ pub mod driver;
 pub mod misuse;
 pub mod ops;
 pub mod pattern;
-pub mod subject;
+pub mod rig;
 pub mod trace;
 
 use tagalloc::{DetachedHeap, Error, InlineHeap};
@@ -30,7 +34,7 @@ use tagalloc::{DetachedHeap, Error, InlineHeap};
 use driver::Driver;
 use misuse::Step;
 use ops::{Config, Input, Op};
-use subject::{CappedTable, DetachedSubject, InlineSubject, Subject};
+use rig::{CappedTable, DetachedRig, InlineRig, Rig};
 
 /// The inline heap the set-up asks for: mostly the host granule, sometimes a larger one.
 fn inline_heap(config: &Config) -> InlineHeap {
@@ -51,25 +55,25 @@ fn detached_granule(config: &Config) -> usize {
 /// Something a driver runs: an operation, or a step of the misuse target.
 pub trait Apply {
     /// Runs `self` through `d`.
-    fn apply<S: Subject>(&self, d: &mut Driver<S>);
+    fn apply<R: Rig>(&self, d: &mut Driver<R>);
 }
 
 impl Apply for Op {
-    fn apply<S: Subject>(&self, d: &mut Driver<S>) {
+    fn apply<R: Rig>(&self, d: &mut Driver<R>) {
         d.step(self);
     }
 }
 
 impl Apply for Step {
-    fn apply<S: Subject>(&self, d: &mut Driver<S>) {
+    fn apply<R: Rig>(&self, d: &mut Driver<R>) {
         d.run_step(self);
     }
 }
 
-/// Runs `steps` through a driver over `subject`, from the set-up's first region to the final
+/// Runs `steps` through a driver over `rig`, from the set-up's first region to the final
 /// checks.
-fn drive<S: Subject, T: Apply>(subject: S, with_model: bool, config: &Config, steps: &[T]) {
-    let mut d = Driver::new(subject, with_model);
+fn drive<R: Rig, T: Apply>(rig: R, with_model: bool, config: &Config, steps: &[T]) {
+    let mut d = Driver::new(rig, with_model);
     d.start(config.first_region_len());
     for step in steps {
         step.apply(&mut d);
@@ -83,11 +87,11 @@ fn drive_detached<T: Apply>(config: &Config, steps: &[T]) {
     let g = detached_granule(config);
     if config.table < 128 {
         let heap = DetachedHeap::growable(g).unwrap();
-        drive(DetachedSubject::new(heap, false), false, config, steps);
+        drive(DetachedRig::new(heap), false, config, steps);
     } else {
         let cap = 2 + (config.table as usize & 63);
         let heap = DetachedHeap::new(CappedTable::new(cap / 2, cap), g).unwrap();
-        drive(DetachedSubject::new(heap, true), false, config, steps);
+        drive(DetachedRig::new(heap), false, config, steps);
     }
 }
 
@@ -99,7 +103,7 @@ pub fn run_inline_ops(input: &Input<Op>) {
             assert_eq!(InlineHeap::with_granule(bad).err(), Some(Error::BadGranule));
         }
     }
-    drive(InlineSubject::new(inline_heap(c)), false, c, &input.ops);
+    drive(InlineRig::new(inline_heap(c)), false, c, &input.ops);
 }
 
 /// `detached_ops`: operation sequences on a `DetachedHeap`.
@@ -120,9 +124,9 @@ pub fn run_detached_ops(input: &Input<Op>) {
 /// reference model: every address and every error must be the model's.
 pub fn run_best_fit_differential(input: &Input<Op>) {
     let c = &input.config;
-    drive(InlineSubject::new(inline_heap(c)), true, c, &input.ops);
+    drive(InlineRig::new(inline_heap(c)), true, c, &input.ops);
     let heap = DetachedHeap::growable(detached_granule(c)).unwrap();
-    drive(DetachedSubject::new(heap, false), true, c, &input.ops);
+    drive(DetachedRig::new(heap), true, c, &input.ops);
 }
 
 /// `misuse`: operations interleaved with misuse of the checked APIs, on the heap the set-up
@@ -130,7 +134,7 @@ pub fn run_best_fit_differential(input: &Input<Op>) {
 pub fn run_misuse(input: &Input<Step>) {
     let c = &input.config;
     if c.table & 1 == 0 {
-        drive(InlineSubject::new(inline_heap(c)), false, c, &input.ops);
+        drive(InlineRig::new(inline_heap(c)), false, c, &input.ops);
     } else {
         drive_detached(c, &input.ops);
     }

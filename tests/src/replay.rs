@@ -1,8 +1,10 @@
 //! Trace replay: runs a [`Trace`] through a tagalloc heap event by event, verifying the heap's
 //! invariants and, where the memory can be touched, the contents of every block on the way.
 //!
-//! One replay loop, [`Replay`], drives either tag placement through the [`ReplayHeap`] trait, so
-//! the tests and the `replay` example exercise exactly the same code:
+//! One replay loop, [`Replay`], drives either tag placement through the adapter every test of
+//! the heaps uses (`tagalloc::model::Subject`: the core's model tests, the fuzz targets and the
+//! benchmarks call the heaps through it too) and [`ReplayHeap`], which adds how each placement
+//! gets more memory, so the tests and the `replay` example exercise exactly the same code:
 //!
 //! - **inline** ([`InlineReplayHeap`]): an [`InlineHeap`] over arenas from the system allocator.
 //!   Every block gets a pattern derived from its id written into it when it is allocated, and
@@ -33,7 +35,8 @@ use std::fmt;
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
-use tagalloc::{Block, CheckError, DetachedHeap, Error, InlineHeap, Record, Stats, DEVICE_GRANULE};
+use tagalloc::model::{DetachedSubject, InlineSubject, Memory, Subject};
+use tagalloc::{CheckError, DetachedHeap, Error, InlineHeap, Record, Stats, DEVICE_GRANULE};
 
 use crate::contents;
 use crate::trace::{Event, FastHash, Trace, TraceStats};
@@ -329,81 +332,23 @@ impl fmt::Display for ReplayErrorKind {
 
 impl std::error::Error for ReplayError {}
 
-/// A heap a [`Replay`] can drive: the allocator calls of a trace, growth when memory runs out,
-/// and (where memory can be touched) contents. Implemented for both tag placements, so the
-/// replay loop is written once.
-///
-/// The `unsafe` methods take a block that must be live in this heap; [`Replay`] keeps that
-/// promise by holding each live block in exactly one place and dropping it when it is freed.
-pub trait ReplayHeap {
-    /// A live allocation, as the replay remembers it between events.
-    type Block: Copy;
+/// A heap a [`Replay`] can drive: one of tagalloc's heaps through the adapter every test of
+/// the heaps uses ([`Subject`]: the allocator calls, checks and statistics), and how it gets
+/// more memory when it runs out. Implemented for both tag placements, so the replay loop is
+/// written once.
+pub trait ReplayHeap: Subject + Sized {
     /// Which placement this is.
     const PLACEMENT: Placement;
 
-    /// Allocates `size` bytes (non-zero) aligned to `align`, without growing.
-    fn alloc(&mut self, size: usize, align: usize) -> Result<Self::Block, Error>;
+    /// Granules that a growth step adds beyond a request's size and alignment, for the tags and
+    /// rounding the new memory must also hold.
+    const GROWTH_GRANULES: usize;
 
-    /// Frees `block`.
-    ///
-    /// # Safety
-    /// `block` must have come from this heap's [`alloc`](ReplayHeap::alloc) or
-    /// [`realloc`](ReplayHeap::realloc) and not have been freed or reallocated since.
-    unsafe fn free(&mut self, block: Self::Block) -> Result<(), Error>;
+    /// A heap with no memory yet, as `options` ask.
+    fn start(options: &ReplayOptions) -> Result<Self, ReplayErrorKind>;
 
-    /// Resizes `block` to `new_size` bytes (non-zero), keeping its alignment and its contents
-    /// up to the smaller size. On error `block` is unchanged and still live.
-    ///
-    /// # Safety
-    /// As for [`free`](ReplayHeap::free); on success only the returned block is live.
-    unsafe fn realloc(&mut self, block: Self::Block, new_size: usize)
-        -> Result<Self::Block, Error>;
-
-    /// Adds memory so that a request for `size` bytes aligned to `align` can succeed.
-    fn grow(&mut self, size: usize, align: usize) -> Result<(), ReplayErrorKind>;
-
-    /// The size `block` was allocated or resized to.
-    fn size(block: &Self::Block) -> usize;
-
-    /// The alignment `block` was allocated with.
-    fn align(block: &Self::Block) -> usize;
-
-    /// The address of `block`'s first byte (in the managed address space).
-    fn addr(block: &Self::Block) -> usize;
-
-    /// Writes the pattern of `id` over `block` (all of it for a small block, the sampled ranges
-    /// of a large one). Does nothing where the memory cannot be touched.
-    ///
-    /// # Safety
-    /// As for [`free`](ReplayHeap::free).
-    unsafe fn fill(&mut self, id: u64, block: &Self::Block);
-
-    /// Verifies that the ranges [`fill`](ReplayHeap::fill) writes for a block of `written`
-    /// bytes hold `id`'s pattern in `block`, as far as they lie below `upto`. After a realloc,
-    /// `written` is the old size and `upto` the smaller of the two. Always `Ok` where the
-    /// memory cannot be touched.
-    ///
-    /// # Safety
-    /// As for [`free`](ReplayHeap::free).
-    unsafe fn verify(
-        &self,
-        id: u64,
-        block: &Self::Block,
-        written: usize,
-        upto: usize,
-    ) -> Result<(), ReplayErrorKind>;
-
-    /// The heap's invariant checker.
-    fn check(&self) -> Result<(), CheckError>;
-
-    /// The heap's statistics.
-    fn stats(&self) -> Stats;
-
-    /// Growth steps taken (see [`ReplayReport::regions_added`]).
-    fn regions_added(&self) -> usize;
-
-    /// Allocator calls made so far.
-    fn calls(&self) -> u64;
+    /// Adds memory for (about) `bytes` bytes; returns how many were added.
+    fn add_memory(&mut self, bytes: usize) -> Result<usize, ReplayErrorKind>;
 }
 
 /// Memory for the inline heap from the system allocator, freed when dropped.
@@ -439,336 +384,101 @@ impl Drop for Arena {
     }
 }
 
-/// A live block of an [`InlineReplayHeap`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct InlineBlock {
-    ptr: NonNull<u8>,
-    size: usize,
-    align: usize,
+/// Every arena the inline heap was given, kept until the heap is gone (the heap is declared
+/// before its memory in [`InlineSubject`], so it is dropped first).
+#[derive(Default)]
+pub struct Arenas(Vec<Arena>);
+
+// SAFETY: each arena is valid for reads and writes of its length until it is dropped with the
+// heap's memory, and is handed to that one heap only.
+unsafe impl Memory for Arenas {
+    fn ranges(&mut self) -> impl Iterator<Item = (NonNull<u8>, usize)> {
+        self.0.iter().map(|a| (a.ptr, a.layout.size()))
+    }
 }
 
-/// An [`InlineHeap`] over arenas from the system allocator, growing by another arena when it
-/// runs out.
-pub struct InlineReplayHeap {
-    // Declared before `arenas`, so it is dropped first: the heap points into them.
-    heap: InlineHeap,
-    /// Every arena ever handed to the heap, kept until the heap is gone.
-    arenas: Vec<Arena>,
-    /// Bytes of arena given to the heap so far.
-    reserved: usize,
-    checked_free: bool,
-    calls: u64,
-}
+/// An [`InlineHeap`] with the host granule over arenas from the system allocator, growing by
+/// another arena (a region of its own) when it runs out.
+pub type InlineReplayHeap = InlineSubject<Arenas>;
 
-impl InlineReplayHeap {
-    /// A heap with the host granule and one arena of (about) `bytes` bytes; `checked_free` as
-    /// in [`ReplayOptions::checked_free`].
-    pub fn new(bytes: usize, checked_free: bool) -> Result<Self, ReplayErrorKind> {
-        let mut heap = InlineReplayHeap {
-            heap: InlineHeap::new(),
-            arenas: Vec::new(),
-            reserved: 0,
-            checked_free,
-            calls: 0,
-        };
-        heap.add_arena(bytes)?;
-        Ok(heap)
+impl ReplayHeap for InlineReplayHeap {
+    const PLACEMENT: Placement = Placement::Inline;
+    // The region's own header and fence, and the chunk's tag.
+    const GROWTH_GRANULES: usize = 8;
+
+    fn start(_: &ReplayOptions) -> Result<Self, ReplayErrorKind> {
+        Ok(InlineSubject::new(InlineHeap::new(), Arenas::default()))
     }
 
-    /// The heap itself, to inspect.
-    pub fn heap(&self) -> &InlineHeap {
-        &self.heap
-    }
-
-    fn add_arena(&mut self, bytes: usize) -> Result<(), ReplayErrorKind> {
-        let g = self.heap.granule();
+    fn add_memory(&mut self, bytes: usize) -> Result<usize, ReplayErrorKind> {
+        let g = self.heap().granule();
         let len = bytes
             .checked_next_multiple_of(g)
             .ok_or(ReplayErrorKind::Arena { bytes })?;
         let arena = Arena::new(len, g)?;
-        let base = arena.ptr.as_ptr();
-        // SAFETY: the arena is valid for reads and writes of `len` bytes, aligned to the
-        // granule by its layout, and used by nothing but the heap: it is pushed onto `arenas`,
-        // which outlives `heap` (field order) and frees nothing before the heap is gone. A new
-        // region is never merged with an adjacent one, so separate arenas stay separate.
-        unsafe { self.heap.add_region(base, len) }.map_err(|error| ReplayErrorKind::Region {
-            base: base.addr(),
-            len,
-            error,
-        })?;
-        self.arenas.push(arena);
-        self.reserved = self.reserved.saturating_add(len);
-        Ok(())
-    }
-}
-
-impl ReplayHeap for InlineReplayHeap {
-    type Block = InlineBlock;
-    const PLACEMENT: Placement = Placement::Inline;
-
-    fn alloc(&mut self, size: usize, align: usize) -> Result<InlineBlock, Error> {
-        self.calls += 1;
-        let ptr = self.heap.alloc(size, align)?;
-        Ok(InlineBlock { ptr, size, align })
-    }
-
-    unsafe fn free(&mut self, block: InlineBlock) -> Result<(), Error> {
-        self.calls += 1;
-        if self.checked_free {
-            // SAFETY: the block's memory is not used after this (caller contract);
-            // `free_checked` proves the pointer and size itself.
-            unsafe { self.heap.free_checked(block.ptr, block.size) }
-        } else {
-            // SAFETY: the block came from this heap's `alloc` or `realloc` and has not been
-            // freed since (caller contract), and its memory is not used after this.
-            unsafe { self.heap.free(block.ptr, block.size) }
+        let base = arena.ptr.addr().get();
+        // The arena joins the memory first, so that the heap may be given it; a new region is
+        // never merged with an adjacent one, so separate arenas stay separate.
+        self.memory_mut().0.push(arena);
+        if let Err(error) = self.add_region(base, len) {
+            self.memory_mut().0.pop();
+            return Err(ReplayErrorKind::Region { base, len, error });
         }
-    }
-
-    unsafe fn realloc(
-        &mut self,
-        block: InlineBlock,
-        new_size: usize,
-    ) -> Result<InlineBlock, Error> {
-        self.calls += 1;
-        // SAFETY: the block is live in this heap (caller contract), and `block.size` is exactly
-        // the size it was allocated or last resized to, so the `min(old, new)` bytes a moving
-        // realloc copies lie inside it. On success the caller forgets the old block and uses
-        // only the returned one.
-        let ptr = unsafe {
-            self.heap
-                .realloc(block.ptr, block.size, block.align, new_size)
-        }?;
-        Ok(InlineBlock {
-            ptr,
-            size: new_size,
-            align: block.align,
-        })
-    }
-
-    fn grow(&mut self, size: usize, align: usize) -> Result<(), ReplayErrorKind> {
-        // Room for the request, its worst-case alignment padding, and the region's own header,
-        // fence and the chunk's tag (a few granules).
-        let need = size
-            .saturating_add(align)
-            .saturating_add(8 * self.heap.granule());
-        self.add_arena(need.max(self.reserved / 2))
-    }
-
-    fn size(block: &InlineBlock) -> usize {
-        block.size
-    }
-
-    fn align(block: &InlineBlock) -> usize {
-        block.align
-    }
-
-    fn addr(block: &InlineBlock) -> usize {
-        block.ptr.addr().get()
-    }
-
-    unsafe fn fill(&mut self, id: u64, block: &InlineBlock) {
-        // SAFETY: the block's `size` bytes are memory the heap handed out and has not taken
-        // back (caller contract), inside a zeroed arena, and nothing else refers to them.
-        unsafe { contents::fill(block.ptr, block.size, id) }
-    }
-
-    unsafe fn verify(
-        &self,
-        id: u64,
-        block: &InlineBlock,
-        written: usize,
-        upto: usize,
-    ) -> Result<(), ReplayErrorKind> {
-        // SAFETY: as in `fill`; the block is only read, up to its size.
-        unsafe { contents::verify(block.ptr, written, upto.min(block.size), id) }.map_err(|m| {
-            ReplayErrorKind::Contents {
-                id,
-                offset: m.offset,
-                expected: m.expected,
-                found: m.found,
-            }
-        })
-    }
-
-    fn check(&self) -> Result<(), CheckError> {
-        self.heap.check()
-    }
-
-    fn stats(&self) -> Stats {
-        self.heap.stats()
-    }
-
-    fn regions_added(&self) -> usize {
-        self.arenas.len().saturating_sub(1)
-    }
-
-    fn calls(&self) -> u64 {
-        self.calls
+        Ok(len)
     }
 }
 
-/// A live block of a [`DetachedReplayHeap`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DetachedBlock {
-    block: Block,
-    align: usize,
+/// The first address of the detached heap's range for this granule.
+fn detached_base(granule: usize) -> Option<usize> {
+    DETACHED_BASE.checked_next_multiple_of(granule)
 }
 
 /// A [`DetachedHeap`] over one range of addresses that nothing backs: the heap never touches
 /// them, which is the point of the placement. The range grows at its end when the heap runs
 /// out, so it stays one region, as with virtual-memory growth on a device.
-pub struct DetachedReplayHeap {
-    heap: DetachedHeap<Vec<Record>>,
-    /// The first address of the range (its one region).
-    base: usize,
-    /// One past the last address of the range.
-    end: usize,
-    /// Bytes of range given to the heap so far.
-    reserved: usize,
-    growths: usize,
-    calls: u64,
-}
+pub type DetachedReplayHeap = DetachedSubject<Vec<Record>>;
 
-impl DetachedReplayHeap {
-    /// A heap with `granule` bytes per granule over a range of (about) `bytes` bytes.
-    pub fn new(granule: usize, bytes: usize) -> Result<Self, ReplayErrorKind> {
-        let heap = DetachedHeap::growable(granule).map_err(ReplayErrorKind::Setup)?;
-        let base = DETACHED_BASE
-            .checked_next_multiple_of(granule)
-            .ok_or(ReplayErrorKind::AddressSpace { bytes })?;
-        let mut heap = DetachedReplayHeap {
-            heap,
-            base,
-            end: base,
-            reserved: 0,
-            growths: 0,
-            calls: 0,
-        };
-        heap.extend(bytes)?;
-        Ok(heap)
-    }
+impl ReplayHeap for DetachedReplayHeap {
+    const PLACEMENT: Placement = Placement::Detached;
+    // The extension merges with a free chunk at the end of the range: rounding only.
+    const GROWTH_GRANULES: usize = 2;
 
-    /// The heap itself, to inspect.
-    pub fn heap(&self) -> &DetachedHeap<Vec<Record>> {
-        &self.heap
+    fn start(options: &ReplayOptions) -> Result<Self, ReplayErrorKind> {
+        let heap = DetachedHeap::growable(options.detached_granule);
+        Ok(DetachedSubject::new(heap.map_err(ReplayErrorKind::Setup)?))
     }
 
     /// Adds `bytes` (rounded up to granules) at the end of the range: the first call makes the
     /// region, later ones grow it in place, as virtual-memory growth would.
-    fn extend(&mut self, bytes: usize) -> Result<(), ReplayErrorKind> {
+    fn add_memory(&mut self, bytes: usize) -> Result<usize, ReplayErrorKind> {
+        let g = self.heap().granule();
         let len = bytes
-            .checked_next_multiple_of(self.heap.granule())
+            .checked_next_multiple_of(g)
             .ok_or(ReplayErrorKind::AddressSpace { bytes })?;
-        let end = self
-            .end
-            .checked_add(len)
+        let base = detached_base(g).ok_or(ReplayErrorKind::AddressSpace { bytes })?;
+        let end = self.heap().region_of(base).map_or(base, |(b, l)| b + l);
+        end.checked_add(len)
             .ok_or(ReplayErrorKind::AddressSpace { bytes: len })?;
-        let added = if self.end == self.base {
-            self.heap.add_region(self.base, len)
+        let added = if end == base {
+            self.add_region(base, len)
         } else {
-            self.heap.extend_region(self.base, len)
+            self.extend_region(base, len)
         };
         added.map_err(|error| ReplayErrorKind::Region {
-            base: self.end,
+            base: end,
             len,
             error,
         })?;
-        self.end = end;
-        self.reserved = self.reserved.saturating_add(len);
-        Ok(())
+        Ok(len)
     }
 }
 
-impl ReplayHeap for DetachedReplayHeap {
-    type Block = DetachedBlock;
-    const PLACEMENT: Placement = Placement::Detached;
-
-    fn alloc(&mut self, size: usize, align: usize) -> Result<DetachedBlock, Error> {
-        self.calls += 1;
-        let block = self.heap.alloc(size, align)?;
-        Ok(DetachedBlock { block, align })
-    }
-
-    unsafe fn free(&mut self, block: DetachedBlock) -> Result<(), Error> {
-        self.calls += 1;
-        self.heap.free(block.block)
-    }
-
-    unsafe fn realloc(
-        &mut self,
-        block: DetachedBlock,
-        new_size: usize,
-    ) -> Result<DetachedBlock, Error> {
-        self.calls += 1;
-        match self.heap.resize_in_place(block.block, new_size) {
-            Ok(resized) => Ok(DetachedBlock {
-                block: resized,
-                align: block.align,
-            }),
-            Err(Error::OutOfMemory) => {
-                // Moving: a new block, then the old one freed (its owner would copy between
-                // them on the device in between). If the new one cannot be had, the old one
-                // stays live, as the contract asks.
-                let moved = self.alloc(new_size, block.align)?;
-                // SAFETY: `block` is live in this heap (caller contract).
-                unsafe { self.free(block) }?;
-                Ok(moved)
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    fn grow(&mut self, size: usize, align: usize) -> Result<(), ReplayErrorKind> {
-        // The extension merges with a free chunk at the end of the range, so room for the
-        // request and its alignment padding is always enough.
-        let need = size
-            .saturating_add(align)
-            .saturating_add(2 * self.heap.granule());
-        self.extend(need.max(self.reserved / 2))?;
-        self.growths += 1;
-        Ok(())
-    }
-
-    fn size(block: &DetachedBlock) -> usize {
-        block.block.size
-    }
-
-    fn align(block: &DetachedBlock) -> usize {
-        block.align
-    }
-
-    fn addr(block: &DetachedBlock) -> usize {
-        block.block.addr
-    }
-
-    unsafe fn fill(&mut self, _id: u64, _block: &DetachedBlock) {}
-
-    unsafe fn verify(
-        &self,
-        _id: u64,
-        _block: &DetachedBlock,
-        _written: usize,
-        _upto: usize,
-    ) -> Result<(), ReplayErrorKind> {
-        Ok(())
-    }
-
-    fn check(&self) -> Result<(), CheckError> {
-        self.heap.check()
-    }
-
-    fn stats(&self) -> Stats {
-        self.heap.stats()
-    }
-
-    fn regions_added(&self) -> usize {
-        self.growths
-    }
-
-    fn calls(&self) -> u64 {
-        self.calls
-    }
+/// A live block: its handle, and the size and alignment it was last given.
+#[derive(Clone, Copy, Debug)]
+struct Live<H> {
+    h: H,
+    size: usize,
+    align: usize,
 }
 
 /// The memory to start a heap with for `stats`: the peak live bytes times `factor`, an
@@ -789,59 +499,63 @@ fn initial_bytes(stats: &TraceStats, granule: usize, factor: usize) -> usize {
 /// A trace being replayed through a heap: the heap, and the live blocks by trace id.
 ///
 /// Invariant: every block in `live` is live in `heap` (allocated or reallocated there and not
-/// freed since), and is removed from `live` before it is freed or replaced after a realloc. This
-/// is what makes the calls of [`ReplayHeap`]'s `unsafe` methods sound.
+/// freed since, with the size and alignment recorded), and is removed from `live` before it is
+/// freed or replaced after a realloc. This is what makes the calls of the adapter's `unsafe`
+/// methods sound.
 pub struct Replay<'t, H: ReplayHeap> {
     trace: &'t Trace,
     stats: TraceStats,
     options: ReplayOptions,
     heap: H,
-    live: HashMap<u64, H::Block, FastHash>,
+    live: HashMap<u64, Live<H::H>, FastHash>,
+    /// Bytes of memory given to the heap so far.
+    reserved: usize,
+    /// Growth steps taken since the start (see [`ReplayReport::regions_added`]).
+    growths: usize,
+    /// Allocator calls made so far (see [`ReplayReport::ops`]).
+    calls: u64,
     ran: bool,
 }
 
 impl<'t> Replay<'t, InlineReplayHeap> {
     /// Prepares to replay `trace` through an [`InlineHeap`].
     pub fn inline(trace: &'t Trace, options: &ReplayOptions) -> Result<Self, ReplayError> {
-        let stats = trace.stats();
-        let bytes = initial_bytes(&stats, tagalloc::HOST_GRANULE, options.size_factor);
-        // The sizing is only a guess from the trace; if the system cannot supply it, start
-        // small, so that the request that really cannot be served is the one named in the error.
-        let checked = options.checked_free;
-        let heap = InlineReplayHeap::new(bytes, checked)
-            .or_else(|_| InlineReplayHeap::new(SLACK, checked))
-            .map_err(|kind| ReplayError::new(trace, Placement::Inline, None, kind))?;
-        Ok(Replay::with_heap(trace, stats, options, heap))
+        Replay::new(trace, options)
     }
 }
 
 impl<'t> Replay<'t, DetachedReplayHeap> {
     /// Prepares to replay `trace` through a [`DetachedHeap`] with the options' granule.
     pub fn detached(trace: &'t Trace, options: &ReplayOptions) -> Result<Self, ReplayError> {
-        let stats = trace.stats();
-        let granule = options.detached_granule;
-        let bytes = initial_bytes(&stats, granule, options.size_factor);
-        // As for the inline heap: a range that cannot be had falls back to a small one.
-        let heap = DetachedReplayHeap::new(granule, bytes)
-            .or_else(|e| match e {
-                ReplayErrorKind::Setup(_) => Err(e),
-                _ => DetachedReplayHeap::new(granule, SLACK),
-            })
-            .map_err(|kind| ReplayError::new(trace, Placement::Detached, None, kind))?;
-        Ok(Replay::with_heap(trace, stats, options, heap))
+        Replay::new(trace, options)
     }
 }
 
 impl<'t, H: ReplayHeap> Replay<'t, H> {
-    fn with_heap(trace: &'t Trace, stats: TraceStats, options: &ReplayOptions, heap: H) -> Self {
-        Replay {
+    /// Prepares to replay `trace` through a heap of placement `H`, with memory for the
+    /// trace's peak as [`ReplayOptions::size_factor`] asks.
+    pub fn new(trace: &'t Trace, options: &ReplayOptions) -> Result<Self, ReplayError> {
+        let stats = trace.stats();
+        let fail = |kind| ReplayError::new(trace, H::PLACEMENT, None, kind);
+        let mut heap = H::start(options).map_err(fail)?;
+        let bytes = initial_bytes(&stats, heap.layout().granule(), options.size_factor);
+        // The sizing is only a guess from the trace; if the system cannot supply it, start
+        // small, so that the request that really cannot be served is the one named in the error.
+        let reserved = heap
+            .add_memory(bytes)
+            .or_else(|_| heap.add_memory(SLACK))
+            .map_err(fail)?;
+        Ok(Replay {
             trace,
             stats,
             options: options.clone(),
             heap,
             live: HashMap::with_capacity_and_hasher(stats.peak_live_count, FastHash::default()),
+            reserved,
+            growths: 0,
+            calls: 0,
             ran: false,
-        }
+        })
     }
 
     /// Replays every event of the trace, checking the heap every
@@ -854,7 +568,7 @@ impl<'t, H: ReplayHeap> Replay<'t, H> {
         self.ran = true;
         let trace = self.trace;
         let every = self.options.check_every;
-        let ops_before = self.heap.calls();
+        let ops_before = self.calls;
         let mut checking = Duration::ZERO;
         let start = Instant::now();
         for (i, event) in trace.events.iter().enumerate() {
@@ -876,11 +590,11 @@ impl<'t, H: ReplayHeap> Replay<'t, H> {
             name: trace.name.clone(),
             placement: H::PLACEMENT,
             events: trace.events.len(),
-            ops: self.heap.calls() - ops_before,
+            ops: self.calls - ops_before,
             elapsed,
             stats: self.heap.stats(),
             peak_live_bytes: usize::try_from(self.stats.peak_live_bytes).unwrap_or(usize::MAX),
-            regions_added: self.heap.regions_added(),
+            regions_added: self.growths,
         })
     }
 
@@ -905,7 +619,8 @@ impl<'t, H: ReplayHeap> Replay<'t, H> {
         while self.live.contains_key(&id) {
             id = id.wrapping_sub(1);
         }
-        let block = self.heap.alloc(size, DEFAULT_ALIGN).map_err(|error| {
+        self.calls += 1;
+        let h = self.heap.alloc(size, DEFAULT_ALIGN).map_err(|error| {
             self.error(
                 None,
                 ReplayErrorKind::Heap {
@@ -916,9 +631,14 @@ impl<'t, H: ReplayHeap> Replay<'t, H> {
                 },
             )
         })?;
+        let block = Live {
+            h,
+            size,
+            align: DEFAULT_ALIGN,
+        };
         if self.options.verify_contents {
             // SAFETY: `block` was just allocated from this heap.
-            unsafe { self.heap.fill(id, &block) };
+            unsafe { fill::<H>(id, &block) };
         }
         self.live.insert(id, block);
         Ok(size)
@@ -975,11 +695,15 @@ impl<'t, H: ReplayHeap> Replay<'t, H> {
             return Err(ReplayErrorKind::IdReused(id));
         }
         let size = size.max(1);
-        let block = self.with_growth("alloc", id, size, align, |h| h.alloc(size, align))?;
-        self.check_aligned(id, &block)?;
+        let h = self.with_growth("alloc", id, size, align, |heap, calls| {
+            *calls += 1;
+            heap.alloc(size, align)
+        })?;
+        let block = Live { h, size, align };
+        check_aligned::<H>(id, &block)?;
         if self.options.verify_contents {
             // SAFETY: `block` was just allocated from this heap.
-            unsafe { self.heap.fill(id, &block) };
+            unsafe { fill::<H>(id, &block) };
         }
         self.live.insert(id, block);
         Ok(())
@@ -987,15 +711,24 @@ impl<'t, H: ReplayHeap> Replay<'t, H> {
 
     fn free_id(&mut self, id: u64) -> Result<(), ReplayErrorKind> {
         let block = *self.live.get(&id).ok_or(ReplayErrorKind::NotLive(id))?;
-        let size = H::size(&block);
+        let size = block.size;
         if self.options.verify_contents {
             // SAFETY: blocks in `live` are live in the heap (type invariant).
-            unsafe { self.heap.verify(id, &block, size, size) }?;
+            unsafe { verify::<H>(id, &block, size, size) }?;
         }
         self.live.remove(&id);
-        // SAFETY: the block was live (type invariant) and is no longer in `live`, so it is never
-        // used again.
-        unsafe { self.heap.free(block) }.map_err(|error| ReplayErrorKind::Heap {
+        self.calls += 1;
+        // SAFETY: the block was live with this size (type invariant) and is no longer in
+        // `live`, so it is never used again. The checked free proves the pointer and size
+        // itself.
+        let freed = unsafe {
+            if self.options.checked_free {
+                self.heap.free_checked(block.h, size)
+            } else {
+                self.heap.free(block.h, size)
+            }
+        };
+        freed.map_err(|error| ReplayErrorKind::Heap {
             op: "free",
             id,
             size,
@@ -1005,48 +738,54 @@ impl<'t, H: ReplayHeap> Replay<'t, H> {
 
     fn realloc_id(&mut self, id: u64, new_size: usize) -> Result<(), ReplayErrorKind> {
         let old = *self.live.get(&id).ok_or(ReplayErrorKind::NotLive(id))?;
-        let old_size = H::size(&old);
         let new_size = new_size.max(1);
-        let verify = self.options.verify_contents;
-        if verify {
+        let verify_contents = self.options.verify_contents;
+        if verify_contents {
             // SAFETY: blocks in `live` are live in the heap (type invariant).
-            unsafe { self.heap.verify(id, &old, old_size, old_size) }?;
+            unsafe { verify::<H>(id, &old, old.size, old.size) }?;
         }
-        let new = self.with_growth("realloc", id, new_size, H::align(&old), |h| {
-            // SAFETY: `old` is live (type invariant); a failed realloc leaves it live, so each
-            // retry passes a live block, and after a success it is replaced in `live` below
-            // before anything else can use it.
-            unsafe { h.realloc(old, new_size) }
+        let h = self.with_growth("realloc", id, new_size, old.align, |heap, calls| {
+            // SAFETY: `old` is live with its recorded size (type invariant); a failed realloc
+            // leaves it live, so each retry passes a live block, and after a success it is
+            // replaced in `live` below before anything else can use it.
+            let got = unsafe { heap.realloc(old.h, old.size, old.align, new_size) };
+            *calls += realloc_calls::<H>(&old.h, &got);
+            got
         })?;
+        let new = Live {
+            h,
+            size: new_size,
+            align: old.align,
+        };
         self.live.insert(id, new);
-        self.check_aligned(id, &new)?;
-        if verify {
+        check_aligned::<H>(id, &new)?;
+        if verify_contents {
             // SAFETY: `new` is live: it was just returned by the heap and is in `live`.
             unsafe {
-                self.heap
-                    .verify(id, &new, old_size, old_size.min(new_size))?;
-                self.heap.fill(id, &new);
+                verify::<H>(id, &new, old.size, old.size.min(new_size))?;
+                fill::<H>(id, &new);
             }
         }
         Ok(())
     }
 
-    /// Runs `op`, and on `OutOfMemory` grows the heap for a `size`-byte request aligned to
-    /// `align` and tries again, a bounded number of times.
+    /// Runs `op` (which counts the allocator calls it makes in its second argument), and on
+    /// `OutOfMemory` grows the heap for a `size`-byte request aligned to `align` and tries
+    /// again, a bounded number of times.
     fn with_growth<T>(
         &mut self,
         op_name: &'static str,
         id: u64,
         size: usize,
         align: usize,
-        mut op: impl FnMut(&mut H) -> Result<T, Error>,
+        mut op: impl FnMut(&mut H, &mut u64) -> Result<T, Error>,
     ) -> Result<T, ReplayErrorKind> {
         let mut steps = 0;
         loop {
-            match op(&mut self.heap) {
+            match op(&mut self.heap, &mut self.calls) {
                 Ok(v) => return Ok(v),
                 Err(Error::OutOfMemory) if steps < MAX_GROWTH_STEPS => {
-                    self.heap.grow(size, align)?;
+                    self.grow(size, align)?;
                     steps += 1;
                 }
                 Err(error) => {
@@ -1061,13 +800,81 @@ impl<'t, H: ReplayHeap> Replay<'t, H> {
         }
     }
 
-    fn check_aligned(&self, id: u64, block: &H::Block) -> Result<(), ReplayErrorKind> {
-        let (addr, align) = (H::addr(block), H::align(block));
-        if addr % align != 0 {
-            return Err(ReplayErrorKind::Misaligned { id, addr, align });
-        }
+    /// Adds memory so that a request for `size` bytes aligned to `align` can succeed: room for
+    /// it, its worst-case alignment padding and the placement's tags, or half of what the heap
+    /// has already, whichever is more.
+    fn grow(&mut self, size: usize, align: usize) -> Result<(), ReplayErrorKind> {
+        let granule = self.heap.layout().granule();
+        let need = size
+            .saturating_add(align)
+            .saturating_add(H::GROWTH_GRANULES * granule);
+        let added = self.heap.add_memory(need.max(self.reserved / 2))?;
+        self.reserved = self.reserved.saturating_add(added);
+        self.growths += 1;
         Ok(())
     }
+}
+
+/// Allocator calls a realloc made: one, except that a detached block that cannot be resized in
+/// place is moved by a new allocation and a free of the old one (three calls, or two when the
+/// new allocation ran out of memory).
+fn realloc_calls<H: Subject>(old: &H::H, got: &Result<H::H, Error>) -> u64 {
+    if H::INLINE {
+        return 1;
+    }
+    match got {
+        // Moved: the old block was still live when the new one was allocated.
+        Ok(new) if H::addr(new) != H::addr(old) => 3,
+        Err(Error::OutOfMemory) => 2,
+        _ => 1,
+    }
+}
+
+fn check_aligned<H: Subject>(id: u64, block: &Live<H::H>) -> Result<(), ReplayErrorKind> {
+    let (addr, align) = (H::addr(&block.h), block.align);
+    if addr % align != 0 {
+        return Err(ReplayErrorKind::Misaligned { id, addr, align });
+    }
+    Ok(())
+}
+
+/// Writes the pattern of `id` over `block` (all of it for a small block, the sampled ranges of
+/// a large one). Does nothing where the memory cannot be touched (detached).
+///
+/// # Safety
+/// `block` is live in the heap with its recorded size, and nothing else uses its bytes.
+unsafe fn fill<H: Subject>(id: u64, block: &Live<H::H>) {
+    if let Some(p) = H::bytes(&block.h) {
+        // SAFETY: the block's `size` bytes are memory the heap handed out and has not taken
+        // back (caller contract), inside a zeroed arena, and nothing else refers to them.
+        unsafe { contents::fill(p, block.size, id) }
+    }
+}
+
+/// Verifies that the ranges [`fill`] writes for a block of `written` bytes hold `id`'s pattern
+/// in `block`, as far as they lie below `upto`. After a realloc, `written` is the old size and
+/// `upto` the smaller of the two. Always `Ok` where the memory cannot be touched.
+///
+/// # Safety
+/// As for [`fill`].
+unsafe fn verify<H: Subject>(
+    id: u64,
+    block: &Live<H::H>,
+    written: usize,
+    upto: usize,
+) -> Result<(), ReplayErrorKind> {
+    let Some(p) = H::bytes(&block.h) else {
+        return Ok(());
+    };
+    // SAFETY: as in `fill`; the block is only read, up to its size.
+    unsafe { contents::verify(p, written, upto.min(block.size), id) }.map_err(|m| {
+        ReplayErrorKind::Contents {
+            id,
+            offset: m.offset,
+            expected: m.expected,
+            found: m.found,
+        }
+    })
 }
 
 /// Replays `trace` through `placement` once, with the heap dropped afterwards: what the

@@ -4,111 +4,28 @@
 //! ordered map and predicts, for each request, the chunk the policy must pick: the smallest
 //! free chunk that fits, and among equal sizes the one filed into the free set earliest. Random
 //! sequences of alloc / aligned alloc / free / realloc / add region / remove region run on
-//! both tag placements; after every step the heap's result must equal the model's prediction,
+//! both tag placements, through the same adapter the fuzz targets, the trace replay and the
+//! benchmarks use ([`crate::model::Subject`]); after every step the heap's result must equal the model's prediction,
 //! `check()` must pass, live allocations must not overlap, alignment must hold, and (inline)
 //! the bytes written into each live allocation must still be there.
 
 extern crate std;
+use core::ptr::NonNull;
 use std::vec::Vec;
 
 use proptest::prelude::*;
 
 use super::inline::Arena;
-use crate::model::{Layout, Model};
-use crate::{Block, DetachedHeap, Error, InlineHeap, Record};
+use crate::model::{DetachedSubject, InlineSubject, Memory, Model, Subject};
+use crate::{DetachedHeap, InlineHeap, Record};
 
-/// What a heap under test must do, in the terms of the model.
-trait Subject {
-    type H: Copy;
-    fn alloc(&mut self, size: usize, align: usize) -> Result<(usize, Self::H), Error>;
-    fn free(&mut self, h: Self::H, size: usize) -> Result<(), Error>;
-    fn realloc(
-        &mut self,
-        h: Self::H,
-        old: usize,
-        align: usize,
-        new: usize,
-    ) -> Result<(usize, Self::H), Error>;
-    fn add_region(&mut self, offset: usize, len: usize) -> Result<(), Error>;
-    fn extend_region(&mut self, offset: usize, len: usize) -> Result<(), Error>;
-    fn remove_region(&mut self, offset: usize) -> Result<(usize, usize), Error>;
-    fn check(&self);
-    /// The address the model uses for region `offset` of the test's address space.
-    fn base(&self) -> usize;
-    /// Fills / verifies live memory (inline only).
-    fn fill(&mut self, _h: Self::H, _len: usize, _byte: u8) {}
-    fn verify(&self, _h: Self::H, _len: usize, _byte: u8) {}
-}
-
-struct InlineSubject {
-    heap: InlineHeap,
-    arena: Arena,
-}
-
-impl Subject for InlineSubject {
-    type H = core::ptr::NonNull<u8>;
-    fn alloc(&mut self, size: usize, align: usize) -> Result<(usize, Self::H), Error> {
-        self.heap
-            .alloc(size, align)
-            .map(|p| (p.as_ptr() as usize, p))
+// SAFETY: the arena's buffer is valid for its length for as long as the arena lives, and the
+// tests hand it to one heap only.
+unsafe impl Memory for Arena {
+    fn ranges(&mut self) -> impl Iterator<Item = (NonNull<u8>, usize)> {
+        let len = self.len();
+        NonNull::new(self.ptr()).map(|p| (p, len)).into_iter()
     }
-    fn free(&mut self, h: Self::H, size: usize) -> Result<(), Error> {
-        // SAFETY: `h` is live (the driver frees each allocation once) and unused afterwards.
-        unsafe { self.heap.free_checked(h, size) }
-    }
-    fn realloc(
-        &mut self,
-        h: Self::H,
-        old: usize,
-        align: usize,
-        new: usize,
-    ) -> Result<(usize, Self::H), Error> {
-        // SAFETY: as in `free`.
-        unsafe { self.heap.realloc(h, old, align, new) }.map(|p| (p.as_ptr() as usize, p))
-    }
-    fn add_region(&mut self, offset: usize, len: usize) -> Result<(), Error> {
-        assert!(offset + len <= self.arena.len());
-        // SAFETY: the range is inside the arena, which outlives the heap, and the driver never
-        // hands the same range out twice.
-        unsafe { self.heap.add_region(self.arena.ptr().add(offset), len) }
-    }
-    fn extend_region(&mut self, offset: usize, len: usize) -> Result<(), Error> {
-        // SAFETY: the driver only extends into the arena (one allocation, reachable through the
-        // region's pointer), never into a range it gave out before.
-        unsafe {
-            let base = self.arena.ptr().add(offset);
-            self.heap.extend_region(base, len)
-        }
-    }
-    fn remove_region(&mut self, offset: usize) -> Result<(usize, usize), Error> {
-        // SAFETY: pointer arithmetic inside the arena.
-        let base = unsafe { self.arena.ptr().add(offset) };
-        self.heap
-            .remove_region(base)
-            .map(|(b, len)| (b.as_ptr() as usize, len))
-    }
-    fn check(&self) {
-        self.heap.check().unwrap();
-    }
-    fn base(&self) -> usize {
-        self.arena.ptr_addr()
-    }
-    fn fill(&mut self, h: Self::H, len: usize, byte: u8) {
-        // SAFETY: `h` is a live allocation of at least `len` bytes.
-        unsafe { h.as_ptr().write_bytes(byte, len) }
-    }
-    fn verify(&self, h: Self::H, len: usize, byte: u8) {
-        // SAFETY: as in `fill`.
-        let s = unsafe { core::slice::from_raw_parts(h.as_ptr(), len) };
-        assert!(
-            s.iter().all(|&b| b == byte),
-            "contents of a live allocation changed"
-        );
-    }
-}
-
-struct DetachedSubject {
-    heap: DetachedHeap<Vec<Record>>,
 }
 
 /// A growable store for the detached subject when the `alloc` feature (which provides one) is
@@ -128,51 +45,33 @@ impl crate::RecordStore for Vec<Record> {
     }
 }
 
+/// Where the detached subject's address space starts.
 const DETACHED_BASE: usize = 1 << 40;
 
-impl Subject for DetachedSubject {
-    type H = Block;
-    fn alloc(&mut self, size: usize, align: usize) -> Result<(usize, Block), Error> {
-        self.heap.alloc(size, align).map(|b| (b.addr, b))
+/// Fills the first `len` bytes of `h` with `byte`, where the placement keeps them in memory.
+fn fill<S: Subject>(h: &S::H, len: usize, byte: u8) {
+    if let Some(p) = S::bytes(h) {
+        // SAFETY: `h` is a live block of at least `len` bytes that only the test uses.
+        unsafe { p.as_ptr().write_bytes(byte, len) }
     }
-    fn free(&mut self, h: Block, _size: usize) -> Result<(), Error> {
-        self.heap.free(h)
+}
+
+/// Panics unless the first `len` bytes of `h` all hold `byte` (where they are in memory).
+fn verify<S: Subject>(h: &S::H, len: usize, byte: u8) {
+    if let Some(p) = S::bytes(h) {
+        // SAFETY: as in `fill`.
+        let s = unsafe { core::slice::from_raw_parts(p.as_ptr(), len) };
+        assert!(
+            s.iter().all(|&b| b == byte),
+            "contents of a live allocation changed"
+        );
     }
-    fn realloc(
-        &mut self,
-        h: Block,
-        old: usize,
-        align: usize,
-        new: usize,
-    ) -> Result<(usize, Block), Error> {
-        // The detached heap never moves memory: emulate a moving realloc as the caller of a
-        // device heap would (in place, else allocate, copy on the device, free).
-        let _ = old;
-        match self.heap.resize_in_place(h, new) {
-            Ok(b) => Ok((b.addr, b)),
-            Err(Error::OutOfMemory) => {
-                let b = self.heap.alloc(new, align)?;
-                self.heap.free(h).unwrap();
-                Ok((b.addr, b))
-            }
-            Err(e) => Err(e),
-        }
-    }
-    fn add_region(&mut self, offset: usize, len: usize) -> Result<(), Error> {
-        self.heap.add_region(DETACHED_BASE + offset, len)
-    }
-    fn extend_region(&mut self, offset: usize, len: usize) -> Result<(), Error> {
-        self.heap.extend_region(DETACHED_BASE + offset, len)
-    }
-    fn remove_region(&mut self, offset: usize) -> Result<(usize, usize), Error> {
-        self.heap.remove_region(DETACHED_BASE + offset)
-    }
-    fn check(&self) {
-        self.heap.check().unwrap();
-    }
-    fn base(&self) -> usize {
-        DETACHED_BASE
-    }
+}
+
+/// Frees the live block `h` of `size` bytes, through the checked free.
+fn free<S: Subject>(subject: &mut S, h: S::H, size: usize) {
+    // SAFETY: `h` is live (the driver frees each allocation once) and unused afterwards.
+    unsafe { subject.free_checked(h, size) }.unwrap();
 }
 
 #[derive(Clone, Debug)]
@@ -226,9 +125,11 @@ fn op_strategy(sizes: impl Strategy<Value = usize> + Clone + 'static) -> impl St
 /// Address space the test carves regions from.
 const SPACE: usize = 1 << 20;
 
-fn run<S: Subject>(subject: &mut S, geo: Layout, first_region: usize, ops: &[Op]) {
+/// Runs `ops` on `subject`, whose address space (`SPACE` bytes) starts at `base`, and on the
+/// model beside it.
+fn run<S: Subject>(subject: &mut S, base: usize, first_region: usize, ops: &[Op]) {
+    let geo = subject.layout();
     let mut model = Model::new(geo);
-    let base = subject.base();
     let mut cursor = 0usize;
     let mut region_offsets: Vec<usize> = Vec::new();
     // Live allocations: (address, handle, size, fill byte).
@@ -247,20 +148,21 @@ fn run<S: Subject>(subject: &mut S, geo: Layout, first_region: usize, ops: &[Op]
                 let want = model.alloc(size, align);
                 let got = subject.alloc(size, align);
                 match (want, got) {
-                    (Ok(w), Ok((a, h))) => {
+                    (Ok(w), Ok(h)) => {
+                        let a = S::addr(&h);
                         assert_eq!(
                             a, w,
                             "alloc({size}, {align}) picked another chunk than best fit"
                         );
                         assert_eq!(a % align, 0);
                         byte = byte.wrapping_add(1);
-                        subject.fill(h, size, byte);
+                        fill::<S>(&h, size, byte);
                         live.push((a, h, size, byte));
                     }
                     (Err(we), Err(ge)) => assert_eq!(we, ge),
                     (w, g) => panic!(
                         "alloc({size}, {align}): model {w:?}, heap {:?}",
-                        g.map(|x| x.0)
+                        g.map(|h| S::addr(&h))
                     ),
                 }
             }
@@ -269,8 +171,8 @@ fn run<S: Subject>(subject: &mut S, geo: Layout, first_region: usize, ops: &[Op]
                     continue;
                 }
                 let (a, h, size, b) = live.swap_remove(pick % live.len());
-                subject.verify(h, size, b);
-                subject.free(h, size).unwrap();
+                verify::<S>(&h, size, b);
+                free(subject, h, size);
                 model.free(a);
             }
             Op::Realloc { pick, size } => {
@@ -279,22 +181,24 @@ fn run<S: Subject>(subject: &mut S, geo: Layout, first_region: usize, ops: &[Op]
                 }
                 let i = pick % live.len();
                 let (a, h, old, b) = live[i];
-                subject.verify(h, old, b);
+                verify::<S>(&h, old, b);
                 let want = model.realloc(a, size, 16);
-                let got = subject.realloc(h, old, 16, size);
+                // SAFETY: `h` is live with `old` bytes; on success only the new handle is kept.
+                let got = unsafe { subject.realloc(h, old, 16, size) };
                 match (want, got) {
-                    (Ok(w), Ok((na, nh))) => {
+                    (Ok(w), Ok(nh)) => {
+                        let na = S::addr(&nh);
                         assert_eq!(
                             na,
                             w.unwrap_or(a),
                             "realloc picked another place than the model"
                         );
-                        subject.verify(nh, old.min(size), b);
-                        subject.fill(nh, size, b);
+                        verify::<S>(&nh, old.min(size), b);
+                        fill::<S>(&nh, size, b);
                         live[i] = (na, nh, size, b);
                     }
                     (Err(we), Err(ge)) => assert_eq!(we, ge),
-                    (w, g) => panic!("realloc: model {w:?}, heap {:?}", g.map(|x| x.0)),
+                    (w, g) => panic!("realloc: model {w:?}, heap {:?}", g.map(|h| S::addr(&h))),
                 }
             }
             Op::AddRegion { gap, len } => {
@@ -303,7 +207,7 @@ fn run<S: Subject>(subject: &mut S, geo: Layout, first_region: usize, ops: &[Op]
                 }
                 let off = cursor + gap;
                 let want = model.add_region(base + off, len);
-                let got = subject.add_region(off, len);
+                let got = subject.add_region(base + off, len);
                 assert_eq!(want, got, "add_region({off}, {len})");
                 if got.is_ok() {
                     cursor = off + len;
@@ -320,7 +224,7 @@ fn run<S: Subject>(subject: &mut S, geo: Layout, first_region: usize, ops: &[Op]
                     continue;
                 }
                 let want = model.extend_region(base + off, len);
-                let got = subject.extend_region(off, len);
+                let got = subject.extend_region(base + off, len);
                 assert_eq!(want, got, "extend_region({off}, {len})");
                 if got.is_ok() {
                     cursor = cursor.max(end + len);
@@ -333,14 +237,14 @@ fn run<S: Subject>(subject: &mut S, geo: Layout, first_region: usize, ops: &[Op]
                 let i = pick % region_offsets.len();
                 let off = region_offsets[i];
                 let want = model.remove_region(base + off);
-                let got = subject.remove_region(off);
+                let got = subject.remove_region(base + off);
                 assert_eq!(want, got, "remove_region({off})");
                 if got.is_ok() {
                     region_offsets.swap_remove(i);
                 }
             }
         }
-        subject.check();
+        subject.check().unwrap();
         let mut spans: Vec<(usize, usize)> = live.iter().map(|&(a, _, s, _)| (a, s)).collect();
         spans.sort_unstable();
         for w in spans.windows(2) {
@@ -349,10 +253,10 @@ fn run<S: Subject>(subject: &mut S, geo: Layout, first_region: usize, ops: &[Op]
     }
     // Free everything: each region is one free chunk again, and a whole-region allocation fits.
     for (a, h, size, b) in live.drain(..) {
-        subject.verify(h, size, b);
-        subject.free(h, size).unwrap();
+        verify::<S>(&h, size, b);
+        free(subject, h, size);
         model.free(a);
-        subject.check();
+        subject.check().unwrap();
     }
     assert!(model.chunks().values().all(|c| c.free));
     assert_eq!(
@@ -362,24 +266,14 @@ fn run<S: Subject>(subject: &mut S, geo: Layout, first_region: usize, ops: &[Op]
     );
     for c in model.chunks().values() {
         let size = c.granules * geo.granule() - geo.head();
-        let (a, h) = subject
+        let h = subject
             .alloc(size, 1)
             .expect("a whole-region allocation must fit");
-        assert!(model.chunks().contains_key(&a));
-        subject.free(h, size).unwrap();
+        assert!(model.chunks().contains_key(&S::addr(&h)));
+        free(subject, h, size);
     }
-    subject.check();
+    subject.check().unwrap();
 }
-
-const INLINE_GEO: Layout = match Layout::inline(16) {
-    Ok(l) => l,
-    Err(_) => panic!(),
-};
-
-const DETACHED_GEO: Layout = match Layout::detached(256) {
-    Ok(l) => l,
-    Err(_) => panic!(),
-};
 
 fn config() -> ProptestConfig {
     ProptestConfig {
@@ -395,32 +289,42 @@ fn ops_strategy(
     prop::collection::vec(op_strategy(sizes), 1..if cfg!(miri) { 24 } else { 400 })
 }
 
+/// An inline heap over an arena of the test's address space.
+fn inline_subject() -> (InlineSubject<Arena>, usize) {
+    let mut arena = Arena::new(SPACE);
+    let base = arena.ptr().addr();
+    (InlineSubject::new(InlineHeap::new(), arena), base)
+}
+
+/// A detached heap with this granule over the test's address space.
+fn detached_subject(granule: usize) -> DetachedSubject<Vec<Record>> {
+    DetachedSubject::new(DetachedHeap::new(Vec::new(), granule).unwrap())
+}
+
 proptest! {
     #![proptest_config(config())]
 
     #[test]
     fn inline_matches_model(ops in ops_strategy(size_strategy())) {
-        let mut s = InlineSubject { heap: InlineHeap::new(), arena: Arena::new(SPACE) };
-        run(&mut s, INLINE_GEO, 32 * 1024, &ops);
+        let (mut s, base) = inline_subject();
+        run(&mut s, base, 32 * 1024, &ops);
     }
 
     #[test]
     fn detached_matches_model(ops in ops_strategy(size_strategy())) {
-        let mut s = DetachedSubject { heap: DetachedHeap::new(Vec::new(), 256).unwrap() };
-        run(&mut s, DETACHED_GEO, 32 * 1024, &ops);
+        run(&mut detached_subject(256), DETACHED_BASE, 32 * 1024, &ops);
     }
 
     #[test]
     fn inline_dense_tries_match_model(ops in ops_strategy(large_size_strategy())) {
-        let mut s = InlineSubject { heap: InlineHeap::new(), arena: Arena::new(SPACE) };
-        run(&mut s, INLINE_GEO, SPACE / 2, &ops);
+        let (mut s, base) = inline_subject();
+        run(&mut s, base, SPACE / 2, &ops);
     }
 
     #[test]
     fn detached_dense_tries_match_model(ops in ops_strategy(large_size_strategy())) {
         // A 16-byte granule puts these sizes in the logarithmic bins here too.
-        let mut s = DetachedSubject { heap: DetachedHeap::new(Vec::new(), 16).unwrap() };
-        run(&mut s, Layout::detached(16).unwrap(), SPACE / 2, &ops);
+        run(&mut detached_subject(16), DETACHED_BASE, SPACE / 2, &ops);
     }
 }
 

@@ -1,8 +1,4 @@
-//! The reference model of the allocation policy, for differential tests and fuzz targets.
-//!
-//! **Not a stable API**: it exists so that the property tests and the fuzz targets check the
-//! heaps against one oracle, and it changes whenever they need it to. It is compiled for the
-//! crate's own tests and with the `model` feature, and hidden from the documentation.
+//! The reference model of the allocation policy.
 //!
 //! The model knows nothing of bins, tries or tags: it keeps every chunk of every region in an
 //! ordered map by payload address and predicts, for each request, the chunk the policy must
@@ -16,7 +12,7 @@
 
 extern crate alloc;
 
-pub use crate::layout::Layout;
+use crate::layout::Layout;
 use crate::Error;
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;

@@ -1,0 +1,21 @@
+//! Test support: the reference model of the allocation policy, and one adapter that drives
+//! either heap in the same terms.
+//!
+//! **Not a stable API**: it exists so that the core's property tests, the fuzz targets, the
+//! trace replay (`tagalloc-tests`) and the benchmarks (`tagalloc-bench`) drive the heaps
+//! through one piece of code and check them against one oracle, and it changes whenever they
+//! need it to. It is compiled for the crate's own tests and with the `model` feature, and
+//! hidden from the documentation.
+//!
+//! - `reference`: [`Model`], which predicts every address and every error of a sequence of
+//!   requests.
+//! - `subject`: [`Subject`], the heaps in terms of addresses and handles, with
+//!   [`InlineSubject`] (an [`crate::InlineHeap`] over [`Memory`] it carves regions from) and
+//!   [`DetachedSubject`] (a [`crate::DetachedHeap`] over any range of addresses).
+
+mod reference;
+mod subject;
+
+pub use crate::layout::Layout;
+pub use reference::{MChunk, Model};
+pub use subject::{DetachedSubject, InlineSubject, Memory, Subject};

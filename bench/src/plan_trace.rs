@@ -5,7 +5,7 @@
 //! the clock), a realloc ends the old buffer and starts one of the new size at the same event
 //! (free, then alloc), and what the trace never frees lives to its end. The planner
 //! (`tagalloc::plan::search`, with the time budget) places those buffers knowing the whole
-//! future; the same events run through tagalloc's out-of-band heap (`DetachedHeap`, exact best
+//! future; the same events run through tagalloc's detached heap (`DetachedHeap`, exact best
 //! fit, no memory touched), whose footprint is the highest address it handed out. Both see
 //! sizes rounded up to the heap's granule, so the gap between them is placement alone.
 //!
@@ -113,7 +113,7 @@ pub fn load(path: &Path, max_events: usize) -> Result<Problem, String> {
     })
 }
 
-/// The highest address (plus size, minus the base) tagalloc's out-of-band heap hands out
+/// The highest address (plus size, minus the base) tagalloc's detached heap hands out
 /// while replaying the events, sizes rounded to the granule as for the planner.
 fn dynamic_footprint(p: &Problem) -> Result<u64, String> {
     let granule = p.granule as usize;
@@ -220,7 +220,7 @@ pub fn run(
         "## Dynamic heap against the offline plan\n\nThe first {} events of each trace as a \
          planning problem (event indices as time; a realloc frees and allocates at the same \
          event; sizes rounded up to the granule), planned with the whole future known \
-         (search budget {:.1} s), and replayed through tagalloc's out-of-band heap (exact \
+         (search budget {:.1} s), and replayed through tagalloc's detached heap (exact \
          best fit; a realloc that cannot grow in place moves, both blocks live for that \
          event). Footprint ÷ plan: how much more address space the dynamic heap needed than \
          the plan; lower is better, 1.00 is as good as knowing the future.\n\n",

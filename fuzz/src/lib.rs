@@ -47,7 +47,7 @@ fn inline_heap(config: &Config) -> InlineHeap {
     InlineHeap::with_granule(granule).unwrap()
 }
 
-/// The out-of-band granule the set-up asks for.
+/// The detached granule the set-up asks for.
 fn detached_granule(config: &Config) -> usize {
     [256, 16, 1, 4096, 64][config.granule as usize % 5]
 }
@@ -81,7 +81,7 @@ fn drive<R: Rig, T: Apply>(rig: R, with_model: bool, config: &Config, steps: &[T
     d.finish();
 }
 
-/// Runs the steps on an out-of-band heap with the record table the set-up asks for: growable
+/// Runs the steps on a detached heap with the record table the set-up asks for: growable
 /// (`DetachedHeap::growable`), or capped at a few records so that `OutOfRecords` comes up.
 fn drive_detached<T: Apply>(config: &Config, steps: &[T]) {
     let g = detached_granule(config);

@@ -166,7 +166,7 @@ pub enum Op {
         /// Which one.
         pick: u16,
     },
-    /// Resizes a live allocation (the out-of-band heap: in place, else allocate and free).
+    /// Resizes a live allocation (the detached heap: in place, else allocate and free).
     Realloc {
         /// Which one.
         pick: u16,
@@ -234,7 +234,7 @@ impl<'a> Arbitrary<'a> for Op {
 pub struct Config {
     /// Chooses the granule (each target maps it onto the granules its placement accepts).
     pub granule: u8,
-    /// Chooses the out-of-band record table: growable, or capped at a few records.
+    /// Chooses the detached record table: growable, or capped at a few records.
     pub table: u8,
     /// The first region's length, in 16 KiB steps (one more than this, modulo 16).
     pub first_region: u8,

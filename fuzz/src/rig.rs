@@ -208,7 +208,7 @@ impl SharedHeap for GlobalHeap<SpinLock, RING> {
     }
 }
 
-/// Where an out-of-band heap's address space starts (its regions are numbers, never memory).
+/// Where a detached heap's address space starts (its regions are numbers, never memory).
 pub const DETACHED_BASE: usize = 1 << 40;
 
 /// A record store the detached rig can use: growable, or capped so that `OutOfRecords` comes

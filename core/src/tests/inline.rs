@@ -19,6 +19,8 @@ impl Arena {
     pub fn ptr(&mut self) -> *mut u8 {
         self.buf.as_mut_ptr().cast()
     }
+    /// The arena's address without a mutable borrow (the pool tests; not built under loom).
+    #[cfg_attr(loom, allow(dead_code))]
     pub fn ptr_addr(&self) -> usize {
         self.buf.as_ptr() as usize
     }

@@ -12,7 +12,7 @@
 //! - [`validate`]: checks any plan (alignment, no overlap between buffers live together, the
 //!   arena), sharing no code with the solvers.
 //! - Solvers: [`greedy_by_size`] (TensorFlow Lite's), [`greedy_by_breadth`] (the crowded
-//!   moments first), and [`search`], a branch and bound over canonical placements that proves
+//!   moments first), [`greedy_by_peak`] (the peak moment's buffers stacked first), and [`search`], a branch and bound over canonical placements that proves
 //!   optimality when it can and otherwise returns the best plan found in its budget.
 //!
 //! ```
@@ -44,6 +44,6 @@ mod validate;
 pub use bound::lower_bound;
 pub use buffer::{Buffer, Plan};
 pub use error::PlanError;
-pub use greedy::{greedy_by_breadth, greedy_by_size};
+pub use greedy::{greedy_by_breadth, greedy_by_peak, greedy_by_size};
 pub use search::{search, Monitor, SearchOptions, Solution};
 pub use validate::validate;

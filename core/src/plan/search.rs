@@ -47,7 +47,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use super::buffer::{align_up, check_buffers};
-use super::greedy::{greedy_by_breadth, greedy_by_size};
+use super::greedy::{greedy_by_breadth, greedy_by_peak, greedy_by_size};
 use super::sweep::Instance;
 use super::{Buffer, Plan, PlanError};
 
@@ -156,8 +156,8 @@ impl<F: FnMut() -> bool> Monitor for F {
 
 /// The smallest arena it can find for `buffers`, and whether it is proven optimal.
 ///
-/// Starts from the better of [`greedy_by_size`] and [`greedy_by_breadth`]; if that misses
-/// the lower bound, runs the branch-and-bound search described in this module's source
+/// Starts from the best of [`greedy_by_size`], [`greedy_by_breadth`] and [`greedy_by_peak`];
+/// if that misses the lower bound, runs the branch-and-bound search described in this module's source
 /// (MiniMalloc's canonical placements, dominance, section inference and decomposition): two
 /// thirds of the nodes go to the lower bound itself, one third to probes just below the best
 /// plan (a step below it that doubles after a success and halves after a probe runs out of
@@ -191,13 +191,14 @@ pub fn search<M: Monitor + ?Sized>(
     check_buffers(buffers)?;
     let inst = Instance::new(buffers, Some(options.graph_limit));
     let mut lo = inst.lower_bound;
-    let by_size = greedy_by_size(buffers)?;
-    let by_breadth = greedy_by_breadth(buffers)?;
-    let best = if by_breadth.arena < by_size.arena {
-        by_breadth
-    } else {
-        by_size
-    };
+    // The heuristics' best, ties to the earlier one: greedy by size first, so that where the
+    // newer orders do not beat it the search starts from the same plan as before.
+    let mut best = greedy_by_size(buffers)?;
+    for other in [greedy_by_breadth(buffers)?, greedy_by_peak(buffers)?] {
+        if other.arena < best.arena {
+            best = other;
+        }
+    }
     monitor.improved(best.arena, lo);
     let mut nodes = 0u64;
     let done = |best: Plan, lo: u64, nodes: u64| Solution {

@@ -8,8 +8,8 @@ use std::vec::Vec;
 use proptest::prelude::*;
 
 use crate::plan::{
-    greedy_by_breadth, greedy_by_size, lower_bound, search, validate, Buffer, Plan, PlanError,
-    SearchOptions,
+    greedy_by_breadth, greedy_by_peak, greedy_by_size, lower_bound, search, validate, Buffer, Plan,
+    PlanError, SearchOptions,
 };
 
 /// TensorFlow Lite's usage records `(size, first_task, last_task)` (inclusive) as buffers.
@@ -78,6 +78,58 @@ fn tflite_offsets_with_alignment() {
     assert!(
         found.optimal,
         "160 is the lower bound rounded up to the grain"
+    );
+}
+
+/// Greedy by peak on hand-checked cases: the peak's buffers stacked in start order, the rest
+/// by size into the tightest gap.
+#[test]
+fn greedy_by_peak_golden() {
+    // Peak at task 3 (64 + 32): buffers 2 and 3 stacked at 0 and 64; then 0, 1, 4 by size.
+    let b = records(&CHAIN);
+    let plan = greedy_by_peak(&b).unwrap();
+    assert_eq!(plan.offsets, [0, 64, 0, 64, 0]);
+    assert_eq!(plan.arena, 96);
+    validate(&b, &plan).unwrap();
+
+    // The module's example: 16 + 64 + 8 live over [2, 3) are stacked in start order, and the
+    // 32 that follows them fits under the 8.
+    let b = [
+        Buffer::new(0, 16, 0, 4),
+        Buffer::new(1, 64, 1, 3),
+        Buffer::new(2, 8, 2, 6),
+        Buffer::new(3, 32, 4, 6),
+    ];
+    let plan = greedy_by_peak(&b).unwrap();
+    assert_eq!(plan.offsets, [0, 16, 80, 0]);
+    assert_eq!(plan.arena, 88);
+    validate(&b, &plan).unwrap();
+
+    // Nested lifetimes under a peak at moment 9 (10 + 50 + 40): buffers 0, 3 and 4 are
+    // stacked at 0, 10 and 60 in start order; then 2 (30) fits on 0 below 3's lifetime, and 1
+    // (20), which conflicts with 0, 2 and 3, goes on top of 3 at 60.
+    let b = [
+        Buffer::new(0, 10, 0, 10),
+        Buffer::new(1, 20, 1, 9),
+        Buffer::new(2, 30, 2, 8),
+        Buffer::new(3, 50, 8, 10),
+        Buffer::new(4, 40, 9, 10),
+    ];
+    let peak = greedy_by_peak(&b).unwrap();
+    validate(&b, &peak).unwrap();
+    assert_eq!(peak.offsets, [0, 60, 10, 10, 60]);
+    assert_eq!(peak.arena, 100);
+    assert_eq!(peak.arena, lower_bound(&b).unwrap());
+
+    // Empty and zero-sized input.
+    assert_eq!(greedy_by_peak(&[]).unwrap().arena, 0);
+    let z = [Buffer::new(0, 0, 0, 1), Buffer::new(1, 0, 0, 2)];
+    assert_eq!(
+        greedy_by_peak(&z).unwrap(),
+        Plan {
+            offsets: vec![0, 0],
+            arena: 0
+        }
     );
 }
 
@@ -345,15 +397,34 @@ proptest! {
         let lb = lower_bound(&b).unwrap();
         let by_size = greedy_by_size(&b).unwrap();
         let by_breadth = greedy_by_breadth(&b).unwrap();
+        let by_peak = greedy_by_peak(&b).unwrap();
         prop_assert_eq!(validate(&b, &by_size), Ok(()));
         prop_assert_eq!(validate(&b, &by_breadth), Ok(()));
+        prop_assert_eq!(validate(&b, &by_peak), Ok(()));
         let found = search(&b, &SearchOptions { node_limit: limit, ..exhaustive() }, &mut || false)
             .unwrap();
         prop_assert_eq!(validate(&b, &found.plan), Ok(()));
-        prop_assert!(found.plan.arena <= by_size.arena.min(by_breadth.arena));
+        prop_assert!(found.plan.arena <= by_size.arena.min(by_breadth.arena).min(by_peak.arena));
         prop_assert!(lb <= found.lower_bound && found.lower_bound <= found.plan.arena);
         prop_assert_eq!(found.optimal, found.plan.arena == found.lower_bound);
-        prop_assert!(by_size.arena >= lb && by_breadth.arena >= lb);
+        prop_assert!(by_size.arena >= lb && by_breadth.arena >= lb && by_peak.arena >= lb);
+    }
+
+    /// Greedy by peak's plans validate and never beat the lower bound, with and without
+    /// alignment.
+    #[test]
+    fn greedy_by_peak_plans_validate(
+        b in instance(40, 64, 24),
+        aligns in prop::collection::vec(0u32..4, 40),
+    ) {
+        let lb = lower_bound(&b).unwrap();
+        let plan = greedy_by_peak(&b).unwrap();
+        prop_assert_eq!(validate(&b, &plan), Ok(()));
+        prop_assert!(plan.arena >= lb);
+        let aligned: Vec<Buffer> =
+            b.iter().zip(&aligns).map(|(x, &a)| x.with_align(1 << a)).collect();
+        let plan = greedy_by_peak(&aligned).unwrap();
+        prop_assert_eq!(validate(&aligned, &plan), Ok(()));
     }
 
     /// The validator agrees with a pairwise check on arbitrary (mostly invalid) plans.

@@ -1,0 +1,233 @@
+//! One allocator on one workload, for callgrind and cachegrind (`bench/tools/profile.sh`).
+//!
+//! The timed benchmarks say how fast each allocator is; this says where the instructions and
+//! cache misses go. A profiler run must hold one allocator only (so that nothing else is in
+//! its totals) and a fixed amount of work (so that two runs are comparable), and each call
+//! must stay a function of its own (so that callgrind can give its inclusive cost per call):
+//! every call goes through a [`Probe`], whose `alloc`, `free` and `realloc` are never
+//! inlined and count themselves.
+//!
+//! Workloads, the same streams as the `tagalloc-bench` benchmarks draw:
+//! - `random-MAX`: talc's random actions (sizes by `generate_size(MAX)`, talc's alignments, a
+//!   seventh of the actions reallocs to `1..3 × MAX` bytes) for `--actions N` actions
+//!   (default 300,000) from a fresh heap over a 128 MiB arena, then every live block freed;
+//! - a trace (`NAME`, looked up as `NAME.trace.gz` in `../shared/traces`, then in the bundled
+//!   `tests/data`; or a path): replayed whole, or its first `--events N` events, through the
+//!   replay benchmark's own loop.
+//!
+//! Usage: `profile ALLOCATOR WORKLOAD [--actions N] [--events N]`, ALLOCATOR one of
+//! `tagalloc` (the inline heap), `talc`, `dlmalloc`, `rlsf`. It prints one line:
+//! `ALLOCATOR WORKLOAD: alloc A free F realloc R failed X`, the calls of each kind made
+//! (failed ones included: their cost is in the profile too).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use tagalloc_bench::random_actions::{self, Actions};
+use tagalloc_bench::replay::{self, Prepared};
+use tagalloc_bench::subjects::{with_subject, Arena, Bench, Peer, Setup, Space, Subject};
+use tagalloc_tests::trace;
+
+/// The seed of the random-actions benchmark's first counted trial, so that the profile and
+/// the timings draw the same stream.
+const SEED: u64 = 0x7A1C_0000;
+
+/// Calls made, by kind.
+#[derive(Default)]
+struct Calls {
+    alloc: u64,
+    free: u64,
+    realloc: u64,
+}
+
+/// A subject whose calls are functions of their own, so that callgrind's inclusive cost of
+/// `<Probe as Subject>::alloc` is the cost of the allocations alone. The count and the call
+/// add a few instructions per call, alike for every allocator.
+struct Probe<'c, S> {
+    s: S,
+    calls: &'c mut Calls,
+}
+
+impl<S: Subject> Subject for Probe<'_, S> {
+    type Block = S::Block;
+
+    #[inline(never)]
+    fn alloc(&mut self, size: usize, align: usize) -> Option<S::Block> {
+        self.calls.alloc += 1;
+        self.s.alloc(size, align)
+    }
+
+    #[inline(never)]
+    unsafe fn free(&mut self, block: S::Block, size: usize, align: usize) {
+        self.calls.free += 1;
+        // SAFETY: forwarded caller contract.
+        unsafe { self.s.free(block, size, align) }
+    }
+
+    #[inline(never)]
+    unsafe fn realloc(
+        &mut self,
+        block: S::Block,
+        size: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Option<S::Block> {
+        self.calls.realloc += 1;
+        // SAFETY: forwarded caller contract.
+        unsafe { self.s.realloc(block, size, align, new_size) }
+    }
+
+    fn addr(&self, block: &S::Block) -> usize {
+        self.s.addr(block)
+    }
+
+    fn chunk_bytes(&self, block: &S::Block) -> Option<usize> {
+        self.s.chunk_bytes(block)
+    }
+
+    fn needs_cleanup(&self) -> bool {
+        self.s.needs_cleanup()
+    }
+
+    fn check(&self) -> Result<(), String> {
+        self.s.check()
+    }
+}
+
+/// What to run.
+enum Workload {
+    Random { max: usize, actions: usize },
+    Trace(Prepared),
+}
+
+/// The workload as a benchmark of the bench crate, so that `with_subject` builds the
+/// allocator exactly as the timed benchmarks do.
+struct Profile<'w> {
+    work: &'w Workload,
+    calls: Calls,
+    failed: u64,
+}
+
+impl Bench for Profile<'_> {
+    type Out = Result<(), String>;
+
+    fn run<S: Subject>(&mut self, s: S, base: usize) -> Result<(), String> {
+        let mut probe = Probe {
+            s,
+            calls: &mut self.calls,
+        };
+        match self.work {
+            &Workload::Random { max, actions } => {
+                let mut run = Actions::new(max, SEED);
+                for _ in 0..actions {
+                    let step = run.step(&mut probe);
+                    if matches!(
+                        step,
+                        random_actions::Step::Alloc(false) | random_actions::Step::Realloc(false)
+                    ) {
+                        self.failed += 1;
+                    }
+                }
+                run.free_all(&mut probe);
+                probe.check()
+            }
+            Workload::Trace(p) => {
+                let (failed, check) = replay::replay_once(p, probe, base);
+                self.failed = failed;
+                check
+            }
+        }
+    }
+}
+
+/// A trace named on the command line: a file, else `NAME.trace.gz` in the shared collection,
+/// else in the bundled traces.
+fn trace_path(name: &str) -> Result<PathBuf, String> {
+    let given = PathBuf::from(name);
+    if given.is_file() {
+        return Ok(given);
+    }
+    let file = format!("{name}.trace.gz");
+    let dirs = trace::shared_traces_dir()
+        .into_iter()
+        .chain([trace::bundled_traces_dir()]);
+    dirs.map(|d| d.join(&file))
+        .find(|p| p.is_file())
+        .ok_or_else(|| format!("no trace {name}: not a file, nor {file} in the trace folders"))
+}
+
+fn run() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let usage = "usage: profile tagalloc|talc|dlmalloc|rlsf random-MAX|TRACE \
+                 [--actions N] [--events N]";
+    let (Some(who), Some(what)) = (args.first(), args.get(1)) else {
+        return Err(usage.into());
+    };
+    let mut actions = 300_000;
+    let mut events = None;
+    for pair in args[2..].chunks(2) {
+        let n = pair
+            .get(1)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| format!("{}: a number, please ({usage})", pair[0]))?;
+        match pair[0].as_str() {
+            "--actions" => actions = n,
+            "--events" => events = Some(n),
+            other => return Err(format!("unknown option {other} ({usage})")),
+        }
+    }
+    let peer = match who.as_str() {
+        "tagalloc" => Peer::Inline,
+        "talc" => Peer::Talc,
+        "dlmalloc" => Peer::Dlmalloc,
+        "rlsf" => Peer::Rlsf,
+        _ => return Err(usage.into()),
+    };
+    let (work, len) = match what.strip_prefix("random-") {
+        Some(max) => {
+            let max = max
+                .parse()
+                .ok()
+                .filter(|&m| m > 16)
+                .ok_or("random-MAX: MAX above 16 bytes")?;
+            (Workload::Random { max, actions }, random_actions::HEAP)
+        }
+        None => {
+            let p = replay::load(&trace_path(what)?, events)?;
+            if p.device {
+                return Err(format!(
+                    "{what} is a device trace: host allocators only here"
+                ));
+            }
+            let len = replay::arena_len(&p);
+            (Workload::Trace(p), len)
+        }
+    };
+    let mut arena = Arena::new(len)?;
+    let mut profile = Profile {
+        work: &work,
+        calls: Calls::default(),
+        failed: 0,
+    };
+    let setup = Setup {
+        wrap: false,
+        max_allocs: 1 << 20,
+    };
+    with_subject(peer, Space::Host(&mut arena), setup, &mut profile)??;
+    let c = &profile.calls;
+    println!(
+        "{who} {what}: alloc {} free {} realloc {} failed {}",
+        c.alloc, c.free, c.realloc, profile.failed
+    );
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("profile: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -11,6 +11,8 @@
 //! - `random-MAX`: talc's random actions (sizes by `generate_size(MAX)`, talc's alignments, a
 //!   seventh of the actions reallocs to `1..3 × MAX` bytes) for `--actions N` actions
 //!   (default 300,000) from a fresh heap over a 128 MiB arena, then every live block freed;
+//! - `path-exact`, `path-tree`, `path-aligned`, `path-end`: requests aimed at one path of
+//!   tagalloc's heap (see [`Path`]), `--actions N` allocations (default and at most 200,000);
 //! - a trace (`NAME`, looked up as `NAME.trace.gz` in `../shared/traces`, then in the bundled
 //!   `tests/data`; or a path): replayed whole, or its first `--events N` events, through the
 //!   replay benchmark's own loop.
@@ -98,6 +100,73 @@ impl<S: Subject> Subject for Probe<'_, S> {
 enum Workload {
     Random { max: usize, actions: usize },
     Trace(Prepared),
+    Path { path: Path, steps: usize },
+}
+
+/// A workload aimed at one path of tagalloc's heap (the host granule is 16 bytes, so its
+/// exact bins serve chunks up to 1 KiB), run the same on every allocator.
+#[derive(Clone, Copy)]
+enum Path {
+    /// 1,000 live blocks of 16..=1,000 bytes, the oldest freed before each allocation:
+    /// sizes of the exact bins.
+    Exact,
+    /// The same with 1,100..=16,384 bytes: sizes of the tree bins.
+    Tree,
+    /// Exact-bin sizes aligned to 64..=4,096 bytes: the aligned allocation.
+    Aligned,
+    /// `steps` allocations of 16..=1,000 bytes with no free between them, each carved from
+    /// the region's free end, then all freed newest first, each merging into that end.
+    End,
+}
+
+impl Path {
+    fn parse(name: &str) -> Option<Path> {
+        Some(match name {
+            "path-exact" => Path::Exact,
+            "path-tree" => Path::Tree,
+            "path-aligned" => Path::Aligned,
+            "path-end" => Path::End,
+            _ => return None,
+        })
+    }
+
+    /// The size and alignment of the next request.
+    fn request(self, rng: &mut fastrand::Rng) -> (usize, usize) {
+        match self {
+            Path::Exact | Path::End => (rng.usize(16..=1000), 16),
+            Path::Tree => (rng.usize(1100..=16384), 16),
+            Path::Aligned => (rng.usize(16..=1000), 64 << rng.u32(0..=6)),
+        }
+    }
+
+    /// Runs `steps` allocations on `s`, each freed in this path's order; the failed ones.
+    fn run<S: Subject>(self, s: &mut S, steps: usize) -> u64 {
+        let mut rng = fastrand::Rng::with_seed(SEED);
+        let keep = if matches!(self, Path::End) {
+            steps
+        } else {
+            1000
+        };
+        let mut live = std::collections::VecDeque::with_capacity(keep + 1);
+        let mut failed = 0;
+        for _ in 0..steps {
+            if live.len() == keep {
+                let (b, size, align) = live.pop_front().expect("keep > 0");
+                // SAFETY: a live block of this subject with its size and alignment.
+                unsafe { s.free(b, size, align) };
+            }
+            let (size, align) = self.request(&mut rng);
+            match s.alloc(size, align) {
+                Some(b) => live.push_back((b, size, align)),
+                None => failed += 1,
+            }
+        }
+        while let Some((b, size, align)) = live.pop_back() {
+            // SAFETY: as above, each block freed once, newest first.
+            unsafe { s.free(b, size, align) };
+        }
+        failed
+    }
 }
 
 /// The workload as a benchmark of the bench crate, so that `with_subject` builds the
@@ -136,6 +205,10 @@ impl Bench for Profile<'_> {
                 self.failed = failed;
                 check
             }
+            &Workload::Path { path, steps } => {
+                self.failed = path.run(&mut probe, steps);
+                probe.check()
+            }
         }
     }
 }
@@ -158,7 +231,7 @@ fn trace_path(name: &str) -> Result<PathBuf, String> {
 
 fn run() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: profile tagalloc|talc|dlmalloc|rlsf random-MAX|TRACE \
+    let usage = "usage: profile tagalloc|talc|dlmalloc|rlsf random-MAX|path-NAME|TRACE \
                  [--actions N] [--events N]";
     let (Some(who), Some(what)) = (args.first(), args.get(1)) else {
         return Err(usage.into());
@@ -184,6 +257,11 @@ fn run() -> Result<(), String> {
         _ => return Err(usage.into()),
     };
     let (work, len) = match what.strip_prefix("random-") {
+        None if what.starts_with("path-") => {
+            let path = Path::parse(what).ok_or("path-exact|tree|aligned|end, please")?;
+            let steps = actions.min(200_000);
+            (Workload::Path { path, steps }, random_actions::HEAP)
+        }
         Some(max) => {
             let max = max
                 .parse()

@@ -168,6 +168,16 @@ def source_functions(root, file):
     return owner
 
 
+def outside(file):
+    """A row name for code from outside tagalloc's core: the probe and the bench adapter, or
+    the standard library file it was inlined from."""
+    if "profile.rs" in file or "bench/src" in file:
+        return "(probe, bench adapter)"
+    if "/library/" in file:
+        return "(std) " + file.split("/library/")[1]
+    return "(other) " + file.rsplit("/", 1)[-1]
+
+
 def paths(path, root):
     self_ir, by_line, arcs = read_callgrind(path)
     p = probes(self_ir)
@@ -186,11 +196,27 @@ def paths(path, root):
         where = (
             "%s:%s" % (file.split("core/src/")[1], src.get(int(line), "(no line)"))
             if src
-            else "(outside the core: %s)" % ("probe, adapter" if "profile.rs" in (file or "") or "bench/src" in (file or "") or "model/" in (file or "") else "std, core library")
+            else outside(file or "")
         )
         rows[("/".join(sorted(in_kinds)), where)] += ir
     n = {k: sum(c[0] for (a, b), c in arcs.items() if b == fn) for k, fn in p.items()}
     print("calls: " + ", ".join("%s %d" % (k, n[k]) for k in ("alloc", "free", "realloc") if k in n))
+    print()
+    # Per call of each kind, by file: a function reached from several kinds is charged to each
+    # in proportion to nothing better known, so it is shown apart ("shared").
+    by_file = defaultdict(int)
+    for (k, where), ir in rows.items():
+        f = where.split(":")[0] if not where.startswith("(") else where.split(")")[0] + ")"
+        by_file[(k if "/" not in k else "shared", f)] += ir
+    files = sorted({f for _, f in by_file}, key=lambda f: -sum(v for (_, g), v in by_file.items() if g == f))
+    kinds = [k for k in ("alloc", "free", "realloc") if k in n] + ["shared"]
+    print("Instructions per call by source file (shared: code reached from more than one kind,")
+    print("per call of any kind):")
+    print("%-24s" % "file" + "".join("%10s" % k for k in kinds))
+    every = sum(n.values())
+    for f in files:
+        cells = [by_file[(k, f)] / (n[k] if k != "shared" else every) for k in kinds]
+        print("%-24s" % f + "".join("%10.1f" % c for c in cells))
     print()
     print("Self instructions by the source function they were written in (inlined code included):")
     print("%-22s %-44s %14s" % ("reached from", "source function", "instructions"))

@@ -4,7 +4,7 @@
 # tagalloc's instructions split by the path they took on one workload.
 #
 # Instruction counts and simulated misses do not depend on the machine's load, so unlike the
-# timed benchmarks this can run on a busy machine; it takes about ten minutes on two cores.
+# timed benchmarks this can run on a busy machine; it takes about twelve minutes on two cores.
 #
 # Usage: bench/tools/profile.sh [--allocators "tagalloc talc dlmalloc"] [--workloads "..."]
 #                               [--paths WORKLOAD] [--out DIR]

@@ -31,25 +31,10 @@
 //!
 //! Run: `cargo run --release -p tagalloc-bench [-- SUBCOMMAND] [OPTIONS]`
 
-mod arena_source;
-mod bump;
-mod clock;
-mod device;
-mod efficiency;
-mod heapmap;
-mod micro;
-mod plan;
-mod plan_trace;
-mod plot;
-mod pool;
-mod programs;
-mod random_actions;
-mod replay;
-mod report;
-mod snapshot;
-mod style;
-mod subjects;
-mod threads;
+use tagalloc_bench::{
+    device, efficiency, micro, plan, plan_trace, pool, programs, random_actions, replay, snapshot,
+    threads,
+};
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

@@ -70,52 +70,99 @@ struct Counts {
     realloc_failures: u64,
 }
 
+/// What one random action did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// An allocation; `false` when the allocator refused it.
+    Alloc(bool),
+    /// A free.
+    Free,
+    /// A realloc; `false` when the allocator refused it (the block stays as it was).
+    Realloc(bool),
+    /// A realloc drawn while nothing was live: no call.
+    Idle,
+}
+
+/// The live blocks of a random-actions run and the stream that drives it: one action at a
+/// time, so that the timed trials and the callgrind profile (`examples/profile.rs`, a fixed
+/// number of actions) draw exactly the same calls.
+pub struct Actions<B> {
+    rng: fastrand::Rng,
+    max: usize,
+    live: Vec<(B, usize, usize)>,
+}
+
+impl<B: Copy> Actions<B> {
+    /// A run at maximum size `max` (at least 17: talc draws `16..max`), seeded with `seed`.
+    pub fn new(max: usize, seed: u64) -> Self {
+        Actions {
+            rng: fastrand::Rng::with_seed(seed),
+            max,
+            live: Vec::with_capacity(100_000),
+        }
+    }
+
+    /// Draws one action and performs it on `s`.
+    pub fn step<S: Subject<Block = B>>(&mut self, s: &mut S) -> Step {
+        let action = self.rng.usize(0..=6);
+        if action == 6 {
+            if self.live.is_empty() {
+                return Step::Idle;
+            }
+            let i = self.rng.usize(0..self.live.len());
+            let new_size = self.rng.usize(1..self.max * REALLOC_MULTI);
+            let (b, size, align) = self.live[i];
+            // SAFETY: `b` is a live block of `size` bytes aligned to `align`; it is replaced by
+            // the result on success and kept on failure.
+            let moved = unsafe { s.realloc(b, size, align, new_size) };
+            if let Some(nb) = moved {
+                self.live[i] = (nb, new_size, align);
+            }
+            Step::Realloc(moved.is_some())
+        } else if action < 3 || self.live.len() < MIN_LIVE {
+            let size = generate_size(&mut self.rng, self.max);
+            let align = generate_align(&mut self.rng);
+            let b = s.alloc(size, align);
+            if let Some(b) = b {
+                self.live.push((b, size, align));
+            }
+            Step::Alloc(b.is_some())
+        } else {
+            let i = self.rng.usize(0..self.live.len());
+            let (b, size, align) = self.live.swap_remove(i);
+            // SAFETY: a live block with its size and alignment, removed from the list.
+            unsafe { s.free(b, size, align) };
+            Step::Free
+        }
+    }
+
+    /// Frees every block still live (talc's wrappers do it on drop); returns how many.
+    pub fn free_all<S: Subject<Block = B>>(self, s: &mut S) -> usize {
+        let n = self.live.len();
+        for (b, size, align) in self.live {
+            // SAFETY: as in `step`; every block is freed once.
+            unsafe { s.free(b, size, align) };
+        }
+        n
+    }
+}
+
 impl Trial {
     fn actions<S: Subject>(&self, s: &mut S, seed: u64, duration: Duration) -> Counts {
         let mut c = Counts::default();
-        let mut v: Vec<(S::Block, usize, usize)> = Vec::with_capacity(100_000);
-        let mut rng = fastrand::Rng::with_seed(seed);
+        let mut run = Actions::new(self.max, seed);
         let start = Instant::now();
         while start.elapsed() < duration {
             for _ in 0..100 {
-                let action = rng.usize(0..=6);
-                if action == 6 {
-                    if !v.is_empty() {
-                        let i = rng.usize(0..v.len());
-                        let new_size = rng.usize(1..self.max * REALLOC_MULTI);
-                        let (b, size, align) = v[i];
-                        // SAFETY: `b` is a live block of `size` bytes aligned to `align`; it is
-                        // replaced by the result on success and kept on failure.
-                        match unsafe { s.realloc(b, size, align, new_size) } {
-                            Some(nb) => {
-                                v[i] = (nb, new_size, align);
-                                c.score += 1;
-                            }
-                            None => c.realloc_failures += 1,
-                        }
-                    }
-                } else if action < 3 || v.len() < MIN_LIVE {
-                    let size = generate_size(&mut rng, self.max);
-                    let align = generate_align(&mut rng);
-                    match s.alloc(size, align) {
-                        Some(b) => {
-                            v.push((b, size, align));
-                            c.score += 1;
-                        }
-                        None => c.alloc_failures += 1,
-                    }
-                } else {
-                    let (b, size, align) = v.swap_remove(rng.usize(0..v.len()));
-                    // SAFETY: a live block with its size and alignment, removed from the list.
-                    unsafe { s.free(b, size, align) };
-                    c.score += 1;
+                match run.step(s) {
+                    Step::Alloc(true) | Step::Free | Step::Realloc(true) => c.score += 1,
+                    Step::Alloc(false) => c.alloc_failures += 1,
+                    Step::Realloc(false) => c.realloc_failures += 1,
+                    Step::Idle => {}
                 }
             }
         }
-        for (b, size, align) in v {
-            // SAFETY: as above; every block is freed once (talc's wrappers do it on drop).
-            unsafe { s.free(b, size, align) };
-        }
+        run.free_all(s);
         c
     }
 }

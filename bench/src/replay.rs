@@ -31,7 +31,7 @@ use crate::subjects::{self, with_subject, Arena, Bench, Peer, Setup, Space, Subj
 
 /// What one replay run does.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
+pub enum Kind {
     Alloc,
     Free,
     Realloc,
@@ -40,28 +40,28 @@ pub(crate) enum Kind {
 /// One trace event on a dense slot. Sizes are those of the call (`old` the block's size before
 /// it, for frees and reallocs), at least 1.
 #[derive(Clone, Copy)]
-pub(crate) struct Op {
-    pub(crate) size: u32,
-    pub(crate) old: u32,
-    pub(crate) slot: u32,
-    pub(crate) kind: Kind,
-    pub(crate) align_log2: u8,
+pub struct Op {
+    pub size: u32,
+    pub old: u32,
+    pub slot: u32,
+    pub kind: Kind,
+    pub align_log2: u8,
 }
 
 /// A trace ready to replay.
 pub struct Prepared {
-    pub(crate) name: String,
-    pub(crate) stats: TraceStats,
-    pub(crate) ops: Vec<Op>,
-    pub(crate) slots: usize,
-    pub(crate) device: bool,
+    pub name: String,
+    pub stats: TraceStats,
+    pub ops: Vec<Op>,
+    pub slots: usize,
+    pub device: bool,
     /// Bytes a bump allocator needs for the whole trace (every request, aligned).
     bump_len: usize,
     /// Events between two footprint samples.
     sample_every: usize,
     /// Live bytes at each sample point.
     live: Vec<(usize, u64)>,
-    pub(crate) zero_sizes: usize,
+    pub zero_sizes: usize,
 }
 
 /// About this many footprint samples per trace, for the charts.
@@ -79,7 +79,7 @@ pub fn load(path: &Path, max_events: Option<usize>) -> Result<Prepared, String> 
     prepare(trace)
 }
 
-pub(crate) fn prepare(trace: Trace) -> Result<Prepared, String> {
+pub fn prepare(trace: Trace) -> Result<Prepared, String> {
     use std::collections::HashMap;
     let stats = trace.stats();
     let n = trace.events.len();
@@ -292,6 +292,16 @@ impl<const PROFILE: bool> Bench for Replay<'_, PROFILE> {
     }
 }
 
+/// Replays all of `p` once on `s`, untimed and without the footprint bookkeeping: nothing but
+/// the allocator's calls and the slot vector, for a profiler to count (`examples/profile.rs`).
+/// Returns the failed calls and the allocator's own consistency check.
+pub fn replay_once<S: Subject>(p: &Prepared, s: S, base: usize) -> (u64, Result<(), String>) {
+    // No deadline: a run this long outlasts any profiler.
+    let budget = Duration::from_secs(u64::from(u32::MAX));
+    let out = Replay::<false> { p, budget }.run(s, base);
+    (out.failures, out.check)
+}
+
 /// Profiling: a block of `size` bytes was handed out.
 fn track<S: Subject>(
     s: &S,
@@ -361,7 +371,7 @@ pub struct TraceResult {
 /// The address space given to address allocators on host traces, and to every allocator on
 /// device traces: four times the peak live bytes plus 64 MiB, so that failures are rare and
 /// any that remain say something about fragmentation.
-fn arena_len(p: &Prepared) -> usize {
+pub fn arena_len(p: &Prepared) -> usize {
     let peak = usize::try_from(p.stats.peak_live_bytes).unwrap_or(usize::MAX / 8);
     peak.saturating_mul(4)
         .saturating_add(64 << 20)

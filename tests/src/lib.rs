@@ -8,9 +8,10 @@
 //! loop, so what the tests verify is what the example measures. [`torch_replay`] likewise serves
 //! the `torch_model` example and tests: a trace through a model of PyTorch's CUDA caching
 //! allocator on the fake CUDA driver; [`device_replay`] runs the same traces, the same way,
-//! through tagalloc's own device pool.
+//! through tagalloc's own device pool. Both are adapters to the one loop of [`cuda_replay`].
 
 pub mod contents;
+pub mod cuda_replay;
 pub mod device_replay;
 pub mod replay;
 pub mod threaded;

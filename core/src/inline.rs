@@ -613,7 +613,7 @@ impl InlineHeap {
     /// `ZeroSize`, `SizeOverflow`, `BadAlign`, `OutOfMemory`.
     ///
     /// # Time Complexity
-    /// `O(1)` for sizes of the exact bins (up to 64 granules, 1 KiB at the host granule);
+    /// `O(1)` for sizes kept in lists (up to 511 granules, 8 KiB at the host granule);
     /// `O(bits of a size)` otherwise (one walk down a bin's trie).
     #[inline]
     pub fn alloc(&mut self, size: usize, align: usize) -> Result<NonNull<u8>, Error> {
@@ -631,7 +631,7 @@ impl InlineHeap {
     ///   into a free chunk), a size that does not fit the chunk (`WrongSize`).
     ///
     /// # Time Complexity
-    /// Without `checked`: `O(1)` when the merged chunk has up to 64 granules, `O(bits of a
+    /// Without `checked`: `O(1)` when the merged chunk has up to 511 granules, `O(bits of a
     /// size)` otherwise. With it, as for [`InlineHeap::free_checked`].
     ///
     /// # Safety

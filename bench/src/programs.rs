@@ -6,7 +6,7 @@
 //!
 //! Each measurement is one process tree started with `LD_PRELOAD` set (children inherit it:
 //! g++'s cc1plus and as, git's helpers) by a small runner (this tool, run again: see
-//! [`measure`]), which waits for it with `wait4`, whose resource usage gives the peak resident
+//! `measure`), which waits for it with `wait4`, whose resource usage gives the peak resident
 //! memory (`ru_maxrss`: the largest of the tree's processes) and the CPU time, and measures the
 //! wall time around it. Every program runs once untimed on glibc first (its
 //! output is the reference every other run must reproduce, and its files are then in the page

@@ -3,7 +3,7 @@
 //!
 //! Every allocator is a [`GlobalAlloc`] shared by reference (rlsf, which has no lock of its
 //! own, behind a `std::sync::Mutex`), and every one runs the same generic function
-//! ([`measure`]), so they differ only in the allocator.
+//! (`measure`), so they differ only in the allocator.
 //!
 //! **Workload, per thread.** A local set of at most [`LIVE`] blocks, 16-aligned, sizes drawn
 //! from a seeded stream (7 in 8 uniform in 8..=512 bytes, 1 in 8 in 513..=4096); the same seeds

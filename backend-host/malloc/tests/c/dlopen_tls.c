@@ -11,6 +11,9 @@
 
 static const char *module;
 static int rounds = 200;
+/* Every block is published here, so that the compiler cannot elide a malloc/free pair (GCC
+ * does at -O2 when a block's contents are never read back): the test counts them. */
+static void *volatile sink;
 
 static void *worker(void *arg) {
     long sum = 0;
@@ -24,10 +27,12 @@ static void *worker(void *arg) {
         if (!touch) exit(1);
         sum += touch(r + (int)(long)arg);
         char *p = malloc(100 + r);
+        sink = p;
         memset(p, r, 100 + r);
         dlclose(h);
         /* The first allocation after the module's TLS went away. */
         char *q = malloc(1000);
+        sink = q;
         q[0] = p[0];
         free(p);
         free(q);

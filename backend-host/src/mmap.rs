@@ -476,11 +476,11 @@ unsafe impl RegionSource for MmapSource {
             .checked_add(add)
             .filter(|&l| l <= isize::MAX as usize)
             .ok_or(Error::SizeOverflow)?;
+        // A locked mapping's new pages are locked (and faulted in) by the kernel, within
+        // `RLIMIT_MEMLOCK`.
         // SAFETY: `base..base + len` is a mapping of this source (the trait's contract for the
-        // regions the pool names). Without `MREMAP_MAYMOVE` the kernel either extends it over
-        // free addresses right after its end or fails; it never moves or touches other
-        // mappings. A locked mapping's new pages are locked (and faulted in) by the kernel,
-        // within `RLIMIT_MEMLOCK`.
+        // regions the pool names); without `MREMAP_MAYMOVE` the kernel extends it over free
+        // addresses right after its end or fails, and never moves or touches other mappings.
         let p = unsafe { libc::mremap(base.as_ptr().cast(), len, new_len, 0) };
         if p == libc::MAP_FAILED {
             let errno = os::errno();

@@ -259,6 +259,33 @@ pub(crate) fn draw_frame(
     Ok(())
 }
 
+/// The end of a bar cut short (its value passes the axis): a slanted white gap across the bar
+/// at pixel column `gx`, between pixel rows `top` and `bottom`, and the value `text` in `style`
+/// on a white label left of the gap, centred on row `ym`.
+fn broken_end<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    (gx, ym): (i32, i32),
+    (top, bottom): (i32, i32),
+    text: &str,
+    style: &TextStyle<'_>,
+) -> Result<(), String> {
+    let gap = vec![
+        (gx - 4, bottom),
+        (gx + 4, bottom),
+        (gx + 10, top),
+        (gx + 2, top),
+    ];
+    area.draw(&Polygon::new(gap, WHITE.filled())).map_err(err)?;
+    let w = text_width(text, SMALL);
+    let right = gx - 12;
+    area.draw(&Rectangle::new(
+        [(right - w - 6, ym - 9), (right + 4, ym + 9)],
+        WHITE.filled(),
+    ))
+    .map_err(err)?;
+    area.draw_text(text, style, (right, ym)).map_err(err)
+}
+
 /// Draws `look`'s marker centred at pixel `at` of `area`.
 fn marker<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
@@ -690,26 +717,15 @@ pub fn bars(path: &Path, chart: &Bars, bars: &[Bar]) -> Result<(), String> {
         let text = format!("{}{}", bar_value(b.value), chart.unit);
         let (x1, ym) = ctx.backend_coord(&(end, y + 0.5));
         if broken {
-            // A white gap across the bar near its end, then the value on a white label.
             let (_, top) = ctx.backend_coord(&(end, y + 0.82));
             let (_, bottom) = ctx.backend_coord(&(end, y + 0.18));
-            let gx = x1 - 26;
-            let gap = vec![
-                (gx - 4, bottom + 2),
-                (gx + 4, bottom + 2),
-                (gx + 10, top - 2),
-                (gx + 2, top - 2),
-            ];
-            root.draw(&Polygon::new(gap, WHITE.filled())).map_err(err)?;
-            let w = text_width(&text, SMALL);
-            let right = gx - 12;
-            root.draw(&Rectangle::new(
-                [(right - w - 6, ym - 9), (right + 4, ym + 9)],
-                WHITE.filled(),
-            ))
-            .map_err(err)?;
-            root.draw_text(&text, &inside_style, (right, ym))
-                .map_err(err)?;
+            broken_end(
+                &root,
+                (x1 - 26, ym),
+                (top - 2, bottom + 2),
+                &text,
+                &inside_style,
+            )?;
         } else {
             root.draw_text(&text, &value_style, (x1 + 6, ym))
                 .map_err(err)?;
@@ -887,23 +903,13 @@ pub fn grouped_bars(path: &Path, chart: &Grouped, groups: &[Group]) -> Result<()
             if broken {
                 let (_, top) = ctx.backend_coord(&(end, y + 0.88));
                 let (_, bottom) = ctx.backend_coord(&(end, y + 0.12));
-                let gx = x1 - 30;
-                let gap = vec![
-                    (gx - 4, bottom + 1),
-                    (gx + 4, bottom + 1),
-                    (gx + 10, top - 1),
-                    (gx + 2, top - 1),
-                ];
-                root.draw(&Polygon::new(gap, WHITE.filled())).map_err(err)?;
-                let w = text_width(&text, SMALL);
-                let right = gx - 12;
-                root.draw(&Rectangle::new(
-                    [(right - w - 6, ym - 9), (right + 4, ym + 9)],
-                    WHITE.filled(),
-                ))
-                .map_err(err)?;
-                root.draw_text(&text, &inside_style, (right, ym))
-                    .map_err(err)?;
+                broken_end(
+                    &root,
+                    (x1 - 30, ym),
+                    (top - 1, bottom + 1),
+                    &text,
+                    &inside_style,
+                )?;
             } else {
                 // The marker just past the bar's end, on white (a plus or a cross in the bar's
                 // own colour would vanish on the bar), then the value on a white ground, so that

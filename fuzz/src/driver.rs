@@ -275,7 +275,8 @@ impl<R: Rig> Driver<R> {
         });
     }
 
-    pub(crate) fn realloc(&mut self, i: usize, new: usize, align: usize) {
+    /// Whether the heap did it (in place or moved); a refusal is checked as well.
+    pub(crate) fn realloc(&mut self, i: usize, new: usize, align: usize) -> bool {
         let l = self.live[i];
         let before = untraced(|| {
             verify::<R>(&l.h, l.size, l.seed);
@@ -284,7 +285,9 @@ impl<R: Rig> Driver<R> {
         // SAFETY: `l` is live with its size (with the `checked` feature the pointer and size
         // are validated first); the driver uses only the returned handle afterwards.
         let got = unsafe { self.rig.subject_mut().realloc(l.h, l.size, align, new) };
+        let done = got.is_ok();
         untraced(|| self.realloc_done(i, new, align, got, before));
+        done
     }
 
     /// Checks the result `got` of resizing the live allocation `i` to `new` bytes (aligned to

@@ -3,13 +3,15 @@
 //! Bins 0–63 each hold exactly one size (1…64 granules). Bins 64–127 are tree bins:
 //! logarithmic, four sub-bins per power of two, the last one open-ended.
 //!
-//! **Lists.** Every size up to [`LIST_SIZES`] granules (bins 0–75: up to 8 KiB at the host
+//! **Lists.** Every size up to [`LIST_SIZES`] granules (bins 0–83: up to 32 KiB at the host
 //! granule) has a FIFO list of its own: the oldest chunk at its head, the newest at its tail,
 //! linked both ways, so filing touches only the old tail and taking the oldest only its
-//! successor. A 512-bit map says which lists are non-empty, and a summary word which of its
-//! eight words are, so the smallest non-empty size at or above a request is two
-//! `trailing_zeros` away: exact best fit, oldest first, in `O(1)`. (The first twelve tree bins
-//! span at most 64 sizes each; a list per size serves them better than a trie.)
+//! successor. A 2048-bit map says which lists are non-empty, and a summary word which of its
+//! 32 words are, so the smallest non-empty size at or above a request is two
+//! `trailing_zeros` away: exact best fit, oldest first, in `O(1)`. (The first twenty tree bins
+//! span at most 256 sizes each; a list per size serves them better than a trie, whose walk
+//! visits a chunk, often a cache miss, per level.) The price is memory beside the heap: 16
+//! bytes of list ends per size, 32 KiB per heap, which is why the lists stop there.
 //!
 //! **Tries.** Above that, inside each tree bin, the distinct sizes form a bitwise trie on the
 //! size's low bits (dlmalloc's tree bins): a node at depth `d` branches on bit `top_bit - d`, so
@@ -28,7 +30,7 @@ pub(crate) const BIN_COUNT: usize = 128;
 /// Bins below this index hold exactly one size each.
 pub(crate) const EXACT_BINS: usize = 64;
 /// Sizes up to this many granules are kept in one list per size (bins 0 to 75).
-pub(crate) const LIST_SIZES: usize = 511;
+pub(crate) const LIST_SIZES: usize = 2047;
 /// The first bin kept as a trie: the bin of `LIST_SIZES + 1`.
 pub(crate) const FIRST_TRIE_BIN: usize = bin_of(LIST_SIZES + 1);
 /// Words of the list map (one bit per size).
@@ -109,16 +111,28 @@ pub(crate) const fn top_bit(bin: usize) -> u32 {
 /// bin only, with consistent parent links, each node's size agreeing with its path's bits, its
 /// children differing from it, and ring members (marked by `Parent == Some(self)`) having the
 /// node's size.
+///
+/// The fields are in the order the hot paths touch them (`repr(C)`): the two map words every
+/// search reads first, then the list map, then each list's ends side by side, so that a
+/// list operation touches one cache line of ends rather than one for heads and one for tails.
+#[repr(C)]
 pub(crate) struct Bins<C> {
-    lists: [u64; MAP_WORDS],
     summary: u64,
     tries: u64,
-    /// Per size up to `LIST_SIZES` (at `size − 1`): the oldest chunk.
-    heads: [Option<C>; LIST_SLOTS],
-    /// Per size up to `LIST_SIZES` (at `size − 1`): the newest chunk.
-    tails: [Option<C>; LIST_SLOTS],
+    lists: [u64; MAP_WORDS],
+    /// Per size up to `LIST_SIZES` (at `size − 1`): the oldest chunk and the newest.
+    ends: [Ends<C>; LIST_SLOTS],
     /// Per tree bin from `FIRST_TRIE_BIN` on: the trie's root.
     roots: [Option<C>; TRIES],
+}
+
+/// The two ends of a list: its oldest chunk (where chunks are taken) and its newest (where
+/// they are filed).
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Ends<C> {
+    head: Option<C>,
+    tail: Option<C>,
 }
 
 impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
@@ -127,8 +141,10 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
             lists: [0; MAP_WORDS],
             summary: 0,
             tries: 0,
-            heads: [None; LIST_SLOTS],
-            tails: [None; LIST_SLOTS],
+            ends: [Ends {
+                head: None,
+                tail: None,
+            }; LIST_SLOTS],
             roots: [None; TRIES],
         }
     }
@@ -138,8 +154,8 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
     pub(crate) fn list(&self, size: usize) -> (Option<C>, Option<C>, bool) {
         let i = size - 1;
         (
-            self.heads[i],
-            self.tails[i],
+            self.ends[i].head,
+            self.ends[i].tail,
             self.lists[i / 64] >> (i % 64) & 1 == 1,
         )
     }
@@ -170,18 +186,18 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
     #[inline(always)]
     fn list_push<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, i: usize) {
         let i = i & (LIST_SLOTS - 1);
-        let tail = self.tails[i];
+        let tail = self.ends[i].tail;
         t.set_link(c, Link::Next, None);
         t.set_link(c, Link::Prev, tail);
         match tail {
             Some(last) => t.set_link(last, Link::Next, Some(c)),
             None => {
-                self.heads[i] = Some(c);
+                self.ends[i].head = Some(c);
                 self.lists[(i / 64) & (MAP_WORDS - 1)] |= 1 << (i % 64);
                 self.summary |= 1 << (i / 64);
             }
         }
-        self.tails[i] = Some(c);
+        self.ends[i].tail = Some(c);
     }
 
     /// Marks list `i` empty in the maps.
@@ -256,11 +272,11 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         let prev = t.link(c, Link::Prev);
         match prev {
             Some(p) => t.set_link(p, Link::Next, next),
-            None => self.heads[i] = next,
+            None => self.ends[i].head = next,
         }
         match next {
             Some(n) => t.set_link(n, Link::Prev, prev),
-            None => self.tails[i] = prev,
+            None => self.ends[i].tail = prev,
         }
         if prev.is_none() && next.is_none() {
             self.list_emptied(i);
@@ -271,13 +287,13 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
     #[inline]
     fn pop_oldest<T: Tags<Chunk = C>>(&mut self, t: &mut T, i: usize) -> Option<C> {
         let i = i & (LIST_SLOTS - 1);
-        let c = self.heads[i]?;
+        let c = self.ends[i].head?;
         let next = t.link(c, Link::Next);
-        self.heads[i] = next;
+        self.ends[i].head = next;
         match next {
             Some(n) => t.set_link(n, Link::Prev, None),
             None => {
-                self.tails[i] = None;
+                self.ends[i].tail = None;
                 self.list_emptied(i);
             }
         }
@@ -555,7 +571,7 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
             let Some(s) = self.first_list_at_least(size) else {
                 break;
             };
-            let mut c = self.heads[s - 1];
+            let mut c = self.ends[s - 1].head;
             while let Some(ch) = c {
                 each(ch, s);
                 c = t.link(ch, Link::Next);

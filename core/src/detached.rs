@@ -592,7 +592,7 @@ impl<S: RecordStore> DetachedHeap<S> {
     /// `SizeOverflow`, `BadAlign`, `OutOfMemory`, `OutOfRecords`.
     ///
     /// # Time Complexity
-    /// `O(1)` for sizes kept in lists (up to 511 granules); `O(bits of a size)` otherwise
+    /// `O(1)` for sizes kept in lists (up to 2047 granules); `O(bits of a size)` otherwise
     /// (one walk down a bin's trie).
     #[inline]
     pub fn alloc(&mut self, size: usize, align: usize) -> Result<Block, Error> {
@@ -640,7 +640,7 @@ impl<S: RecordStore> DetachedHeap<S> {
     /// live allocation it was not made for.
     ///
     /// # Time Complexity
-    /// `O(1)` for a merged chunk of up to 511 granules; `O(bits of a size)` otherwise.
+    /// `O(1)` for a merged chunk of up to 2047 granules; `O(bits of a size)` otherwise.
     #[inline]
     pub fn free(&mut self, block: Block) -> Result<(), Error> {
         match self.validate(&block) {

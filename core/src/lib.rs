@@ -40,8 +40,8 @@
 //!   **detached** tags sit in a table of [`Record`]s apart from it (elsewhere called
 //!   out-of-band tags). The **placement** is where a heap keeps its tags.
 //! - **bin**: where free chunks wait. **Exact bins** (0–63) hold one size each, oldest first;
-//!   **tree bins** (64–127) each hold a logarithmic range of sizes: up to 511 granules (bins
-//!   64–75) in one list per size, above that in a bitwise trie (see `bins`).
+//!   **tree bins** (64–127) each hold a logarithmic range of sizes: up to 2047 granules (bins
+//!   64–83) in one list per size, above that in a bitwise trie (see `bins`).
 //! - **best fit**: the smallest free chunk that fits, the oldest among equals.
 //! - **queued free**: a free that found the shared heap's lock taken and waits on the ring
 //!   for the next lock holder ([`GlobalHeap::queued_frees`]).

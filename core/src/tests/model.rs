@@ -99,11 +99,12 @@ fn size_strategy() -> impl Strategy<Value = usize> + Clone {
 /// dense and every branch of the best-fit search is taken.
 fn large_size_strategy() -> impl Strategy<Value = usize> + Clone {
     prop_oneof![
-        // Per-size lists (up to 511 granules) at the host granule.
+        // Per-size lists up to 2047 granules: 32 KiB at the host granule, 2047 bytes at the
+        // 1-byte granule of the detached dense test, whose tries these sizes mostly reach.
         4 => 1040usize..=4096,
         2 => 4096usize..=40_000,
-        // Tries: above 511 granules at a 16-byte granule.
-        3 => 8200usize..=24_000,
+        // Tries at the host granule: above 2047 granules.
+        3 => 32_800usize..=72_000,
         1 => 1usize..=64,
     ]
 }
@@ -323,8 +324,8 @@ proptest! {
 
     #[test]
     fn detached_dense_tries_match_model(ops in ops_strategy(large_size_strategy())) {
-        // A 16-byte granule puts these sizes in the logarithmic bins here too.
-        run(&mut detached_subject(16), DETACHED_BASE, SPACE / 2, &ops);
+        // A 1-byte granule puts most of these sizes in tries, densely.
+        run(&mut detached_subject(1), DETACHED_BASE, SPACE / 2, &ops);
     }
 }
 
@@ -346,7 +347,8 @@ fn dense_trie_best_fit_is_exact() {
     let mut blocks = Vec::new();
     let mut end = 0;
     for _ in 0..n {
-        let size = 900 + next(3000);
+        // Above the lists (2047 granules of a byte), across four tree bins.
+        let size = 2100 + next(6000);
         blocks.push(h.alloc(size, 1).unwrap());
         end = h.alloc(1, 1).unwrap().addr + 1;
     }
@@ -362,7 +364,7 @@ fn dense_trie_best_fit_is_exact() {
     }
     h.check().unwrap();
     for _ in 0..2 * n {
-        let need = 850 + next(3200);
+        let need = 2050 + next(6400);
         let want = free
             .iter()
             .enumerate()

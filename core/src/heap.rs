@@ -88,14 +88,17 @@ impl<T: Tags> Heap<T> {
     /// Allocates `size` bytes whose payload is aligned to `align`.
     #[inline]
     pub fn alloc(&mut self, size: usize, align: usize) -> Result<T::Chunk, Error> {
-        // `align` is a power of two no larger than the granule iff `align − 1` is below the
-        // granule and shares no bit with `align` (0 wraps and fails the first test).
-        let mask = align.wrapping_sub(1);
-        if mask >= self.layout().granule() || align & mask != 0 {
+        if !self.layout().granule_aligned(align) {
             return self.alloc_aligned(size, align);
         }
-        // Every payload is granule-aligned: the best fit for the size is the answer.
         let need = self.layout().granules_for(size)?;
+        self.alloc_granules(need)
+    }
+
+    /// Allocates a chunk of `need` granules (from [`Layout::granules_for`]) at the granule's
+    /// alignment: the best fit for the size is the answer.
+    #[inline(always)]
+    pub fn alloc_granules(&mut self, need: usize) -> Result<T::Chunk, Error> {
         self.tags.reserve(1)?;
         let min = self.layout().min_chunk();
         let Some((c, have)) = self.bins.take_best(&mut self.tags, need, |t, c, have| {
@@ -250,26 +253,51 @@ impl<T: Tags> Heap<T> {
     #[inline]
     pub fn resize_in_place(&mut self, c: T::Chunk, size: usize) -> Result<(), Error> {
         let need = self.layout().granules_for(size)?;
+        match self.resize_granules(c, need)? {
+            true => Ok(()),
+            false => Err(Error::OutOfMemory),
+        }
+    }
+
+    /// [`Heap::resize_in_place`] to `need` granules (from [`Layout::granules_for`]): `true`
+    /// when done, `false` when `c` cannot grow in place (it is unchanged then).
+    ///
+    /// Inlined, so that the common answer of a growing realloc, "not in place", costs a read
+    /// of the successor's tag and no call; a resize that happens runs out of line.
+    #[inline]
+    pub fn resize_granules(&mut self, c: T::Chunk, need: usize) -> Result<bool, Error> {
         self.tags.reserve(1)?;
         let have = self.tags.size(c);
-        if need > have {
-            let (n, size) = self
-                .tags
-                .next_if_free(c, have)
-                .filter(|&(_, size)| have + size >= need)
-                .ok_or(Error::OutOfMemory)?;
-            self.unfile(n, size);
-            self.tags.absorb_next(c);
-        }
-        self.release_tail(c, need);
-        let now = self.tags.size(c);
-        if now >= have {
-            self.counters.add_used(now - have);
+        if need <= have {
+            self.shrink(c, have, need);
         } else {
-            self.counters.used -= have - now;
+            match self.tags.next_if_free(c, have) {
+                Some((n, size)) if have + size >= need => self.grow_into_next(c, have, n, need),
+                _ => return Ok(false),
+            }
         }
+        Ok(true)
+    }
+
+    /// Shrinks the in-use chunk `c` of `have` granules to `need` (at most `have`), freeing
+    /// the tail if it can stand alone.
+    #[inline(never)]
+    fn shrink(&mut self, c: T::Chunk, have: usize, need: usize) {
+        self.release_tail(c, need);
+        self.counters.used -= have - self.tags.size(c);
         self.counters.reallocs_in_place += 1;
-        Ok(())
+    }
+
+    /// Grows the in-use chunk `c` of `have` granules to `need` by merging its free successor
+    /// `n` (large enough) into it, and frees what it does not need of that.
+    #[inline(never)]
+    fn grow_into_next(&mut self, c: T::Chunk, have: usize, n: T::Chunk, need: usize) {
+        self.unfile(n, self.tags.size(n));
+        self.tags.absorb_next(c);
+        self.release_tail(c, need);
+        // Counted at the final size, so the peak never sees the transient.
+        self.counters.add_used(self.tags.size(c) - have);
+        self.counters.reallocs_in_place += 1;
     }
 
     /// The chunk size `c` was allocated with may be `size` bytes (see [`Layout::size_fits`]).

@@ -47,10 +47,15 @@ pub(crate) struct Chunk(NonNull<u8>);
 
 impl Chunk {
     /// The chunk whose payload is `ptr` (not checked: see [`InlineHeap::free`]).
-    fn of_payload(ptr: NonNull<u8>) -> Chunk {
-        // `wrapping_sub` keeps this free of preconditions; the result is only dereferenced once
-        // the caller's contract (or `find_chunk`) says it is a chunk head.
-        Chunk(NonNull::new(ptr.as_ptr().wrapping_sub(W)).unwrap_or(ptr))
+    ///
+    /// # Safety
+    /// `ptr` must be the payload of a chunk of one of the heap's regions (the contract of the
+    /// unchecked free, realloc and usable size), so the word before it is that chunk's head.
+    #[inline]
+    unsafe fn of_payload(ptr: NonNull<u8>) -> Chunk {
+        // SAFETY: the head is one word before the payload, inside the same region (the
+        // caller's promise), so the subtraction stays in bounds and is not null.
+        Chunk(unsafe { ptr.byte_sub(W) })
     }
 
     /// The payload: one word into the chunk.
@@ -153,7 +158,7 @@ impl Tags for InlineTags {
 
     #[inline]
     fn size(&self, c: Chunk) -> usize {
-        self.bytes(c) >> self.layout.shift()
+        self.layout.to_granules(self.bytes(c))
     }
 
     #[inline]
@@ -180,16 +185,16 @@ impl Tags for InlineTags {
     #[inline]
     fn used_size(&self, c: Chunk) -> Option<usize> {
         let h = self.head(c);
-        (h & IN_USE != 0).then_some(h >> self.layout.shift())
+        (h & IN_USE != 0).then_some(self.layout.to_granules(h))
     }
 
     #[inline]
     fn next_if_free(&self, c: Chunk, size: usize) -> Option<(Chunk, usize)> {
         // SAFETY: a chunk is followed by another chunk or its region's fence.
-        let n = unsafe { c.plus(size << self.layout.shift()) };
+        let n = unsafe { c.plus(self.layout.to_bytes(size)) };
         // The fence is marked in use, so one read of the successor's head answers both.
         let h = self.head(n);
-        (h & IN_USE == 0).then_some((n, h >> self.layout.shift()))
+        (h & IN_USE == 0).then_some((n, self.layout.to_granules(h)))
     }
 
     #[inline]
@@ -201,14 +206,14 @@ impl Tags for InlineTags {
         // same region; the footer is the predecessor's size, so `c − size` is its head.
         unsafe {
             let bytes = c.word_at(-(W as isize)).read();
-            Some((Chunk(c.0.sub(bytes)), bytes >> self.layout.shift()))
+            Some((Chunk(c.0.sub(bytes)), self.layout.to_granules(bytes)))
         }
     }
 
     fn split(&mut self, c: Chunk, head: usize) -> Chunk {
         let h = self.head(c);
         let bytes = h & !FLAGS;
-        let keep = head << self.layout.shift();
+        let keep = self.layout.to_bytes(head);
         // SAFETY: `0 < keep < bytes`, so the tail starts inside the chunk.
         let tail = unsafe { c.plus(keep) };
         let used = h & IN_USE;
@@ -246,10 +251,9 @@ impl Tags for InlineTags {
         // `c` is free, so its successor's `PREV_IN_USE` is clear and its footer holds its size;
         // only its own `PREV_IN_USE` bit is not known here.
         let prev = self.head(c) & PREV_IN_USE;
-        let shift = self.layout.shift();
         if size >= need + self.layout.min_chunk() {
-            let keep = need << shift;
-            let rest = (size - need) << shift;
+            let keep = self.layout.to_bytes(need);
+            let rest = self.layout.to_bytes(size - need);
             // SAFETY: `0 < keep < size` in bytes, so the tail head lies inside `c`.
             let tail = unsafe { c.plus(keep) };
             self.set_head(c, keep | IN_USE | prev);
@@ -258,7 +262,7 @@ impl Tags for InlineTags {
             // The successor stays as it was: its predecessor (the tail) is free.
             Some(tail)
         } else {
-            let bytes = size << shift;
+            let bytes = self.layout.to_bytes(size);
             self.set_head(c, bytes | IN_USE | prev);
             // SAFETY: a chunk is followed by another chunk or its region's fence.
             let n = unsafe { c.plus(bytes) };
@@ -276,7 +280,7 @@ impl Tags for InlineTags {
         size: usize,
     ) -> Chunk {
         let start = prev.unwrap_or(c);
-        let bytes = size << self.layout.shift();
+        let bytes = self.layout.to_bytes(size);
         // The merged chunk's predecessor is in use: `prev`'s is (no two free chunks are
         // adjacent), and without `prev`, `c`'s is.
         self.set_head(start, bytes | PREV_IN_USE);
@@ -341,7 +345,8 @@ impl Tags for InlineTags {
     }
 
     fn region_granules(&self, r: NonNull<RegionHeader>) -> usize {
-        (self.region_len(r) - self.layout.region_overhead()) >> self.layout.shift()
+        self.layout
+            .to_granules(self.region_len(r) - self.layout.region_overhead())
     }
 
     unsafe fn open_region(&mut self, base: NonNull<u8>, len: usize) -> Chunk {
@@ -386,7 +391,7 @@ impl Tags for InlineTags {
     }
 
     fn cut_region(&mut self, mut r: NonNull<RegionHeader>, last: Chunk, size: usize, len: usize) {
-        let bytes = size << self.layout.shift();
+        let bytes = self.layout.to_bytes(size);
         // The last chunk keeps its `PREV_IN_USE` bit (its predecessor is in use: it is free
         // and no two free chunks are adjacent) and gets a new footer; the new fence follows it.
         let prev = self.head(last) & PREV_IN_USE;
@@ -613,7 +618,7 @@ impl InlineHeap {
     /// `ZeroSize`, `SizeOverflow`, `BadAlign`, `OutOfMemory`.
     ///
     /// # Time Complexity
-    /// `O(1)` for sizes kept in lists (up to 511 granules, 8 KiB at the host granule);
+    /// `O(1)` for sizes kept in lists (up to 2047 granules, 32 KiB at the host granule);
     /// `O(bits of a size)` otherwise (one walk down a bin's trie).
     #[inline]
     pub fn alloc(&mut self, size: usize, align: usize) -> Result<NonNull<u8>, Error> {
@@ -631,7 +636,7 @@ impl InlineHeap {
     ///   into a free chunk), a size that does not fit the chunk (`WrongSize`).
     ///
     /// # Time Complexity
-    /// Without `checked`: `O(1)` when the merged chunk has up to 511 granules, `O(bits of a
+    /// Without `checked`: `O(1)` when the merged chunk has up to 2047 granules, `O(bits of a
     /// size)` otherwise. With it, as for [`InlineHeap::free_checked`].
     ///
     /// # Safety
@@ -647,7 +652,8 @@ impl InlineHeap {
             // SAFETY: forwarded caller contract (a subset of it).
             return unsafe { self.free_checked(ptr, size) };
         }
-        self.heap.free_in_use(Chunk::of_payload(ptr))
+        // SAFETY: without `checked`, `ptr` is a payload of this heap (the caller's contract).
+        self.heap.free_in_use(unsafe { Chunk::of_payload(ptr) })
     }
 
     /// Frees an allocation after proving that `ptr` is the payload of a live chunk of this
@@ -729,25 +735,32 @@ impl InlineHeap {
         let c = if cfg!(feature = "checked") {
             self.validated_chunk(ptr, old_size)?
         } else {
-            let c = Chunk::of_payload(ptr);
+            // SAFETY: without `checked`, `ptr` is a payload of this heap (the caller's
+            // contract).
+            let c = unsafe { Chunk::of_payload(ptr) };
             if self.heap.tags().is_free(c) {
                 return Err(self.heap.refused(Error::DoubleFree));
             }
             c
         };
-        match self.heap.resize_in_place(c, new_size) {
-            Err(Error::OutOfMemory) => {}
-            other => return other.map(|()| ptr),
+        // The new size in granules, computed once for the attempt in place and the move.
+        let need = self.heap.tags().layout.granules_for(new_size)?;
+        if self.heap.resize_granules(c, need)? {
+            return Ok(ptr);
         }
         let t = self.heap.tags();
-        let keep = old_size
-            .min(new_size)
-            .min((t.size(c) << t.layout.shift()) - W);
-        let new = self.alloc(new_size, align)?;
+        let have = t.size(c);
+        let keep = old_size.min(new_size).min((have << t.layout.shift()) - W);
+        let new = if t.layout.granule_aligned(align) {
+            self.heap.alloc_granules(need)?
+        } else {
+            self.heap.alloc(new_size, align)?
+        }
+        .payload();
         // SAFETY: both chunks are live and distinct; `keep` fits in the old chunk's payload
         // and in the new allocation.
         unsafe { core::ptr::copy_nonoverlapping(ptr.as_ptr(), new.as_ptr(), keep) };
-        self.heap.free(c);
+        self.heap.free_sized(c, have);
         Ok(new)
     }
 
@@ -761,7 +774,9 @@ impl InlineHeap {
         ptr: NonNull<u8>,
         size: usize,
     ) -> Result<(), Error> {
-        self.heap.resize_in_place(Chunk::of_payload(ptr), size)
+        // SAFETY: `ptr` is a live allocation of this heap (the caller's contract).
+        self.heap
+            .resize_in_place(unsafe { Chunk::of_payload(ptr) }, size)
     }
 
     /// Bytes usable at `ptr` (at least what was asked for), with the same checks as
@@ -777,7 +792,9 @@ impl InlineHeap {
         let c = if cfg!(feature = "checked") {
             self.find_chunk(ptr)?
         } else {
-            Chunk::of_payload(ptr)
+            // SAFETY: without `checked`, `ptr` is a live allocation of this heap (the caller's
+            // contract).
+            unsafe { Chunk::of_payload(ptr) }
         };
         let t = self.heap.tags();
         if t.is_free(c) {

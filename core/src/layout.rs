@@ -18,12 +18,17 @@ pub const MAX_GRANULE: usize = 1 << 30;
 /// A placement's layout: granule, tag bytes per chunk, smallest chunk, region overhead.
 ///
 /// Invariants (checked by the constructors): the granule is a power of two no larger than
-/// [`MAX_GRANULE`]; `pad = head + granule − 1`; `min_chunk ≥ 1`.
+/// [`MAX_GRANULE`] and `granule = 1 << shift`; `pad = head + granule − 1`;
+/// `size_limit = isize::MAX − pad`; `min_chunk ≥ 1`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
     shift: u32,
+    /// `1 << shift`, kept so the hot paths need not shift to get it.
+    granule: usize,
     head: usize,
     pad: usize,
+    /// `isize::MAX − pad`: the largest request (plus one) whose rounded size stays in range.
+    size_limit: usize,
     min_chunk: usize,
     region_lead: usize,
     region_tail: usize,
@@ -42,8 +47,10 @@ impl Layout {
         }
         Ok(Layout {
             shift: granule.trailing_zeros(),
+            granule,
             head: W,
             pad: W + granule - 1,
+            size_limit: isize::MAX as usize - (W + granule - 1),
             min_chunk: (4 * W).div_ceil(granule),
             // Header, then padding so the first chunk's head is one word before a granule.
             region_lead: (2 * W + W).next_multiple_of(granule) - W,
@@ -61,8 +68,10 @@ impl Layout {
         }
         Ok(Layout {
             shift: granule.trailing_zeros(),
+            granule,
             head: 0,
             pad: granule - 1,
+            size_limit: isize::MAX as usize - (granule - 1),
             min_chunk: 1,
             region_lead: 0,
             region_tail: 0,
@@ -73,13 +82,35 @@ impl Layout {
     /// Bytes per granule.
     #[inline]
     pub const fn granule(&self) -> usize {
-        1 << self.shift
+        self.granule
     }
 
     /// `log2` of the granule.
     #[inline]
     pub const fn shift(&self) -> u32 {
         self.shift
+    }
+
+    /// The whole granules in `bytes` (any bits below a granule, such as tag flags, dropped).
+    #[inline]
+    pub fn to_granules(&self, bytes: usize) -> usize {
+        self.assume_shift_in_range();
+        bytes >> self.shift
+    }
+
+    /// The bytes in `granules` granules (chunk sizes and offsets, which stay in range).
+    #[inline]
+    pub fn to_bytes(&self, granules: usize) -> usize {
+        self.assume_shift_in_range();
+        granules << self.shift
+    }
+
+    /// Tells the compiler that `shift` is below `usize::BITS`, so that a shift by it needs no
+    /// masking (Rust defines a shift by more as wrapping, and masks the amount to get that).
+    #[inline(always)]
+    fn assume_shift_in_range(&self) {
+        // SAFETY: the granule is at most `MAX_GRANULE` (type invariant), so `shift ≤ 30`.
+        unsafe { core::hint::assert_unchecked(self.shift < usize::BITS) }
     }
 
     /// Bytes of tag before each payload.
@@ -127,10 +158,10 @@ impl Layout {
     pub fn granules_for(&self, size: usize) -> Result<usize, Error> {
         // One comparison refuses both a zero size (it wraps) and one whose rounded byte count
         // would pass `isize::MAX`.
-        if size.wrapping_sub(1) >= (isize::MAX as usize) - self.pad {
+        if size.wrapping_sub(1) >= self.size_limit {
             return Err(bad_size(size));
         }
-        Ok(((size + self.pad) >> self.shift).max(self.min_chunk))
+        Ok(self.to_granules(size + self.pad).max(self.min_chunk))
     }
 
     /// The granules an allocation of `size` bytes aligned to `align` keeps (`need`) and the
@@ -171,6 +202,16 @@ impl Layout {
             lead += align >> self.shift;
         }
         lead
+    }
+
+    /// Whether `align` is a power of two no larger than the granule: every payload meets it,
+    /// so the best fit for the size is the answer.
+    #[inline]
+    pub const fn granule_aligned(&self, align: usize) -> bool {
+        // `align − 1` is below the granule and shares no bit with `align` (0 wraps and fails
+        // the first test).
+        let mask = align.wrapping_sub(1);
+        mask < self.granule && align & mask == 0
     }
 
     /// Whether a chunk of `granules` may have been allocated with `size` bytes: `size` fits

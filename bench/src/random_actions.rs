@@ -190,12 +190,14 @@ pub fn run(
     let scale = TALC_DURATION.as_secs_f64() / opts.duration.as_secs_f64();
     // [peer][size] -> (mean score per 200 ms, failures)
     let mut cells = vec![vec![(f64::NAN, 0u64, 0u64); MAX_SIZES.len()]; peers.len()];
+    let mut totals = vec![vec![(Counts::default(), 0u32); MAX_SIZES.len()]; peers.len()];
     let mut notes = Vec::new();
-    for (i, &peer) in peers.iter().enumerate() {
+    // Trials outermost and every allocator in turn within one, so that a drift of the machine's
+    // speed (load, frequency) over the run reaches all allocators alike rather than whichever
+    // ran in its slow stretch.
+    for t in 0..opts.trials {
         for (j, &max) in MAX_SIZES.iter().enumerate() {
-            let mut total = Counts::default();
-            let mut ok = 0;
-            for t in 0..opts.trials {
+            for (i, &peer) in peers.iter().enumerate() {
                 bar.set_message(format!("random actions: {} ≤{max} B", peer.name()));
                 bar.inc(1);
                 let space = Space::for_peer(peer, &mut arena, HEAP);
@@ -207,17 +209,22 @@ pub fn run(
                 };
                 match with_subject(peer, space, setup, &mut trial) {
                     Ok(c) => {
+                        let (total, ok) = &mut totals[i][j];
                         total.score += c.score;
                         total.alloc_failures += c.alloc_failures;
                         total.realloc_failures += c.realloc_failures;
-                        ok += 1;
+                        *ok += 1;
                     }
                     Err(e) => notes.push(format!("- {}: {e}", peer.name())),
                 }
             }
+        }
+    }
+    for (row, cells) in totals.iter().zip(&mut cells) {
+        for (&(total, ok), cell) in row.iter().zip(cells) {
             if ok > 0 {
-                cells[i][j] = (
-                    total.score as f64 / ok as f64 * scale,
+                *cell = (
+                    total.score as f64 / f64::from(ok) * scale,
                     total.alloc_failures,
                     total.realloc_failures,
                 );
@@ -265,7 +272,9 @@ pub fn run(
         scores.row(s);
         ratios.row(r);
     }
-    notes.dedup();
+    // Each error once, in the order first seen (trials repeat them, not side by side).
+    let mut seen = std::collections::HashSet::new();
+    notes.retain(|n| seen.insert(n.clone()));
     let mut md = format!(
         "## Random actions (talc's method)\n\nSuccessful alloc/free/realloc calls per 200 ms \
          (talc's score; higher is better), mean of {} trials of {} ms{} after {} ms of warm-up, \

@@ -12,6 +12,18 @@ use tagalloc_host::{Call, MmapOptions, MmapSource};
 
 const MIB: usize = 1 << 20;
 
+/// Held by every test here for its whole run. The tests map and unmap memory and then ask the
+/// kernel whether a range is mapped; run side by side on the harness's threads, another test's
+/// new mapping could land in a range one test has just unmapped and make it look mapped.
+static KERNEL_MAPPINGS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Takes [`KERNEL_MAPPINGS`] (a test that failed while holding it leaves nothing to protect).
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    KERNEL_MAPPINGS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Fills `len` bytes at `addr` with a pattern keyed by `key`.
 fn fill(addr: usize, len: usize, key: u8) {
     // SAFETY: the callers pass ranges of regions they hold.
@@ -40,6 +52,7 @@ fn zeros(addr: usize, len: usize) -> bool {
 
 #[test]
 fn obtain_maps_zeroed_page_aligned_memory_and_give_back_unmaps_it() {
+    let _serial = one_at_a_time();
     let mut src = MmapSource::new();
     let page = page_size();
     assert_eq!(src.granularity(), page);
@@ -94,6 +107,7 @@ fn obtain_and_grow(src: &mut MmapSource, len: usize, room: usize, key: u8) -> No
 
 #[test]
 fn grow_extends_the_same_mapping_in_place_or_refuses_and_changes_nothing() {
+    let _serial = one_at_a_time();
     let mut src = MmapSource::new();
     // Another test thread may map the addresses right after the region between the growth
     // and the placing of the blocker below (its stack, its own regions): then the whole
@@ -153,6 +167,7 @@ fn grow_extends_the_same_mapping_in_place_or_refuses_and_changes_nothing() {
 
 #[test]
 fn shrink_unmaps_the_tail_and_keeps_the_head() {
+    let _serial = one_at_a_time();
     let mut src = MmapSource::new();
     let (base, len) = src.obtain(4 * MIB).unwrap();
     let addr = base.addr().get();
@@ -176,6 +191,7 @@ fn shrink_unmaps_the_tail_and_keeps_the_head() {
 
 #[test]
 fn release_drops_the_pages_which_then_read_as_zeros() {
+    let _serial = one_at_a_time();
     let mut src = MmapSource::new();
     let page = page_size();
     let (base, len) = src.obtain(64 * page).unwrap();
@@ -195,6 +211,7 @@ fn release_drops_the_pages_which_then_read_as_zeros() {
 
 #[test]
 fn populate_faults_every_page_in_on_obtain_and_on_growth() {
+    let _serial = one_at_a_time();
     let page = page_size();
     let mut src = MmapOptions::new().populate(true).source();
     let (base, len) = src.obtain(4 * MIB).unwrap();
@@ -216,6 +233,7 @@ fn populate_faults_every_page_in_on_obtain_and_on_growth() {
 
 #[test]
 fn impossible_requests_are_errors_not_panics() {
+    let _serial = one_at_a_time();
     let mut src = MmapSource::new();
     assert_eq!(src.obtain(usize::MAX), Err(Error::SizeOverflow));
     assert_eq!(
@@ -239,12 +257,14 @@ fn impossible_requests_are_errors_not_panics() {
 
 #[test]
 fn available_reports_the_systems_free_memory() {
+    let _serial = one_at_a_time();
     let avail = MmapSource::new().available().expect("MemAvailable");
     assert!(avail >= MIB, "{avail}");
 }
 
 #[test]
 fn the_source_is_const_and_its_regions_serve_a_pool() {
+    let _serial = one_at_a_time();
     use tagalloc::{Growth, InlineHeap, Policy, Pool};
     static_assertions();
     let policy = Policy::new().growth(Growth::Fixed(MIB)).limit(8 * MIB);

@@ -11,7 +11,7 @@
 //! - `random-MAX`: talc's random actions (sizes by `generate_size(MAX)`, talc's alignments, a
 //!   seventh of the actions reallocs to `1..3 × MAX` bytes) for `--actions N` actions
 //!   (default 300,000) from a fresh heap over a 128 MiB arena, then every live block freed;
-//! - `path-exact`, `path-tree`, `path-aligned`, `path-end`: requests aimed at one path of
+//! - `path-exact`, `path-tree`, `path-trie`, `path-aligned`, `path-end`: requests aimed at one path of
 //!   tagalloc's heap (see [`Path`]), `--actions N` allocations (default and at most 200,000);
 //! - a trace (`NAME`, looked up as `NAME.trace.gz` in `../shared/traces`, then in the bundled
 //!   `tests/data`; or a path): replayed whole, or its first `--events N` events, through the
@@ -110,8 +110,11 @@ enum Path {
     /// 1,000 live blocks of 16..=1,000 bytes, the oldest freed before each allocation:
     /// sizes of the exact bins.
     Exact,
-    /// The same with 1,100..=16,384 bytes: sizes of the tree bins.
+    /// The same with 1,100..=16,384 bytes: sizes of the tree bins (which the heap keeps in
+    /// lists, one per size, up to 32 KiB).
     Tree,
+    /// The same with 33,000..=131,072 bytes: sizes the heap keeps in tries.
+    Trie,
     /// Exact-bin sizes aligned to 64..=4,096 bytes: the aligned allocation.
     Aligned,
     /// `steps` allocations of 16..=1,000 bytes with no free between them, each carved from
@@ -124,6 +127,7 @@ impl Path {
         Some(match name {
             "path-exact" => Path::Exact,
             "path-tree" => Path::Tree,
+            "path-trie" => Path::Trie,
             "path-aligned" => Path::Aligned,
             "path-end" => Path::End,
             _ => return None,
@@ -135,6 +139,7 @@ impl Path {
         match self {
             Path::Exact | Path::End => (rng.usize(16..=1000), 16),
             Path::Tree => (rng.usize(1100..=16384), 16),
+            Path::Trie => (rng.usize(33_000..=131_072), 16),
             Path::Aligned => (rng.usize(16..=1000), 64 << rng.u32(0..=6)),
         }
     }

@@ -8,9 +8,9 @@
 #
 # Usage: bench/tools/profile.sh [--allocators "tagalloc talc dlmalloc"] [--workloads "..."]
 #                               [--paths WORKLOAD] [--out DIR]
-# Workloads: random-MAX, path-exact, path-tree, path-aligned, path-end, or a trace name (see
+# Workloads: random-MAX, path-exact, path-tree, path-trie, path-aligned, path-end, or a trace name (see
 # bench/examples/profile.rs). Default: talc's random actions at 200, 3000 and 30000 bytes, the
-# four path workloads, and the traces android-systemui, python-json and sqlite from
+# five path workloads, and the traces android-systemui, python-json and sqlite from
 # ../shared/traces (the bundled perl-words and python-dicts where that is absent).
 #
 # Output: a markdown table on stdout, one row per workload and allocator:
@@ -32,7 +32,7 @@ if [ -d ../shared/traces ]; then
 else
     traces="perl-words python-dicts"
 fi
-workloads="random-200 random-3000 random-30000 path-exact path-tree path-aligned path-end $traces"
+workloads="random-200 random-3000 random-30000 path-exact path-tree path-trie path-aligned path-end $traces"
 paths=random-3000
 out=target/profile
 while [ $# -gt 0 ]; do

@@ -320,3 +320,18 @@ fn checked_usable_size_proves_the_pointer() {
     assert_eq!(h.stats().refused_frees, 0);
     h.check().unwrap();
 }
+
+/// The heap's own state is the size the README gives (33 KiB inline, 35 KiB shared, 17 KiB
+/// detached), most of it the two ends of each per-size list; a change to the bins shows here.
+#[cfg(all(target_pointer_width = "64", not(loom)))]
+#[test]
+fn the_heaps_own_state_is_the_documented_size() {
+    use core::mem::size_of;
+    let kib = |bytes: usize| bytes.div_ceil(1024);
+    assert_eq!(kib(size_of::<InlineHeap>()), 33);
+    assert_eq!(kib(size_of::<crate::GlobalHeap>()), 35);
+    assert_eq!(
+        kib(size_of::<crate::DetachedHeap<&mut [crate::Record]>>()),
+        17
+    );
+}

@@ -158,7 +158,7 @@ impl Tags for InlineTags {
 
     #[inline]
     fn size(&self, c: Chunk) -> usize {
-        self.layout.to_granules(self.bytes(c))
+        self.layout.granules_of(self.bytes(c))
     }
 
     #[inline]
@@ -185,16 +185,16 @@ impl Tags for InlineTags {
     #[inline]
     fn used_size(&self, c: Chunk) -> Option<usize> {
         let h = self.head(c);
-        (h & IN_USE != 0).then_some(self.layout.to_granules(h))
+        (h & IN_USE != 0).then_some(self.layout.granules_of(h))
     }
 
     #[inline]
     fn next_if_free(&self, c: Chunk, size: usize) -> Option<(Chunk, usize)> {
         // SAFETY: a chunk is followed by another chunk or its region's fence.
-        let n = unsafe { c.plus(self.layout.to_bytes(size)) };
+        let n = unsafe { c.plus(self.layout.bytes_of(size)) };
         // The fence is marked in use, so one read of the successor's head answers both.
         let h = self.head(n);
-        (h & IN_USE == 0).then_some((n, self.layout.to_granules(h)))
+        (h & IN_USE == 0).then_some((n, self.layout.granules_of(h)))
     }
 
     #[inline]
@@ -206,14 +206,14 @@ impl Tags for InlineTags {
         // same region; the footer is the predecessor's size, so `c − size` is its head.
         unsafe {
             let bytes = c.word_at(-(W as isize)).read();
-            Some((Chunk(c.0.sub(bytes)), self.layout.to_granules(bytes)))
+            Some((Chunk(c.0.sub(bytes)), self.layout.granules_of(bytes)))
         }
     }
 
     fn split(&mut self, c: Chunk, head: usize) -> Chunk {
         let h = self.head(c);
         let bytes = h & !FLAGS;
-        let keep = self.layout.to_bytes(head);
+        let keep = self.layout.bytes_of(head);
         // SAFETY: `0 < keep < bytes`, so the tail starts inside the chunk.
         let tail = unsafe { c.plus(keep) };
         let used = h & IN_USE;
@@ -252,8 +252,8 @@ impl Tags for InlineTags {
         // only its own `PREV_IN_USE` bit is not known here.
         let prev = self.head(c) & PREV_IN_USE;
         if size >= need + self.layout.min_chunk() {
-            let keep = self.layout.to_bytes(need);
-            let rest = self.layout.to_bytes(size - need);
+            let keep = self.layout.bytes_of(need);
+            let rest = self.layout.bytes_of(size - need);
             // SAFETY: `0 < keep < size` in bytes, so the tail head lies inside `c`.
             let tail = unsafe { c.plus(keep) };
             self.set_head(c, keep | IN_USE | prev);
@@ -262,7 +262,7 @@ impl Tags for InlineTags {
             // The successor stays as it was: its predecessor (the tail) is free.
             Some(tail)
         } else {
-            let bytes = self.layout.to_bytes(size);
+            let bytes = self.layout.bytes_of(size);
             self.set_head(c, bytes | IN_USE | prev);
             // SAFETY: a chunk is followed by another chunk or its region's fence.
             let n = unsafe { c.plus(bytes) };
@@ -280,7 +280,7 @@ impl Tags for InlineTags {
         size: usize,
     ) -> Chunk {
         let start = prev.unwrap_or(c);
-        let bytes = self.layout.to_bytes(size);
+        let bytes = self.layout.bytes_of(size);
         // The merged chunk's predecessor is in use: `prev`'s is (no two free chunks are
         // adjacent), and without `prev`, `c`'s is.
         self.set_head(start, bytes | PREV_IN_USE);
@@ -346,7 +346,7 @@ impl Tags for InlineTags {
 
     fn region_granules(&self, r: NonNull<RegionHeader>) -> usize {
         self.layout
-            .to_granules(self.region_len(r) - self.layout.region_overhead())
+            .granules_of(self.region_len(r) - self.layout.region_overhead())
     }
 
     unsafe fn open_region(&mut self, base: NonNull<u8>, len: usize) -> Chunk {
@@ -391,7 +391,7 @@ impl Tags for InlineTags {
     }
 
     fn cut_region(&mut self, mut r: NonNull<RegionHeader>, last: Chunk, size: usize, len: usize) {
-        let bytes = self.layout.to_bytes(size);
+        let bytes = self.layout.bytes_of(size);
         // The last chunk keeps its `PREV_IN_USE` bit (its predecessor is in use: it is free
         // and no two free chunks are adjacent) and gets a new footer; the new fence follows it.
         let prev = self.head(last) & PREV_IN_USE;

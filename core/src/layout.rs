@@ -93,14 +93,14 @@ impl Layout {
 
     /// The whole granules in `bytes` (any bits below a granule, such as tag flags, dropped).
     #[inline]
-    pub fn to_granules(&self, bytes: usize) -> usize {
+    pub(crate) fn granules_of(&self, bytes: usize) -> usize {
         self.assume_shift_in_range();
         bytes >> self.shift
     }
 
     /// The bytes in `granules` granules (chunk sizes and offsets, which stay in range).
     #[inline]
-    pub fn to_bytes(&self, granules: usize) -> usize {
+    pub(crate) fn bytes_of(&self, granules: usize) -> usize {
         self.assume_shift_in_range();
         granules << self.shift
     }
@@ -161,7 +161,7 @@ impl Layout {
         if size.wrapping_sub(1) >= self.size_limit {
             return Err(bad_size(size));
         }
-        Ok(self.to_granules(size + self.pad).max(self.min_chunk))
+        Ok(self.granules_of(size + self.pad).max(self.min_chunk))
     }
 
     /// The granules an allocation of `size` bytes aligned to `align` keeps (`need`) and the
@@ -207,7 +207,7 @@ impl Layout {
     /// Whether `align` is a power of two no larger than the granule: every payload meets it,
     /// so the best fit for the size is the answer.
     #[inline]
-    pub const fn granule_aligned(&self, align: usize) -> bool {
+    pub(crate) const fn granule_aligned(&self, align: usize) -> bool {
         // `align − 1` is below the granule and shares no bit with `align` (0 wraps and fails
         // the first test).
         let mask = align.wrapping_sub(1);

@@ -160,6 +160,27 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         )
     }
 
+    /// Word `w` of the list map (bit `k`: the list of size `64 w + k + 1` is non-empty), and
+    /// which of those 64 lists have a head and which a tail, as the same kind of bit mask: a
+    /// branch-free pass over the ends, so that checking all 2048 lists stays cheap.
+    pub(crate) fn list_word(&self, w: usize) -> (u64, u64, u64) {
+        let ends = &self.ends[w * 64..w * 64 + 64];
+        // The common case, 64 empty lists, in a branch-free loop the compiler can vectorise.
+        let any = ends
+            .iter()
+            .fold(false, |any, e| any | e.head.is_some() | e.tail.is_some());
+        if !any && self.lists[w] == 0 {
+            return (0, 0, 0);
+        }
+        let mut heads = 0u64;
+        let mut tails = 0u64;
+        for (k, e) in ends.iter().enumerate() {
+            heads |= u64::from(e.head.is_some()) << k;
+            tails |= u64::from(e.tail.is_some()) << k;
+        }
+        (self.lists[w], heads, tails)
+    }
+
     /// Whether the summary word says word `w` of the list map is non-empty, and whether it is.
     pub(crate) fn summary(&self, w: usize) -> (bool, bool) {
         (self.summary >> w & 1 == 1, self.lists[w] != 0)
@@ -693,6 +714,22 @@ fn ring_unlink<T: Tags>(t: &mut T, c: T::Chunk) -> Option<T::Chunk> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn list_word_reports_the_map_and_which_ends_are_set() {
+        let mut b: Bins<u32> = Bins::new();
+        assert_eq!(b.list_word(0), (0, 0, 0));
+        // A head without its tail or its map bit, and a tail in the unused last slot: the
+        // masks show every disagreement for the check to report.
+        b.ends[5].head = Some(1);
+        b.lists[0] |= 1 << 9;
+        b.ends[9].head = Some(2);
+        b.ends[9].tail = Some(3);
+        b.ends[LIST_SLOTS - 1].tail = Some(4);
+        assert_eq!(b.list_word(0), (1 << 9, 1 << 5 | 1 << 9, 1 << 9));
+        assert_eq!(b.list_word(MAP_WORDS - 1), (0, 0, 1 << 63));
+        assert_eq!(b.list_word(1), (0, 0, 0));
+    }
 
     #[test]
     fn exact_bins_hold_one_size_each() {

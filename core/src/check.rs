@@ -106,28 +106,46 @@ fn check_bins<T: Tags>(
         }
         Ok(())
     };
+    // The lists 64 at a time: the map word, the summary bit, and which lists have a head and
+    // a tail must all agree (every slot is looked at, the unused last one included); then each
+    // non-empty list is walked.
     for w in 0..LIST_SIZES.div_ceil(64) {
         let (said, is) = bins.summary(w);
         if said != is {
             return Err(CheckError::new("bin summary disagrees with the bin map", 0));
         }
-    }
-    for size in 1..=LIST_SIZES {
-        let (head, tail, marked) = bins.list(size);
-        if head.is_some() != marked {
-            let at = head.map_or(0, |c| t.addr(c));
-            return Err(CheckError::new("bin bitmap disagrees with bin", at));
+        let (map, heads, tails) = bins.list_word(w);
+        // The first list where two of them disagree, by size.
+        let at = |bits: u64| {
+            let (head, tail, _) = bins.list(w * 64 + bits.trailing_zeros() as usize + 1);
+            head.or(tail).map_or(0, |c| t.addr(c))
+        };
+        if heads != map {
+            return Err(CheckError::new(
+                "bin bitmap disagrees with bin",
+                at(heads ^ map),
+            ));
         }
-        if head.is_some() != tail.is_some() {
-            let at = head.or(tail).map_or(0, |c| t.addr(c));
-            return Err(CheckError::new("bin head and tail disagree", at));
+        if heads != tails {
+            return Err(CheckError::new(
+                "bin head and tail disagree",
+                at(heads ^ tails),
+            ));
         }
-        let Some(head) = head else { continue };
-        if t.size(head) != size {
-            return Err(CheckError::new("free chunk in the wrong bin", t.addr(head)));
+        let mut left = map;
+        while left != 0 {
+            let size = w * 64 + left.trailing_zeros() as usize + 1;
+            left &= left - 1;
+            // The map and the heads agree, so the head is there.
+            let (Some(head), tail, _) = bins.list(size) else {
+                return Err(CheckError::new("bin bitmap disagrees with bin", 0));
+            };
+            if t.size(head) != size {
+                return Err(CheckError::new("free chunk in the wrong bin", t.addr(head)));
+            }
+            let b = bin_of(size);
+            check_list(t, head, tail, limit, &mut |c| check_one(c, b))?;
         }
-        let b = bin_of(size);
-        check_list(t, head, tail, limit, &mut |c| check_one(c, b))?;
     }
     for b in FIRST_TRIE_BIN..BIN_COUNT {
         let (root, marked) = bins.root(b);

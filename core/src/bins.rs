@@ -29,7 +29,7 @@ use crate::tags::{Link, Tags};
 pub(crate) const BIN_COUNT: usize = 128;
 /// Bins below this index hold exactly one size each.
 pub(crate) const EXACT_BINS: usize = 64;
-/// Sizes up to this many granules are kept in one list per size (bins 0 to 75).
+/// Sizes up to this many granules are kept in one list per size (bins 0 to 83).
 pub(crate) const LIST_SIZES: usize = 2047;
 /// The first bin kept as a trie: the bin of `LIST_SIZES + 1`.
 pub(crate) const FIRST_TRIE_BIN: usize = bin_of(LIST_SIZES + 1);

@@ -272,7 +272,9 @@ impl<T: Tags> Heap<T> {
             self.shrink(c, have, need);
         } else {
             match self.tags.next_if_free(c, have) {
-                Some((n, size)) if have + size >= need => self.grow_into_next(c, have, n, need),
+                Some((n, size)) if have + size >= need => {
+                    self.grow_into_next(c, have, n, size, need)
+                }
                 _ => return Ok(false),
             }
         }
@@ -289,10 +291,10 @@ impl<T: Tags> Heap<T> {
     }
 
     /// Grows the in-use chunk `c` of `have` granules to `need` by merging its free successor
-    /// `n` (large enough) into it, and frees what it does not need of that.
+    /// `n` of `size` granules (large enough) into it, and frees what it does not need of that.
     #[inline(never)]
-    fn grow_into_next(&mut self, c: T::Chunk, have: usize, n: T::Chunk, need: usize) {
-        self.unfile(n, self.tags.size(n));
+    fn grow_into_next(&mut self, c: T::Chunk, have: usize, n: T::Chunk, size: usize, need: usize) {
+        self.unfile(n, size);
         self.tags.absorb_next(c);
         self.release_tail(c, need);
         // Counted at the final size, so the peak never sees the transient.

@@ -426,7 +426,7 @@ impl Tags for InlineTags {
         let h = self.head(c);
         let bytes = h & !FLAGS;
         if bytes & (self.layout.granule() - 1) != 0
-            || bytes < self.layout.min_chunk() << self.layout.shift()
+            || bytes < self.layout.bytes_of(self.layout.min_chunk())
         {
             return Err(CheckError::new(
                 "chunk size not a whole number of granules",
@@ -700,7 +700,7 @@ impl InlineHeap {
             if p > a {
                 break;
             }
-            if a < ch.addr() + (t.size(ch) << t.layout.shift()) {
+            if a < ch.addr() + t.layout.bytes_of(t.size(ch)) {
                 let could_be_payload = (a - p) & (g - 1) == 0;
                 return match (p == a, t.is_free(ch)) {
                     (true, false) => Ok(ch),
@@ -750,7 +750,7 @@ impl InlineHeap {
         }
         let t = self.heap.tags();
         let have = t.size(c);
-        let keep = old_size.min(new_size).min((have << t.layout.shift()) - W);
+        let keep = old_size.min(new_size).min(t.layout.bytes_of(have) - W);
         let new = if t.layout.granule_aligned(align) {
             self.heap.alloc_granules(need)?
         } else {
@@ -800,7 +800,7 @@ impl InlineHeap {
         if t.is_free(c) {
             return Err(Error::DoubleFree);
         }
-        Ok((t.size(c) << t.layout.shift()) - W)
+        Ok(t.layout.bytes_of(t.size(c)) - W)
     }
 
     /// Bytes usable at `ptr`, after proving, as [`InlineHeap::free_checked`] does, that `ptr`
@@ -815,7 +815,7 @@ impl InlineHeap {
     pub fn checked_usable_size(&self, ptr: NonNull<u8>) -> Result<usize, Error> {
         let c = self.find_chunk(ptr)?;
         let t = self.heap.tags();
-        Ok((t.size(c) << t.layout.shift()) - W)
+        Ok(t.layout.bytes_of(t.size(c)) - W)
     }
 
     /// Calls `each(start, len)` for every free chunk of at least `min` bytes, naming the

@@ -414,14 +414,8 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         F: FnOnce(&mut T, C, usize) -> Option<(C, usize)>,
     {
         if need <= LIST_SIZES {
-            // Lists at or above `need` hold one size each: the first non-empty one holds the
-            // smallest chunks that fit, and its head is the oldest of them.
             if let Some(size) = self.first_list_at_least(need) {
-                let c = self.pop_oldest(t, size - 1)?;
-                if let Some((rest, rsize)) = carve(t, c, size) {
-                    self.insert(t, rest, rsize);
-                }
-                return Some((c, size));
+                return self.take_listed(t, size, carve);
             }
             return self.take_smallest_trie(t, FIRST_TRIE_BIN, carve);
         }
@@ -432,6 +426,38 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         }
         // Every chunk of a higher bin is larger than `need`: take the smallest there.
         self.take_smallest_trie(t, b + 1, carve)
+    }
+
+    /// Takes the oldest of the smallest listed chunks of at least `need` granules
+    /// (`1..=LIST_SIZES`) out of its list, with its size; `None` when no list holds one (the
+    /// tries may). The first half of [`Bins::take_best`]'s list case, for the allocation fast
+    /// path, which carves the chunk and files the rest with [`Bins::push_listed`].
+    #[inline(always)]
+    pub fn pop_listed<T: Tags<Chunk = C>>(&mut self, t: &mut T, need: usize) -> Option<(C, usize)> {
+        let size = self.first_list_at_least(need)?;
+        Some((self.pop_oldest(t, size - 1)?, size))
+    }
+
+    /// Files the free chunk `c` of `size` granules (`1..=LIST_SIZES`) into its list.
+    #[inline(always)]
+    pub fn push_listed<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) {
+        debug_assert!((1..=LIST_SIZES).contains(&size));
+        self.list_push(t, c, size - 1);
+    }
+
+    /// Takes the oldest chunk of the non-empty list of `size` granules, carves it, and files
+    /// the rest (smaller, so into a list too).
+    #[inline]
+    fn take_listed<T, F>(&mut self, t: &mut T, size: usize, carve: F) -> Option<(C, usize)>
+    where
+        T: Tags<Chunk = C>,
+        F: FnOnce(&mut T, C, usize) -> Option<(C, usize)>,
+    {
+        let c = self.pop_oldest(t, size - 1)?;
+        if let Some((rest, rsize)) = carve(t, c, size) {
+            self.push_listed(t, rest, rsize);
+        }
+        Some((c, size))
     }
 
     /// [`Bins::take_best`] from the lowest non-empty trie of bin `from` (at least

@@ -3,7 +3,7 @@
 //! [`crate::InlineHeap`] and [`crate::DetachedHeap`] are thin typed front ends over [`Heap`];
 //! region management lives in [`crate::region`], the invariant walk in [`crate::check`].
 
-use crate::bins::Bins;
+use crate::bins::{Bins, LIST_SIZES};
 use crate::error::Error;
 use crate::layout::Layout;
 use crate::stats::{Counters, Stats};
@@ -97,16 +97,39 @@ impl<T: Tags> Heap<T> {
 
     /// Allocates a chunk of `need` granules (from [`Layout::granules_for`]) at the granule's
     /// alignment: the best fit for the size is the answer.
+    ///
+    /// A request a list serves is handled inline; the rest out of line, so that the common
+    /// path needs no callee-saved register.
     #[inline(always)]
     pub fn alloc_granules(&mut self, need: usize) -> Result<T::Chunk, Error> {
         self.tags.reserve(1)?;
-        let min = self.layout().min_chunk();
-        let Some((c, have)) = self.bins.take_best(&mut self.tags, need, |t, c, have| {
-            let tail = t.carve(c, have, need)?;
-            Some((tail, have - need))
-        }) else {
+        if need <= LIST_SIZES {
+            if let Some((c, have)) = self.bins.pop_listed(&mut self.tags, need) {
+                // Counted first, so that fewer values stay live across the carve.
+                self.counted_carve(need, have);
+                if let Some(tail) = self.tags.carve(c, have, need) {
+                    self.bins.push_listed(&mut self.tags, tail, have - need);
+                }
+                return Ok(c);
+            }
+        }
+        self.alloc_granules_slow(need)
+    }
+
+    /// [`Heap::alloc_granules`] when no list serves the request: from the tries.
+    #[inline(never)]
+    fn alloc_granules_slow(&mut self, need: usize) -> Result<T::Chunk, Error> {
+        let Some((c, have)) = self.bins.take_best(&mut self.tags, need, carver(need)) else {
             return Err(out_of_memory());
         };
+        self.counted_carve(need, have);
+        Ok(c)
+    }
+
+    /// Counts an allocation of `need` granules carved from a chunk of `have` (see `carver`).
+    #[inline(always)]
+    fn counted_carve(&mut self, need: usize, have: usize) {
+        let min = self.layout().min_chunk();
         // `carve` split off a free tail exactly when it could stand alone.
         if have - need >= min {
             self.counted_out(need);
@@ -114,7 +137,6 @@ impl<T: Tags> Heap<T> {
             self.counters.free_chunks -= 1;
             self.counted_out(have);
         }
-        Ok(c)
     }
 
     /// [`Heap::alloc`] for alignments above the granule (and bad ones).
@@ -203,6 +225,22 @@ impl<T: Tags> Heap<T> {
     /// merging it with free neighbours first so that no two free chunks are ever adjacent.
     #[inline]
     fn coalesce_and_file(&mut self, c: T::Chunk, size: usize) {
+        // The common case, both neighbours in use and a size kept in a list, inline; the
+        // rest out of line, so that this path needs no callee-saved register.
+        if self.tags.prev_if_free(c).is_none()
+            && self.tags.next_if_free(c, size).is_none()
+            && size <= LIST_SIZES
+        {
+            let m = self.tags.free_merged(c, None, None, size);
+            self.file_free(m, size);
+            return;
+        }
+        self.coalesce_and_file_slow(c, size);
+    }
+
+    /// [`Heap::coalesce_and_file`] when a neighbour is free or the size is above the lists.
+    #[inline(never)]
+    fn coalesce_and_file_slow(&mut self, c: T::Chunk, size: usize) {
         let prev = self.tags.prev_if_free(c);
         let next = self.tags.next_if_free(c, size);
         // The merged chunk takes the bin place of its successor, else of its predecessor.
@@ -312,6 +350,18 @@ impl<T: Tags> Heap<T> {
         let largest = self.bins.largest(&self.tags).unwrap_or(0);
         self.counters
             .to_stats(self.layout().shift(), largest, self.layout().head())
+    }
+}
+
+/// The carving step of an allocation of `need` granules, for [`Bins::take_best`]: the chunk's
+/// first `need` granules handed out, the rest returned as a free chunk if it can stand alone.
+#[inline(always)]
+fn carver<T: Tags>(
+    need: usize,
+) -> impl FnOnce(&mut T, T::Chunk, usize) -> Option<(T::Chunk, usize)> {
+    move |t, c, have| {
+        let tail = t.carve(c, have, need)?;
+        Some((tail, have - need))
     }
 }
 

@@ -326,9 +326,10 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
     fn first_list_at_least(&self, need: usize) -> Option<usize> {
         let i = need - 1;
         let w = (i / 64) & (MAP_WORDS - 1);
-        let here = self.lists[w] & (u64::MAX << (i % 64));
+        // The lists of `need` and up within its map word, `need`'s at bit 0.
+        let here = self.lists[w] >> (i % 64);
         if here != 0 {
-            return Some(w * 64 + here.trailing_zeros() as usize + 1);
+            return Some(need + here.trailing_zeros() as usize);
         }
         let later = self.summary & (u64::MAX << w << 1);
         if later == 0 {

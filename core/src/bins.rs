@@ -446,6 +446,13 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         self.list_push(t, c, size - 1);
     }
 
+    /// Takes the free chunk `c` of `size` granules (`1..=LIST_SIZES`) out of its list.
+    #[inline(always)]
+    pub fn unlink_listed<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) {
+        debug_assert!((1..=LIST_SIZES).contains(&size));
+        self.list_unlink(t, c, size - 1);
+    }
+
     /// Takes the oldest chunk of the non-empty list of `size` granules, carves it, and files
     /// the rest (smaller, so into a list too).
     #[inline]

@@ -225,20 +225,29 @@ impl<T: Tags> Heap<T> {
     /// merging it with free neighbours first so that no two free chunks are ever adjacent.
     #[inline]
     fn coalesce_and_file(&mut self, c: T::Chunk, size: usize) {
-        // The common case, both neighbours in use and a size kept in a list, inline; the
-        // rest out of line, so that this path needs no callee-saved register.
-        if self.tags.prev_if_free(c).is_none()
-            && self.tags.next_if_free(c, size).is_none()
-            && size <= LIST_SIZES
-        {
-            let m = self.tags.free_merged(c, None, None, size);
-            self.file_free(m, size);
-            return;
+        // The common cases inline: at most one free neighbour, and every size involved kept
+        // in a list. The rest out of line, so that these paths need few callee-saved
+        // registers. A merge with one neighbour leaves the number of free chunks as it was.
+        match (self.tags.prev_if_free(c), self.tags.next_if_free(c, size)) {
+            (None, None) if size <= LIST_SIZES => {
+                let m = self.tags.free_merged(c, None, None, size);
+                self.file_free(m, size);
+            }
+            (Some((p, ps)), None) if size + ps <= LIST_SIZES => {
+                self.bins.unlink_listed(&mut self.tags, p, ps);
+                let m = self.tags.free_merged(c, Some(p), None, size + ps);
+                self.bins.push_listed(&mut self.tags, m, size + ps);
+            }
+            (None, Some((n, ns))) if size + ns <= LIST_SIZES => {
+                self.bins.unlink_listed(&mut self.tags, n, ns);
+                let m = self.tags.free_merged(c, None, Some(n), size + ns);
+                self.bins.push_listed(&mut self.tags, m, size + ns);
+            }
+            _ => self.coalesce_and_file_slow(c, size),
         }
-        self.coalesce_and_file_slow(c, size);
     }
 
-    /// [`Heap::coalesce_and_file`] when a neighbour is free or the size is above the lists.
+    /// [`Heap::coalesce_and_file`] when both neighbours are free or a size is above the lists.
     #[inline(never)]
     fn coalesce_and_file_slow(&mut self, c: T::Chunk, size: usize) {
         let prev = self.tags.prev_if_free(c);

@@ -6,6 +6,7 @@ use core::alloc::{GlobalAlloc, Layout};
 use core::ptr::{null_mut, NonNull};
 
 use crate::error::Error;
+use crate::granule::{Granule, HostGranule};
 use crate::inline::InlineHeap;
 use crate::lock::{RawLock, SpinLock};
 use crate::shared::{QueuedFree, Shared};
@@ -24,8 +25,8 @@ pub(crate) struct Queued {
 unsafe impl Send for Queued {}
 
 /// The heap and the arena it has yet to claim.
-pub(crate) struct ArenaHeap {
-    heap: InlineHeap,
+pub(crate) struct ArenaHeap<G: Granule> {
+    heap: InlineHeap<G>,
     pending: Option<(*mut u8, usize)>,
     /// Why the arena of [`GlobalHeap::with_arena`] was refused, if it was.
     refused: Option<Error>,
@@ -33,12 +34,12 @@ pub(crate) struct ArenaHeap {
 
 // SAFETY: the pending arena pointer is only a promise of memory (the `with_arena` contract)
 // that is claimed under the lock; the heap itself is `Send`.
-unsafe impl Send for ArenaHeap {}
+unsafe impl<G: Granule> Send for ArenaHeap<G> {}
 
-impl ArenaHeap {
+impl<G: Granule> ArenaHeap<G> {
     /// The heap, with the arena claimed.
     #[inline]
-    fn heap(&mut self) -> &mut InlineHeap {
+    fn heap(&mut self) -> &mut InlineHeap<G> {
         if self.pending.is_some() {
             self.claim();
         }
@@ -69,7 +70,7 @@ impl ArenaHeap {
     }
 }
 
-impl QueuedFree for ArenaHeap {
+impl<G: Granule> QueuedFree for ArenaHeap<G> {
     type Freed = Queued;
 
     fn free_queued(&mut self, q: Queued) {
@@ -132,8 +133,8 @@ impl QueuedFree for ArenaHeap {
 /// static HEAP: GlobalHeap = GlobalHeap::with_arena(&raw mut ARENA);
 /// # fn main() {}
 /// ```
-pub struct GlobalHeap<L = SpinLock, const N: usize = 64> {
-    shared: Shared<ArenaHeap, L, N>,
+pub struct GlobalHeap<L = SpinLock, const N: usize = 64, G: Granule = HostGranule> {
+    shared: Shared<ArenaHeap<G>, L, N>,
 }
 
 impl GlobalHeap {
@@ -196,6 +197,25 @@ impl<L: RawLock, const N: usize> GlobalHeap<L, N> {
             }
         }
     }
+}
+
+impl<L: RawLock, const N: usize, G: Granule> GlobalHeap<L, N, G> {
+    const_unless_loom! {
+        /// Shares `heap`, with whatever regions it has, between threads (for instance a heap
+        /// of another granule, from [`InlineHeap::with_granule`]).
+        ///
+        /// # Time Complexity
+        /// `O(N)` (the queue is built).
+        pub fn from_heap(heap: InlineHeap<G>) -> Self {
+            GlobalHeap {
+                shared: Shared::new(ArenaHeap {
+                    heap,
+                    pending: None,
+                    refused: None,
+                }),
+            }
+        }
+    }
 
     /// Adds memory to the heap (see [`InlineHeap::add_region`]).
     ///
@@ -218,7 +238,7 @@ impl<L: RawLock, const N: usize> GlobalHeap<L, N> {
     ///
     /// # Time Complexity
     /// `f`'s, after the queued frees (at most `N`, each as [`InlineHeap::free`]).
-    pub fn with_heap<R>(&self, f: impl FnOnce(&mut InlineHeap) -> R) -> Result<R, Error> {
+    pub fn with_heap<R>(&self, f: impl FnOnce(&mut InlineHeap<G>) -> R) -> Result<R, Error> {
         self.shared.with(|st| f(st.heap()))
     }
 
@@ -307,7 +327,7 @@ impl Default for GlobalHeap {
 // SAFETY: `alloc` returns either null or a fresh block of at least `layout.size()` bytes aligned
 // to `layout.align()` that no other live allocation overlaps (the heap's invariants); `dealloc`
 // and `realloc` forward the caller's promise that `ptr` came from this allocator with `layout`.
-unsafe impl<L: RawLock, const N: usize> GlobalAlloc for GlobalHeap<L, N> {
+unsafe impl<L: RawLock, const N: usize, G: Granule> GlobalAlloc for GlobalHeap<L, N, G> {
     /// Null for a zero size (which `GlobalAlloc` callers must not ask for) and on any error.
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         self.try_alloc(layout.size(), layout.align())
@@ -354,8 +374,8 @@ macro_rules! allocator_api {
             ///
             /// # Safety
             /// `ptr` is a live allocation of `heap` with `old`, given up if this succeeds.
-            unsafe fn move_to<L: RawLock, const N: usize>(
-                heap: &GlobalHeap<L, N>,
+            unsafe fn move_to<L: RawLock, const N: usize, G: Granule>(
+                heap: &GlobalHeap<L, N, G>,
                 ptr: NonNull<u8>,
                 old: Layout,
                 new: Layout,
@@ -373,8 +393,8 @@ macro_rules! allocator_api {
             ///
             /// # Safety
             /// As for [`Allocator::grow`] / [`Allocator::shrink`].
-            unsafe fn resize<L: RawLock, const N: usize>(
-                heap: &GlobalHeap<L, N>,
+            unsafe fn resize<L: RawLock, const N: usize, G: Granule>(
+                heap: &GlobalHeap<L, N, G>,
                 ptr: NonNull<u8>,
                 old: Layout,
                 new: Layout,
@@ -393,7 +413,7 @@ macro_rules! allocator_api {
             // heap's invariants) and stay valid until freed; zero-sized requests get a dangling
             // aligned pointer that is never passed to the heap; the heap may be moved or shared
             // (it is `Sync`), and blocks are freed through whichever reference to it.
-            unsafe impl<L: RawLock, const N: usize> Allocator for GlobalHeap<L, N> {
+            unsafe impl<L: RawLock, const N: usize, G: Granule> Allocator for GlobalHeap<L, N, G> {
                 fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
                     if layout.size() == 0 {
                         return Ok(NonNull::slice_from_raw_parts(dangling(layout)?, 0));

@@ -14,9 +14,11 @@
 //! whether that footer is valid. Each region starts with a [`RegionHeader`] and ends with a
 //! *fence*: a head word of size 0 marked in use, which stops every walk and merge.
 
+use core::marker::PhantomData;
 use core::ptr::NonNull;
 
 use crate::error::{CheckError, Error};
+use crate::granule::{AnyGranule, Granule, HostGranule, HOST_LAYOUT};
 use crate::heap::Heap;
 use crate::layout::{Layout, W};
 use crate::stats::Stats;
@@ -93,13 +95,24 @@ impl Chunk {
 ///
 /// Invariant: every [`Chunk`] passed to these methods satisfies its type invariant, and every
 /// region on `regions` is memory the heap owns exclusively for as long as it is on the list
-/// (the contract of [`InlineHeap::add_region`]).
-pub(crate) struct InlineTags {
+/// (the contract of [`InlineHeap::add_region`]). `G` says whether the granule is a constant
+/// or read from `layout` (see [`crate::granule`]); either way the answer is `layout`.
+pub(crate) struct InlineTags<G> {
     layout: Layout,
     regions: Option<NonNull<RegionHeader>>,
+    granule: PhantomData<G>,
 }
 
-impl InlineTags {
+impl<G: Granule> InlineTags<G> {
+    /// Tags with this layout and no region yet.
+    const fn new(layout: Layout) -> Self {
+        InlineTags {
+            layout,
+            regions: None,
+            granule: PhantomData,
+        }
+    }
+
     #[inline]
     fn head(&self, c: Chunk) -> usize {
         // SAFETY: `c` is a chunk head or a fence in an owned region (type invariant); heads are
@@ -146,19 +159,19 @@ impl InlineTags {
     }
 }
 
-impl Tags for InlineTags {
+impl<G: Granule> Tags for InlineTags<G> {
     type Chunk = Chunk;
     type Region = NonNull<RegionHeader>;
     type Base = NonNull<u8>;
 
     #[inline]
     fn layout(&self) -> &Layout {
-        &self.layout
+        G::layout(&self.layout)
     }
 
     #[inline]
     fn size(&self, c: Chunk) -> usize {
-        self.layout.granules_of(self.bytes(c))
+        self.layout().granules_of(self.bytes(c))
     }
 
     #[inline]
@@ -185,16 +198,16 @@ impl Tags for InlineTags {
     #[inline]
     fn used_size(&self, c: Chunk) -> Option<usize> {
         let h = self.head(c);
-        (h & IN_USE != 0).then_some(self.layout.granules_of(h))
+        (h & IN_USE != 0).then_some(self.layout().granules_of(h))
     }
 
     #[inline]
     fn next_if_free(&self, c: Chunk, size: usize) -> Option<(Chunk, usize)> {
         // SAFETY: a chunk is followed by another chunk or its region's fence.
-        let n = unsafe { c.plus(self.layout.bytes_of(size)) };
+        let n = unsafe { c.plus(self.layout().bytes_of(size)) };
         // The fence is marked in use, so one read of the successor's head answers both.
         let h = self.head(n);
-        (h & IN_USE == 0).then_some((n, self.layout.granules_of(h)))
+        (h & IN_USE == 0).then_some((n, self.layout().granules_of(h)))
     }
 
     #[inline]
@@ -206,14 +219,14 @@ impl Tags for InlineTags {
         // same region; the footer is the predecessor's size, so `c − size` is its head.
         unsafe {
             let bytes = c.word_at(-(W as isize)).read();
-            Some((Chunk(c.0.sub(bytes)), self.layout.granules_of(bytes)))
+            Some((Chunk(c.0.sub(bytes)), self.layout().granules_of(bytes)))
         }
     }
 
     fn split(&mut self, c: Chunk, head: usize) -> Chunk {
         let h = self.head(c);
         let bytes = h & !FLAGS;
-        let keep = self.layout.bytes_of(head);
+        let keep = self.layout().bytes_of(head);
         // SAFETY: `0 < keep < bytes`, so the tail starts inside the chunk.
         let tail = unsafe { c.plus(keep) };
         let used = h & IN_USE;
@@ -251,9 +264,9 @@ impl Tags for InlineTags {
         // `c` is free, so its successor's `PREV_IN_USE` is clear and its footer holds its size;
         // only its own `PREV_IN_USE` bit is not known here.
         let prev = self.head(c) & PREV_IN_USE;
-        if size >= need + self.layout.min_chunk() {
-            let keep = self.layout.bytes_of(need);
-            let rest = self.layout.bytes_of(size - need);
+        if size >= need + self.layout().min_chunk() {
+            let keep = self.layout().bytes_of(need);
+            let rest = self.layout().bytes_of(size - need);
             // SAFETY: `0 < keep < size` in bytes, so the tail head lies inside `c`.
             let tail = unsafe { c.plus(keep) };
             self.set_head(c, keep | IN_USE | prev);
@@ -262,7 +275,7 @@ impl Tags for InlineTags {
             // The successor stays as it was: its predecessor (the tail) is free.
             Some(tail)
         } else {
-            let bytes = self.layout.bytes_of(size);
+            let bytes = self.layout().bytes_of(size);
             self.set_head(c, bytes | IN_USE | prev);
             // SAFETY: a chunk is followed by another chunk or its region's fence.
             let n = unsafe { c.plus(bytes) };
@@ -280,7 +293,7 @@ impl Tags for InlineTags {
         size: usize,
     ) -> Chunk {
         let start = prev.unwrap_or(c);
-        let bytes = self.layout.bytes_of(size);
+        let bytes = self.layout().bytes_of(size);
         // The merged chunk's predecessor is in use: `prev`'s is (no two free chunks are
         // adjacent), and without `prev`, `c`'s is.
         self.set_head(start, bytes | PREV_IN_USE);
@@ -341,16 +354,16 @@ impl Tags for InlineTags {
 
     fn region_first_chunk(&self, r: NonNull<RegionHeader>) -> Chunk {
         // SAFETY: the first chunk lies inside the region (checked when it was added).
-        Chunk(unsafe { r.cast::<u8>().add(self.layout.region_lead()) })
+        Chunk(unsafe { r.cast::<u8>().add(self.layout().region_lead()) })
     }
 
     fn region_granules(&self, r: NonNull<RegionHeader>) -> usize {
-        self.layout
-            .granules_of(self.region_len(r) - self.layout.region_overhead())
+        self.layout()
+            .granules_of(self.region_len(r) - self.layout().region_overhead())
     }
 
     unsafe fn open_region(&mut self, base: NonNull<u8>, len: usize) -> Chunk {
-        let span = len - self.layout.region_overhead();
+        let span = len - self.layout().region_overhead();
         let header = base.cast::<RegionHeader>();
         // SAFETY: the range is valid, ours, granule-aligned and large enough (the caller's
         // contract); the header, the first head and the fence all lie inside it, at
@@ -360,7 +373,7 @@ impl Tags for InlineTags {
                 next: self.regions.map_or(core::ptr::null_mut(), NonNull::as_ptr),
                 end: base.addr().get() + len,
             });
-            let c = Chunk(base.add(self.layout.region_lead()));
+            let c = Chunk(base.add(self.layout().region_lead()));
             c.word_at(0).write(span | IN_USE | PREV_IN_USE);
             c.plus(span).word_at(0).write(IN_USE | PREV_IN_USE);
             self.regions = Some(header);
@@ -391,7 +404,7 @@ impl Tags for InlineTags {
     }
 
     fn cut_region(&mut self, mut r: NonNull<RegionHeader>, last: Chunk, size: usize, len: usize) {
-        let bytes = self.layout.bytes_of(size);
+        let bytes = self.layout().bytes_of(size);
         // The last chunk keeps its `PREV_IN_USE` bit (its predecessor is in use: it is free
         // and no two free chunks are adjacent) and gets a new footer; the new fence follows it.
         let prev = self.head(last) & PREV_IN_USE;
@@ -425,8 +438,8 @@ impl Tags for InlineTags {
         let at = c.addr();
         let h = self.head(c);
         let bytes = h & !FLAGS;
-        if bytes & (self.layout.granule() - 1) != 0
-            || bytes < self.layout.bytes_of(self.layout.min_chunk())
+        if bytes & (self.layout().granule() - 1) != 0
+            || bytes < self.layout().bytes_of(self.layout().min_chunk())
         {
             return Err(CheckError::new(
                 "chunk size not a whole number of granules",
@@ -464,6 +477,11 @@ impl Tags for InlineTags {
 /// (16 bytes by default) with one word of tag per allocation; any power-of-two alignment is
 /// served, alignments above the granule by splitting off a leading free fragment.
 ///
+/// `G` says where the granule comes from: [`HostGranule`] (the default, [`InlineHeap::new`])
+/// makes it a constant of the compiled code, which the hot paths need (about a tenth of an
+/// allocation's instructions); [`AnyGranule`] ([`InlineHeap::with_granule`]) reads it from the
+/// heap, for granules above 16 bytes. Both run the same algorithm.
+///
 /// # Examples
 ///
 /// ```
@@ -487,13 +505,13 @@ impl Tags for InlineTags {
 /// # Ok(())
 /// # }
 /// ```
-pub struct InlineHeap {
-    pub(crate) heap: Heap<InlineTags>,
+pub struct InlineHeap<G: Granule = HostGranule> {
+    pub(crate) heap: Heap<InlineTags<G>>,
 }
 
 // SAFETY: the heap owns its regions exclusively (the `add_region` contract) and holds no
 // thread-bound state, so it may move to another thread with them.
-unsafe impl Send for InlineHeap {}
+unsafe impl<G: Granule> Send for InlineHeap<G> {}
 
 impl Default for InlineHeap {
     fn default() -> Self {
@@ -502,43 +520,45 @@ impl Default for InlineHeap {
 }
 
 impl InlineHeap {
-    /// An empty heap with the host granule of 16 bytes. Add memory with
-    /// [`InlineHeap::add_region`].
+    /// An empty heap with the host granule of 16 bytes, which the compiler then knows: every
+    /// size computation of the hot paths shifts and rounds by constants (see
+    /// [`HostGranule`]). Add memory with [`InlineHeap::add_region`].
     ///
     /// # Time Complexity
     /// `O(1)`.
     pub const fn new() -> Self {
-        match Self::with_granule(HOST_GRANULE) {
-            Ok(heap) => heap,
-            Err(_) => panic!("the host granule is a valid granule"),
+        InlineHeap {
+            heap: Heap::new(InlineTags::new(HOST_LAYOUT)),
         }
     }
+}
 
+impl InlineHeap<AnyGranule> {
     /// An empty heap with another granule: a power of two from 16 bytes ([`HOST_GRANULE`]) to
     /// [`MAX_GRANULE`](crate::MAX_GRANULE) (1 GiB). Every request is rounded up to a whole number of granules
     /// (its one-word tag included) and every payload is granule-aligned; a region loses up to a
-    /// granule at its start to its header. Errors: `BadGranule`.
+    /// granule at its start to its header. The granule is read at run time ([`AnyGranule`]):
+    /// [`InlineHeap::new`] is faster for the host granule. Errors: `BadGranule`.
     ///
     /// # Time Complexity
     /// `O(1)`.
     pub const fn with_granule(granule: usize) -> Result<Self, Error> {
         match Layout::inline(granule) {
             Ok(layout) => Ok(InlineHeap {
-                heap: Heap::new(InlineTags {
-                    layout,
-                    regions: None,
-                }),
+                heap: Heap::new(InlineTags::new(layout)),
             }),
             Err(e) => Err(e),
         }
     }
+}
 
+impl<G: Granule> InlineHeap<G> {
     /// The granule in bytes.
     ///
     /// # Time Complexity
     /// `O(1)`.
     pub fn granule(&self) -> usize {
-        self.heap.tags().layout.granule()
+        self.heap.tags().layout().granule()
     }
 
     /// Hands `len` bytes at `base` to the heap as a new region. `base` must be granule-aligned;
@@ -693,14 +713,14 @@ impl InlineHeap {
         let Some((base, _)) = self.heap.region_of(a) else {
             return Err(Error::ForeignPointer);
         };
-        let g = t.layout.granule();
+        let g = t.layout().granule();
         let mut c = Some(t.region_first_chunk(base.cast()));
         while let Some(ch) = c {
             let p = t.payload(ch);
             if p > a {
                 break;
             }
-            if a < ch.addr() + t.layout.bytes_of(t.size(ch)) {
+            if a < ch.addr() + t.layout().bytes_of(t.size(ch)) {
                 let could_be_payload = (a - p) & (g - 1) == 0;
                 return match (p == a, t.is_free(ch)) {
                     (true, false) => Ok(ch),
@@ -744,14 +764,14 @@ impl InlineHeap {
             c
         };
         // The new size in granules, computed once for the attempt in place and the move.
-        let need = self.heap.tags().layout.granules_for(new_size)?;
+        let need = self.heap.tags().layout().granules_for(new_size)?;
         if self.heap.resize_granules(c, need)? {
             return Ok(ptr);
         }
         let t = self.heap.tags();
         let have = t.size(c);
-        let keep = old_size.min(new_size).min(t.layout.bytes_of(have) - W);
-        let new = if t.layout.granule_aligned(align) {
+        let keep = old_size.min(new_size).min(t.layout().bytes_of(have) - W);
+        let new = if t.layout().granule_aligned(align) {
             self.heap.alloc_granules(need)?
         } else {
             self.heap.alloc(new_size, align)?
@@ -800,7 +820,7 @@ impl InlineHeap {
         if t.is_free(c) {
             return Err(Error::DoubleFree);
         }
-        Ok(t.layout.bytes_of(t.size(c)) - W)
+        Ok(t.layout().bytes_of(t.size(c)) - W)
     }
 
     /// Bytes usable at `ptr`, after proving, as [`InlineHeap::free_checked`] does, that `ptr`
@@ -815,7 +835,7 @@ impl InlineHeap {
     pub fn checked_usable_size(&self, ptr: NonNull<u8>) -> Result<usize, Error> {
         let c = self.find_chunk(ptr)?;
         let t = self.heap.tags();
-        Ok(t.layout.bytes_of(t.size(c)) - W)
+        Ok(t.layout().bytes_of(t.size(c)) - W)
     }
 
     /// Calls `each(start, len)` for every free chunk of at least `min` bytes, naming the

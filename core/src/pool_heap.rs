@@ -5,6 +5,7 @@ use core::ptr::NonNull;
 
 use crate::detached::{Block, DetachedHeap};
 use crate::error::{CheckError, Error};
+use crate::granule::Granule;
 use crate::inline::InlineHeap;
 use crate::layout::Layout;
 use crate::records::RecordStore;
@@ -130,7 +131,7 @@ macro_rules! shared_ops {
     };
 }
 
-impl PoolHeap for InlineHeap {
+impl<G: Granule> PoolHeap for InlineHeap<G> {
     type Base = NonNull<u8>;
     type Block = NonNull<u8>;
 

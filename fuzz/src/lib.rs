@@ -36,15 +36,19 @@ use misuse::Step;
 use ops::{Config, Input, Op};
 use rig::{CappedTable, DetachedRig, InlineRig, Rig};
 
-/// The inline heap the set-up asks for: mostly the host granule, sometimes a larger one.
-fn inline_heap(config: &Config) -> InlineHeap {
+/// Runs the steps on the inline heap the set-up asks for: mostly the host granule as a
+/// constant (`InlineHeap::new`, what programs use), sometimes the same granule read at run time
+/// or a larger one (`InlineHeap::with_granule`).
+fn drive_inline<T: Apply>(config: &Config, with_model: bool, steps: &[T]) {
     let granule = match config.granule % 8 {
-        0..=4 => 16,
+        0..=3 => return drive(InlineRig::new(InlineHeap::new()), with_model, config, steps),
+        4 => 16,
         5 => 32,
         6 => 64,
         _ => 256,
     };
-    InlineHeap::with_granule(granule).unwrap()
+    let heap = InlineHeap::with_granule(granule).unwrap();
+    drive(InlineRig::new(heap), with_model, config, steps);
 }
 
 /// The detached granule the set-up asks for.
@@ -103,7 +107,7 @@ pub fn run_inline_ops(input: &Input<Op>) {
             assert_eq!(InlineHeap::with_granule(bad).err(), Some(Error::BadGranule));
         }
     }
-    drive(InlineRig::new(inline_heap(c)), false, c, &input.ops);
+    drive_inline(c, false, &input.ops);
 }
 
 /// `detached_ops`: operation sequences on a `DetachedHeap`.
@@ -124,7 +128,7 @@ pub fn run_detached_ops(input: &Input<Op>) {
 /// reference model: every address and every error must be the model's.
 pub fn run_best_fit_differential(input: &Input<Op>) {
     let c = &input.config;
-    drive(InlineRig::new(inline_heap(c)), true, c, &input.ops);
+    drive_inline(c, true, &input.ops);
     let heap = DetachedHeap::growable(detached_granule(c)).unwrap();
     drive(DetachedRig::new(heap), true, c, &input.ops);
 }
@@ -134,7 +138,7 @@ pub fn run_best_fit_differential(input: &Input<Op>) {
 pub fn run_misuse(input: &Input<Step>) {
     let c = &input.config;
     if c.table & 1 == 0 {
-        drive(InlineRig::new(inline_heap(c)), false, c, &input.ops);
+        drive_inline(c, false, &input.ops);
     } else {
         drive_detached(c, &input.ops);
     }

@@ -8,8 +8,8 @@ use std::ptr::NonNull;
 
 use tagalloc::model::{DetachedSubject, InlineSubject, Subject};
 use tagalloc::{
-    Block, CheckError, DetachedHeap, Error, GlobalHeap, InlineHeap, Record, RecordStore,
-    SharedDetachedHeap, SpinLock, Stats,
+    AnyGranule, Block, CheckError, DetachedHeap, Error, GlobalHeap, Granule, HostGranule,
+    InlineHeap, Record, RecordStore, SharedDetachedHeap, SpinLock, Stats,
 };
 
 use crate::arena::Lease;
@@ -80,20 +80,40 @@ pub trait SharedHeap {
     fn queued_frees(&self) -> usize;
 }
 
+/// The granules an inline rig can run: an empty heap of either kind, to stand in for the heap
+/// under test while that is lent to a [`GlobalHeap`].
+pub trait RigGranule: Granule + Sized {
+    /// An empty heap of `granule` bytes.
+    fn empty(granule: usize) -> InlineHeap<Self>;
+}
+
+impl RigGranule for HostGranule {
+    fn empty(_granule: usize) -> InlineHeap<Self> {
+        InlineHeap::new()
+    }
+}
+
+impl RigGranule for AnyGranule {
+    fn empty(granule: usize) -> InlineHeap<Self> {
+        InlineHeap::with_granule(granule).expect("the heap under test has this granule")
+    }
+}
+
 /// An [`InlineHeap`] over regions carved from one arena of [`SPACE`] zeroed bytes (this
-/// thread's, lent for the run: see [`crate::arena`]).
-pub struct InlineRig {
+/// thread's, lent for the run: see [`crate::arena`]), with its granule a constant
+/// ([`HostGranule`]) or read at run time ([`AnyGranule`]).
+pub struct InlineRig<G: RigGranule> {
     /// The heap over the arena, which it zeroes back when dropped (after the heap).
-    subject: InlineSubject<Lease>,
+    subject: InlineSubject<Lease, G>,
     /// The arena's first byte (page-aligned).
     base: *mut u8,
     /// Memory no region ever covers, for foreign pointers, and its length in bytes.
     outside: (*mut u8, usize),
 }
 
-impl InlineRig {
+impl<G: RigGranule> InlineRig<G> {
     /// `heap` over this thread's arena, all zeros.
-    pub fn new(heap: InlineHeap) -> Self {
+    pub fn new(heap: InlineHeap<G>) -> Self {
         let mut arena = Lease::take();
         let base = arena.base();
         let outside = arena.outside();
@@ -105,9 +125,9 @@ impl InlineRig {
     }
 }
 
-impl Rig for InlineRig {
-    type S = InlineSubject<Lease>;
-    type Shared = GlobalHeap<SpinLock, RING>;
+impl<G: RigGranule> Rig for InlineRig<G> {
+    type S = InlineSubject<Lease, G>;
+    type Shared = GlobalHeap<SpinLock, RING, G>;
 
     fn subject(&self) -> &Self::S {
         &self.subject
@@ -158,19 +178,18 @@ impl Rig for InlineRig {
     }
 
     fn shared<T>(&mut self, f: impl FnOnce(&Self::Shared) -> T) -> T {
-        let shared = GlobalHeap::<SpinLock, RING>::with_lock();
         let heap = self.subject.heap_mut();
-        let swap = |h: &mut InlineHeap| std::mem::swap(h, heap);
-        shared.with_heap(swap).expect("a new heap's lock is free");
+        let stand_in = G::empty(heap.granule());
+        let shared = GlobalHeap::<SpinLock, RING, G>::from_heap(std::mem::replace(heap, stand_in));
         let out = f(&shared);
         let heap = self.subject.heap_mut();
-        let swap = |h: &mut InlineHeap| std::mem::swap(h, heap);
+        let swap = |h: &mut InlineHeap<G>| std::mem::swap(h, heap);
         shared.with_heap(swap).expect("the lock is free again");
         out
     }
 }
 
-impl SharedHeap for GlobalHeap<SpinLock, RING> {
+impl<G: Granule> SharedHeap for GlobalHeap<SpinLock, RING, G> {
     type H = NonNull<u8>;
 
     fn with_heap<T>(&self, f: impl FnOnce(Stats, Result<(), CheckError>) -> T) -> Result<T, Error> {

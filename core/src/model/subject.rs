@@ -22,7 +22,7 @@ use crate::layout::Layout;
 use crate::records::RecordStore;
 use crate::stats::Stats;
 use crate::tags::Tags;
-use crate::{Block, DetachedHeap, InlineHeap};
+use crate::{Block, DetachedHeap, Granule, HostGranule, InlineHeap};
 
 /// A heap under test, in terms of addresses and handles.
 ///
@@ -130,25 +130,25 @@ unsafe impl<M: Memory + ?Sized> Memory for &mut M {
 ///
 /// The heap is declared before the memory, so it is gone before the memory is released (or,
 /// for a memory that zeroes what it lent, zeroed).
-pub struct InlineSubject<M> {
-    heap: InlineHeap,
+pub struct InlineSubject<M, G: Granule = HostGranule> {
+    heap: InlineHeap<G>,
     memory: M,
 }
 
-impl<M: Memory> InlineSubject<M> {
+impl<M: Memory, G: Granule> InlineSubject<M, G> {
     /// `heap` (with no regions yet) over `memory`.
-    pub fn new(heap: InlineHeap, memory: M) -> Self {
+    pub fn new(heap: InlineHeap<G>, memory: M) -> Self {
         InlineSubject { heap, memory }
     }
 
     /// The heap, for what the adapter does not cover.
-    pub fn heap(&self) -> &InlineHeap {
+    pub fn heap(&self) -> &InlineHeap<G> {
         &self.heap
     }
 
     /// The heap, for what the adapter does not cover (for instance putting it behind a
     /// [`crate::GlobalHeap`] for a while).
-    pub fn heap_mut(&mut self) -> &mut InlineHeap {
+    pub fn heap_mut(&mut self) -> &mut InlineHeap<G> {
         &mut self.heap
     }
 
@@ -180,7 +180,7 @@ impl<M: Memory> InlineSubject<M> {
     }
 }
 
-impl<M: Memory> Subject for InlineSubject<M> {
+impl<M: Memory, G: Granule> Subject for InlineSubject<M, G> {
     type H = NonNull<u8>;
     const INLINE: bool = true;
 

@@ -105,10 +105,15 @@ impl<T: Tags> Heap<T> {
         self.tags.reserve(1)?;
         if need <= LIST_SIZES {
             if let Some((c, have)) = self.bins.pop_listed(&mut self.tags, need) {
-                // Counted first, so that fewer values stay live across the carve.
-                self.counted_carve(need, have);
-                if let Some(tail) = self.tags.carve(c, have, need) {
-                    self.bins.push_listed(&mut self.tags, tail, have - need);
+                match self.tags.carve(c, have, need) {
+                    Some(tail) => {
+                        self.bins.push_listed(&mut self.tags, tail, have - need);
+                        self.counted_out(need);
+                    }
+                    None => {
+                        self.counters.free_chunks -= 1;
+                        self.counted_out(have);
+                    }
                 }
                 return Ok(c);
             }

@@ -429,6 +429,28 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         self.take_smallest_trie(t, b + 1, carve)
     }
 
+    /// [`Bins::take_best`] for a request of `need` granules that the lists cannot serve (the
+    /// caller found no listed chunk of `need` granules or more): the tries only.
+    #[inline]
+    pub fn take_best_unlisted<T, F>(
+        &mut self,
+        t: &mut T,
+        need: usize,
+        carve: F,
+    ) -> Option<(C, usize)>
+    where
+        T: Tags<Chunk = C>,
+        F: FnOnce(&mut T, C, usize) -> Option<(C, usize)>,
+    {
+        if need > LIST_SIZES {
+            return self.take_best(t, need, carve);
+        }
+        if self.tries == 0 {
+            return None;
+        }
+        self.take_smallest_trie(t, FIRST_TRIE_BIN, carve)
+    }
+
     /// Takes the oldest of the smallest listed chunks of at least `need` granules
     /// (`1..=LIST_SIZES`) out of its list, with its size; `None` when no list holds one (the
     /// tries may). The first half of [`Bins::take_best`]'s list case, for the allocation fast

@@ -12,11 +12,15 @@ use crate::tags::{Link, Tags};
 impl<T: Tags> Heap<T> {
     /// Verifies every invariant of the heap: each region is covered by whole, consistent chunks
     /// whose sizes add up to it; no two free chunks are adjacent; every free chunk is in the bin
-    /// of its size and nothing else is; the bins' map, lists and tries are consistent; the
-    /// counters agree with the chunks.
+    /// of its size and nothing else is, but the top, which is the free end of the top region
+    /// and in no bin; the bins' map, lists and tries are consistent; the counters agree with
+    /// the chunks.
     pub fn check(&self) -> Result<(), CheckError> {
         let t = self.tags();
+        let top = self.top();
         let (mut free_chunks, mut free, mut used, mut managed, mut live) = (0, 0, 0, 0, 0);
+        // Whether a chunk ends where the top region's chunks end, and the top's size.
+        let (mut top_region_seen, mut top_size) = (false, 0);
         let mut regions = 0;
         let mut region = t.first_region();
         while let Some(r) = region {
@@ -35,6 +39,25 @@ impl<T: Tags> Heap<T> {
                     .checked_add(size)
                     .filter(|&s| s <= t.region_granules(r))
                     .ok_or(CheckError::new("chunks overrun their region", t.addr(c)))?;
+                if t.addr(c) + t.layout().bytes_of(size) == top.end {
+                    top_region_seen = true;
+                    match (t.is_free(c), top.chunk) {
+                        (true, Some(tc)) if tc == c => top_size = size,
+                        (false, None) => {}
+                        (true, _) => {
+                            return Err(CheckError::new(
+                                "the free end of the top region is not the top",
+                                t.addr(c),
+                            ))
+                        }
+                        (false, Some(_)) => {
+                            return Err(CheckError::new(
+                                "the top region's last chunk is in use but a top is kept",
+                                t.addr(c),
+                            ))
+                        }
+                    }
+                }
                 if t.is_free(c) {
                     if prev_free {
                         return Err(CheckError::new("two free chunks adjacent", t.addr(c)));
@@ -61,8 +84,23 @@ impl<T: Tags> Heap<T> {
             regions += 1;
             region = t.next_region(r);
         }
+        if top.end != 0 && !top_region_seen {
+            return Err(CheckError::new(
+                "no region ends where the top region does",
+                top.end,
+            ));
+        }
+        if let Some(c) = top.chunk {
+            if top_size == 0 {
+                return Err(CheckError::new(
+                    "the top is not a region's free end",
+                    t.addr(c),
+                ));
+            }
+        }
         let (binned, binned_granules) = check_bins(self.bins(), t, free_chunks)?;
-        if binned != free_chunks || binned_granules != free {
+        let with_top = usize::from(top.chunk.is_some());
+        if binned + with_top != free_chunks || binned_granules + top_size != free {
             return Err(CheckError::new("a free chunk is missing from the bins", 0));
         }
         let k = self.counters();

@@ -13,13 +13,35 @@ use crate::tags::Tags;
 ///
 /// Invariants: every byte of every region is in exactly one chunk; no two free chunks are
 /// physically adjacent; every free chunk is in the bin of its size and nothing else is in a
-/// bin; `counters` agree with the chunks. [`Heap::check`] verifies all of them. The fields are
-/// private so that only the algorithm changes chunks: front ends read the tags through
-/// [`Heap::tags`] and change the heap through its methods.
+/// bin, except the top (see [`Top`]), which is in none; `counters` agree with the chunks.
+/// [`Heap::check`] verifies all of them. The fields are private so that only the algorithm
+/// changes chunks: front ends read the tags through [`Heap::tags`] and change the heap through
+/// its methods.
 pub(crate) struct Heap<T: Tags> {
     tags: T,
     bins: Bins<T::Chunk>,
+    top: Top<T::Chunk>,
     counters: Counters,
+}
+
+/// The top: the free end of the top region, kept out of the bins and carved only when no
+/// binned chunk fits (dlmalloc's top chunk; Wilson et al.,
+/// "Dynamic Storage Allocation: A Survey and Critical Review", 1995, on preserving the
+/// "wilderness"). A heap that grows allocates most new blocks from the region's end: from the
+/// top that is a carve and no bin operation, and a free that merges back into the top files
+/// nothing.
+///
+/// The top region is the region grown last, or, until one is grown, the first region added
+/// (a heap's growth continues there); removing it leaves none until the next is added or
+/// grown.
+///
+/// Invariant: `end` is where the chunks of the top region end (the address just past its last
+/// chunk, as [`Tags::addr`] counts; 0 when there is no top region); `chunk` is the chunk that
+/// ends there when that chunk is free, and `None` otherwise. No binned chunk ends at `end`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Top<C> {
+    pub chunk: Option<C>,
+    pub end: usize,
 }
 
 impl<T: Tags> Heap<T> {
@@ -27,6 +49,10 @@ impl<T: Tags> Heap<T> {
         Heap {
             tags,
             bins: Bins::new(),
+            top: Top {
+                chunk: None,
+                end: 0,
+            },
             counters: Counters::new(),
         }
     }
@@ -60,27 +86,71 @@ impl<T: Tags> Heap<T> {
         &self.counters
     }
 
+    /// The top, to read (for the invariant walk and the walks of free chunks).
+    pub(crate) fn top(&self) -> Top<T::Chunk> {
+        self.top
+    }
+
+    /// Where the chunk `c` of `size` granules ends (the address just past it).
+    #[inline]
+    fn end_of(&self, c: T::Chunk, size: usize) -> usize {
+        self.tags.addr(c) + self.layout().bytes_of(size)
+    }
+
+    /// Whether the free chunk `c` of `size` granules ends the top region, so is the top.
+    #[inline]
+    fn ends_top(&self, c: T::Chunk, size: usize) -> bool {
+        self.end_of(c, size) == self.top.end
+    }
+
     /// Adds a fresh in-use chunk spanning new chunk space (a new region, or the growth of one):
-    /// counts it as managed and files it, merging with a free predecessor.
+    /// counts it as managed, moves the top region if it must (see [`Top`]), and files it,
+    /// merging with a free predecessor.
     pub(crate) fn add_space(&mut self, c: T::Chunk, new_region: bool) {
         let size = self.tags.size(c);
         self.counters.managed += size;
         self.counters.regions += usize::from(new_region);
+        let end = self.end_of(c, size);
+        if new_region {
+            // A new region is the top region only if there is none: a region added beside
+            // it (a block's own, a source that cannot grow in place) is best-fit space.
+            if self.top.end == 0 {
+                self.top.end = end;
+            }
+        } else {
+            // Growth makes its region the top region: the growth of the top region continues
+            // it (the new space starts where its chunks ended); for another region, the old
+            // top goes into the bins.
+            if self.tags.addr(c) != self.top.end {
+                if let Some(old) = self.top.chunk.take() {
+                    let old_size = self.tags.size(old);
+                    self.bins.insert(&mut self.tags, old, old_size);
+                }
+            }
+            self.top.end = end;
+        }
         self.coalesce_and_file(c, size);
     }
 
     /// Files the free, unbinned chunk `c`, which has become `size` granules after its region
-    /// was cut `cut` granules shorter, and stops counting those as managed.
+    /// was cut `cut` granules shorter, and stops counting those as managed. If the region was
+    /// the top region, it stays the top region, ending where `c` now ends.
     pub(crate) fn refile(&mut self, c: T::Chunk, size: usize, cut: usize) {
         self.counters.managed -= cut;
+        if self.ends_top(c, size + cut) {
+            self.top.end = self.end_of(c, size);
+        }
         self.file_free(c, size);
     }
 
     /// Takes the free chunk `c` that spans a whole region out of the heap, before the placement
-    /// forgets the region.
+    /// forgets the region (and the top region with it, if it was).
     pub(crate) fn remove_space(&mut self, c: T::Chunk) {
         let size = self.tags.size(c);
         self.unfile(c, size);
+        if self.ends_top(c, size) {
+            self.top.end = 0;
+        }
         self.counters.managed -= size;
         self.counters.regions -= 1;
     }
@@ -121,14 +191,44 @@ impl<T: Tags> Heap<T> {
         self.alloc_granules_slow(need)
     }
 
-    /// [`Heap::alloc_granules`] when no list serves the request: from the tries.
+    /// [`Heap::alloc_granules`] when no list serves the request: from the tries, else from
+    /// the top.
     #[inline(never)]
     fn alloc_granules_slow(&mut self, need: usize) -> Result<T::Chunk, Error> {
-        let Some((c, have)) = self.bins.take_best(&mut self.tags, need, carver(need)) else {
-            return Err(out_of_memory());
-        };
-        self.counted_carve(need, have);
+        // The lists were searched on the way here.
+        if let Some((c, have)) = self
+            .bins
+            .take_best_unlisted(&mut self.tags, need, carver(need))
+        {
+            self.counted_carve(need, have);
+            return Ok(c);
+        }
+        let (c, have) = self.take_top(need).ok_or_else(out_of_memory)?;
+        match self.tags.carve(c, have, need) {
+            Some(tail) => {
+                // The rest still ends the top region.
+                self.top.chunk = Some(tail);
+                self.counted_out(need);
+            }
+            None => {
+                self.counters.free_chunks -= 1;
+                self.counted_out(have);
+            }
+        }
         Ok(c)
+    }
+
+    /// Takes the top out of the heap's free space if it has at least `want` granules: the
+    /// chunk and its size, free and in no bin, its successor the region's end.
+    #[inline]
+    fn take_top(&mut self, want: usize) -> Option<(T::Chunk, usize)> {
+        let c = self.top.chunk?;
+        let size = self.tags.size(c);
+        if size < want {
+            return None;
+        }
+        self.top.chunk = None;
+        Some((c, size))
     }
 
     /// Counts an allocation of `need` granules carved from a chunk of `have` (see `carver`).
@@ -149,10 +249,10 @@ impl<T: Tags> Heap<T> {
     fn alloc_aligned(&mut self, size: usize, align: usize) -> Result<T::Chunk, Error> {
         let (need, want) = self.layout().request(size, align)?;
         self.tags.reserve(2)?;
-        let (mut c, mut have) = self
-            .bins
-            .take_best(&mut self.tags, want, |_, _, _| None)
-            .ok_or(Error::OutOfMemory)?;
+        let (mut c, mut have) = match self.bins.take_best(&mut self.tags, want, |_, _, _| None) {
+            Some(found) => found,
+            None => self.take_top(want).ok_or(Error::OutOfMemory)?,
+        };
         self.counters.free_chunks -= 1;
         let lead = self.layout().lead_granules(self.tags.payload(c), align);
         if lead > 0 {
@@ -162,7 +262,8 @@ impl<T: Tags> Heap<T> {
             self.file_free(c, lead);
             (c, have) = (rest, have - lead);
         }
-        // `c` is out of the bins, so its successor is in use and the tail needs no coalescing.
+        // `c` is out of the bins (or was the top), so its successor is in use and the tail
+        // needs no coalescing; filing it makes it the top if it ends the top region.
         let used = match self.tags.carve(c, have, need) {
             Some(tail) => {
                 self.file_free(tail, have - need);
@@ -233,15 +334,23 @@ impl<T: Tags> Heap<T> {
         // The common cases inline: at most one free neighbour, and every size involved kept
         // in a list. The rest out of line, so that these paths need few callee-saved
         // registers. A merge with one neighbour leaves the number of free chunks as it was.
+        // The top is never a predecessor (it ends its region). A merge with the top as the
+        // successor stays the top; one that ends the top region otherwise goes the slow way,
+        // which keeps the merged chunk out of the bins.
         match (self.tags.prev_if_free(c), self.tags.next_if_free(c, size)) {
             (None, None) if size <= LIST_SIZES => {
                 let m = self.tags.free_merged(c, None, None, size);
                 self.file_free(m, size);
             }
-            (Some((p, ps)), None) if size + ps <= LIST_SIZES => {
+            (Some((p, ps)), None) if size + ps <= LIST_SIZES && !self.ends_top(c, size) => {
                 self.bins.unlink_listed(&mut self.tags, p, ps);
                 let m = self.tags.free_merged(c, Some(p), None, size + ps);
                 self.bins.push_listed(&mut self.tags, m, size + ps);
+            }
+            (None, Some((n, ns))) if self.top.chunk == Some(n) => {
+                // Merged into the top, which stays the top: no bin is touched.
+                let m = self.tags.free_merged(c, None, Some(n), size + ns);
+                self.top.chunk = Some(m);
             }
             (None, Some((n, ns))) if size + ns <= LIST_SIZES => {
                 self.bins.unlink_listed(&mut self.tags, n, ns);
@@ -252,11 +361,34 @@ impl<T: Tags> Heap<T> {
         }
     }
 
-    /// [`Heap::coalesce_and_file`] when both neighbours are free or a size is above the lists.
+    /// [`Heap::coalesce_and_file`] when both neighbours are free, a size is above the lists,
+    /// or the merged chunk ends the top region.
     #[inline(never)]
     fn coalesce_and_file_slow(&mut self, c: T::Chunk, size: usize) {
         let prev = self.tags.prev_if_free(c);
         let next = self.tags.next_if_free(c, size);
+        let at_top = match next {
+            Some((n, _)) => self.top.chunk == Some(n),
+            None => self.ends_top(c, size),
+        };
+        if at_top {
+            // The merged chunk is the top: its free neighbours leave their places (the bins,
+            // or the top), and it is filed as the top.
+            let mut total = size;
+            if let Some((p, ps)) = prev {
+                self.unfile(p, ps);
+                total += ps;
+            }
+            if let Some((n, ns)) = next {
+                self.unfile(n, ns);
+                total += ns;
+            }
+            let m = self
+                .tags
+                .free_merged(c, prev.map(|(p, _)| p), next.map(|(n, _)| n), total);
+            self.file_free(m, total);
+            return;
+        }
         // The merged chunk takes the bin place of its successor, else of its predecessor.
         match (prev, next) {
             (None, None) => {
@@ -285,18 +417,28 @@ impl<T: Tags> Heap<T> {
         }
     }
 
-    /// Puts the free chunk `c` of `size` granules into its bin.
+    /// Puts the free chunk `c` of `size` granules into its bin, or makes it the top if it ends
+    /// the top region.
     #[inline]
     fn file_free(&mut self, c: T::Chunk, size: usize) {
         self.counters.free_chunks += 1;
-        self.bins.insert(&mut self.tags, c, size);
+        if self.ends_top(c, size) {
+            self.top.chunk = Some(c);
+        } else {
+            self.bins.insert(&mut self.tags, c, size);
+        }
     }
 
-    /// Takes the free chunk `c` of `size` granules out of its bin (to merge or hand it out).
+    /// Takes the free chunk `c` of `size` granules out of its bin, or out of the top (to merge
+    /// or hand it out).
     #[inline]
     pub(crate) fn unfile(&mut self, c: T::Chunk, size: usize) {
         self.counters.free_chunks -= 1;
-        self.bins.remove(&mut self.tags, c, size);
+        if self.top.chunk == Some(c) {
+            self.top.chunk = None;
+        } else {
+            self.bins.remove(&mut self.tags, c, size);
+        }
     }
 
     /// Resizes the in-use chunk `c` in place to serve `size` bytes: shrinks it (freeing the
@@ -361,7 +503,8 @@ impl<T: Tags> Heap<T> {
     }
 
     pub fn stats(&self) -> Stats {
-        let largest = self.bins.largest(&self.tags).unwrap_or(0);
+        let top = self.top.chunk.map_or(0, |c| self.tags.size(c));
+        let largest = self.bins.largest(&self.tags).unwrap_or(0).max(top);
         self.counters
             .to_stats(self.layout().shift(), largest, self.layout().head())
     }

@@ -138,7 +138,7 @@ impl<T: Tags> Heap<T> {
         let (keep_front, keep_back) = layout.free_chunk_tags();
         let min_granules = (min >> layout.shift()).max(1);
         let mut named = 0;
-        self.bins().each_at_least(t, min_granules, |c, size| {
+        let mut name = |c: T::Chunk, size: usize| {
             let bytes = size << layout.shift();
             if bytes < min {
                 return;
@@ -149,7 +149,11 @@ impl<T: Tags> Heap<T> {
                 each(start, end - start);
                 named += 1;
             }
-        });
+        };
+        self.bins().each_at_least(t, min_granules, &mut name);
+        if let Some(c) = self.top().chunk {
+            name(c, t.size(c));
+        }
         named
     }
 

@@ -3,7 +3,8 @@
 //! The model knows nothing of bins, tries or tags: it keeps every chunk of every region in an
 //! ordered map by payload address and predicts, for each request, the chunk the policy must
 //! pick: the smallest free chunk that fits, and among equal sizes the one filed into the free
-//! set earliest. Aligned requests over-ask by the worst leading fragment and split one off;
+//! set earliest; the top (the free end of the top region: the region grown last, or until one
+//! is grown the first added) only when no other free chunk fits. Aligned requests over-ask by the worst leading fragment and split one off;
 //! regions are added, grown in place and removed. Every result, the errors included, is what
 //! [`crate::InlineHeap`] and [`crate::DetachedHeap`] must return for the same request, given
 //! the [`Layout`] of their placement (the core's own size arithmetic: the model shares it, and
@@ -38,6 +39,9 @@ pub struct Model {
     /// Regions: base → (number, end in bytes), for growth and removal.
     regions: BTreeMap<usize, (usize, usize)>,
     next_region: usize,
+    /// The top region (its number): the region grown last, or until one is grown the first
+    /// added; its free end is the top.
+    top_region: Option<usize>,
     clock: u64,
 }
 
@@ -49,6 +53,7 @@ impl Model {
             chunks: BTreeMap::new(),
             regions: BTreeMap::new(),
             next_region: 0,
+            top_region: None,
             clock: 0,
         }
     }
@@ -78,6 +83,25 @@ impl Model {
         let c = self.chunks.get_mut(&at).unwrap();
         c.free = true;
         c.stamp = self.clock;
+    }
+
+    /// The top: the last chunk of the top region, if it is free.
+    pub fn top(&self) -> Option<usize> {
+        let id = self.top_region?;
+        let &(_, end) = self.regions.values().find(|(r, _)| *r == id)?;
+        let (&at, c) = self.chunks.range(..end).next_back()?;
+        (c.region == id && c.free && at + c.granules * self.geo.granule() == end).then_some(at)
+    }
+
+    /// Makes region `id`, which is growing, the top region; the old top, if another region's,
+    /// is filed among the free chunks as if freed now (the heap puts it into its bin).
+    fn make_top_region(&mut self, id: usize) {
+        if self.top_region != Some(id) {
+            if let Some(old) = self.top() {
+                self.file(old);
+            }
+            self.top_region = Some(id);
+        }
     }
 
     fn next_of(&self, at: usize) -> Option<(usize, MChunk)> {
@@ -134,13 +158,15 @@ impl Model {
     pub fn alloc(&mut self, size: usize, align: usize) -> Result<usize, Error> {
         let (need, want) = self.geo.request(size, align)?;
         let g = self.geo.granule();
-        let (&at, _) = self
+        let top = self.top();
+        let best = self
             .chunks
             .iter()
-            .filter(|(_, c)| c.free && c.granules >= want)
+            .filter(|&(&a, c)| c.free && c.granules >= want && Some(a) != top)
             .min_by_key(|(_, c)| (c.granules, c.stamp))
-            .ok_or(Error::OutOfMemory)?;
-        let mut at = at;
+            .map(|(&a, _)| a);
+        let top_fits = top.filter(|t| self.chunks[t].granules >= want);
+        let mut at = best.or(top_fits).ok_or(Error::OutOfMemory)?;
         let lead = if align > g {
             self.geo.lead_granules(at, align)
         } else {
@@ -220,6 +246,9 @@ impl Model {
         }
         let id = self.next_region;
         self.next_region += 1;
+        if self.top_region.is_none() {
+            self.top_region = Some(id);
+        }
         self.regions.insert(base, (id, base + len));
         let at = base + self.geo.first_payload();
         self.chunks.insert(
@@ -245,6 +274,7 @@ impl Model {
         if len < self.geo.min_chunk() * g {
             return Err(Error::RegionTooSmall);
         }
+        self.make_top_region(id);
         // The old end (inline: the payload after the old fence) starts the new chunk.
         self.chunks.insert(
             end,
@@ -275,6 +305,9 @@ impl Model {
         }
         self.chunks.remove(&mine[0].0);
         self.regions.remove(&base);
+        if self.top_region == Some(id) {
+            self.top_region = None;
+        }
         Ok((base, end - base))
     }
 

@@ -114,3 +114,46 @@ fn extend_merges_and_refusals_change_nothing() {
     assert_eq!(d.region_of((1 << 20) - 1), Some((0, 1 << 20)));
     d.check().unwrap();
 }
+
+/// The top (the free end of the top region: the first region added, until a region is grown)
+/// is carved only when no other free chunk fits, even when it is the smallest that would: a
+/// hole is taken first, then the top; a region added beside it is best-fit space like any hole;
+/// growing that region makes it the top region, and the old top goes into the bins.
+#[test]
+fn the_top_is_carved_only_when_no_other_free_chunk_fits() {
+    const R1: usize = 0x1000;
+    const R2: usize = 0x10_0000;
+    let mut h = DetachedHeap::new(std::vec![Record::VACANT; 64], 1).unwrap();
+    h.add_region(R1, 10_000).unwrap();
+    let a = h.alloc(3_000, 1).unwrap();
+    let b = h.alloc(5_000, 1).unwrap();
+    assert_eq!((a.addr, b.addr), (R1, R1 + 3_000), "both carved from the top");
+    h.free(a).unwrap();
+    // Free: a hole of 3,000 and the top, 2,000 (the smaller).
+    let c = h.alloc(100, 1).unwrap();
+    assert_eq!(c.addr, R1, "the hole, not the smaller top");
+    let d = h.alloc(1_500, 1).unwrap();
+    assert_eq!(d.addr, R1 + 100, "the rest of the hole (2,900) before the top (2,000)");
+    let e = h.alloc(1_500, 1).unwrap();
+    assert_eq!(e.addr, R1 + 8_000, "the hole's 1,400 is too small: the top");
+    h.check().unwrap();
+    // Free: 1,400 at R1 + 1,600 and the top, 500 at R1 + 9,500.
+    h.add_region(R2, 10_000).unwrap();
+    let f = h.alloc(1_000, 1).unwrap();
+    assert_eq!(f.addr, R1 + 1_600, "the smallest binned chunk that fits");
+    let g = h.alloc(450, 1).unwrap();
+    assert_eq!(g.addr, R2, "the added region is binned space, taken before the top");
+    h.check().unwrap();
+    // Growing the second region makes it the top region: R1's free end (500) is binned now.
+    h.extend_region(R2, 4_096).unwrap();
+    let k = h.alloc(480, 1).unwrap();
+    assert_eq!(k.addr, R1 + 9_500, "the old top, binned, fits best");
+    h.check().unwrap();
+    let st = h.stats();
+    assert_eq!(st.largest_free, 10_000 - 450 + 4_096, "the top counts as free");
+    for blk in [b, c, d, e, f, g, k] {
+        h.free(blk).unwrap();
+        h.check().unwrap();
+    }
+    assert_eq!((h.stats().free_chunks, h.stats().in_use), (2, 0));
+}

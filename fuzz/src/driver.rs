@@ -539,9 +539,12 @@ impl<R: Rig> Driver<R> {
                 assert!(m.regions().eq(self.regions.iter().map(|(&b, &e)| (b, e))));
             });
         }
+        // Largest first: a whole-region request then fits no free chunk but the regions of
+        // its length (the top, the region grown last, is carved only when no other chunk
+        // fits, so smallest first could take a larger region's chunk for the top's size).
         let mut by_len: Vec<(usize, usize)> =
             self.regions.iter().map(|(&b, &e)| (e - b, b)).collect();
-        by_len.sort_unstable();
+        by_len.sort_unstable_by(|a, b| b.cmp(a));
         let mut firsts: BTreeSet<usize> = self
             .regions
             .keys()

@@ -587,8 +587,9 @@ impl<S: RecordStore> DetachedHeap<S> {
     }
 
     /// Allocates `size` bytes aligned to `align` (a power of two), by exact best fit: the
-    /// smallest free chunk that fits, oldest among equals (for alignments above the granule,
-    /// the best fit for the size plus the worst-case padding). Errors: `ZeroSize`,
+    /// smallest free chunk that fits, oldest among equals, and the top (the free end of the
+    /// region the heap grows at) only when no other free chunk fits (for alignments above the
+    /// granule, the best fit for the size plus the worst-case padding). Errors: `ZeroSize`,
     /// `SizeOverflow`, `BadAlign`, `OutOfMemory`, `OutOfRecords`.
     ///
     /// # Time Complexity

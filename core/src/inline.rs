@@ -633,8 +633,10 @@ impl<G: Granule> InlineHeap<G> {
     }
 
     /// Allocates `size` bytes aligned to `align` (a power of two). The exact best fit among
-    /// free chunks is used: the smallest that fits, oldest among equals. For alignments above
-    /// the granule, the best fit for the size plus the worst-case alignment padding. Errors:
+    /// free chunks is used: the smallest that fits, oldest among equals; the top (the free end
+    /// of the region the heap grows at) only when no other free chunk fits. For alignments
+    /// above the granule, the best fit for the size plus the worst-case alignment padding.
+    /// Errors:
     /// `ZeroSize`, `SizeOverflow`, `BadAlign`, `OutOfMemory`.
     ///
     /// # Time Complexity

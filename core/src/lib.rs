@@ -42,7 +42,9 @@
 //! - **bin**: where free chunks wait. **Exact bins** (0–63) hold one size each, oldest first;
 //!   **tree bins** (64–127) each hold a logarithmic range of sizes: up to 2047 granules (bins
 //!   64–83) in one list per size, above that in a bitwise trie (see `bins`).
-//! - **best fit**: the smallest free chunk that fits, the oldest among equals.
+//! - **best fit**: the smallest free chunk that fits, the oldest among equals, the top aside.
+//! - **top**: the free end of the top region (the region grown last, or until one is grown the
+//!   first added), kept out of the bins and carved only when no other free chunk fits.
 //! - **queued free**: a free that found the shared heap's lock taken and waits on the ring
 //!   for the next lock holder ([`GlobalHeap::queued_frees`]).
 //! - **refused**: a call that returned an [`Error`] and changed nothing; refused frees are

@@ -127,13 +127,21 @@ fn the_top_is_carved_only_when_no_other_free_chunk_fits() {
     h.add_region(R1, 10_000).unwrap();
     let a = h.alloc(3_000, 1).unwrap();
     let b = h.alloc(5_000, 1).unwrap();
-    assert_eq!((a.addr, b.addr), (R1, R1 + 3_000), "both carved from the top");
+    assert_eq!(
+        (a.addr, b.addr),
+        (R1, R1 + 3_000),
+        "both carved from the top"
+    );
     h.free(a).unwrap();
     // Free: a hole of 3,000 and the top, 2,000 (the smaller).
     let c = h.alloc(100, 1).unwrap();
     assert_eq!(c.addr, R1, "the hole, not the smaller top");
     let d = h.alloc(1_500, 1).unwrap();
-    assert_eq!(d.addr, R1 + 100, "the rest of the hole (2,900) before the top (2,000)");
+    assert_eq!(
+        d.addr,
+        R1 + 100,
+        "the rest of the hole (2,900) before the top (2,000)"
+    );
     let e = h.alloc(1_500, 1).unwrap();
     assert_eq!(e.addr, R1 + 8_000, "the hole's 1,400 is too small: the top");
     h.check().unwrap();
@@ -142,7 +150,10 @@ fn the_top_is_carved_only_when_no_other_free_chunk_fits() {
     let f = h.alloc(1_000, 1).unwrap();
     assert_eq!(f.addr, R1 + 1_600, "the smallest binned chunk that fits");
     let g = h.alloc(450, 1).unwrap();
-    assert_eq!(g.addr, R2, "the added region is binned space, taken before the top");
+    assert_eq!(
+        g.addr, R2,
+        "the added region is binned space, taken before the top"
+    );
     h.check().unwrap();
     // Growing the second region makes it the top region: R1's free end (500) is binned now.
     h.extend_region(R2, 4_096).unwrap();
@@ -150,7 +161,11 @@ fn the_top_is_carved_only_when_no_other_free_chunk_fits() {
     assert_eq!(k.addr, R1 + 9_500, "the old top, binned, fits best");
     h.check().unwrap();
     let st = h.stats();
-    assert_eq!(st.largest_free, 10_000 - 450 + 4_096, "the top counts as free");
+    assert_eq!(
+        st.largest_free,
+        10_000 - 450 + 4_096,
+        "the top counts as free"
+    );
     for blk in [b, c, d, e, f, g, k] {
         h.free(blk).unwrap();
         h.check().unwrap();

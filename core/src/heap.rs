@@ -175,15 +175,8 @@ impl<T: Tags> Heap<T> {
         self.tags.reserve(1)?;
         if need <= LIST_SIZES {
             if let Some((c, have)) = self.bins.pop_listed(&mut self.tags, need) {
-                match self.tags.carve(c, have, need) {
-                    Some(tail) => {
-                        self.bins.push_listed(&mut self.tags, tail, have - need);
-                        self.counted_out(need);
-                    }
-                    None => {
-                        self.counters.free_chunks -= 1;
-                        self.counted_out(have);
-                    }
+                if let Some(tail) = self.carve_counted(c, have, need) {
+                    self.bins.push_listed(&mut self.tags, tail, have - need);
                 }
                 return Ok(c);
             }
@@ -204,17 +197,8 @@ impl<T: Tags> Heap<T> {
             return Ok(c);
         }
         let (c, have) = self.take_top(need).ok_or_else(out_of_memory)?;
-        match self.tags.carve(c, have, need) {
-            Some(tail) => {
-                // The rest still ends the top region.
-                self.top.chunk = Some(tail);
-                self.counted_out(need);
-            }
-            None => {
-                self.counters.free_chunks -= 1;
-                self.counted_out(have);
-            }
-        }
+        // The rest, if any, still ends the top region.
+        self.top.chunk = self.carve_counted(c, have, need);
         Ok(c)
     }
 
@@ -229,6 +213,21 @@ impl<T: Tags> Heap<T> {
         }
         self.top.chunk = None;
         Some((c, size))
+    }
+
+    /// Hands out the free, unbinned chunk `c` of `have` granules for `need` ([`Tags::carve`])
+    /// and counts it, by which way the carve went; returns the free rest, not yet filed.
+    #[inline(always)]
+    fn carve_counted(&mut self, c: T::Chunk, have: usize, need: usize) -> Option<T::Chunk> {
+        let tail = self.tags.carve(c, have, need);
+        match tail {
+            Some(_) => self.counted_out(need),
+            None => {
+                self.counters.free_chunks -= 1;
+                self.counted_out(have);
+            }
+        }
+        tail
     }
 
     /// Counts an allocation of `need` granules carved from a chunk of `have` (see `carver`).

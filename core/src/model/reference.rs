@@ -4,8 +4,9 @@
 //! ordered map by payload address and predicts, for each request, the chunk the policy must
 //! pick: the smallest free chunk that fits, and among equal sizes the one filed into the free
 //! set earliest; the top (the free end of the top region: the region grown last, or until one
-//! is grown the first added) only when no other free chunk fits. Aligned requests over-ask by the worst leading fragment and split one off;
-//! regions are added, grown in place and removed. Every result, the errors included, is what
+//! is grown the first added) only when no other free chunk fits. Aligned requests over-ask by
+//! the worst leading fragment and split one off; regions are added, grown in place and
+//! removed. Every result, the errors included, is what
 //! [`crate::InlineHeap`] and [`crate::DetachedHeap`] must return for the same request, given
 //! the [`Layout`] of their placement (the core's own size arithmetic: the model shares it, and
 //! decides only where each request goes) (with the detached heap's table never running out of

@@ -738,8 +738,11 @@ impl<G: Granule> InlineHeap<G> {
     /// Resizes an allocation of `old_size` bytes to `new_size`: shrinks in place, or grows in
     /// place into a free successor, and only if neither works moves it to a new chunk aligned
     /// to `align`, copying `min(old_size, new_size)` bytes (never more than the old chunk
-    /// holds). On error the old allocation is untouched. Detects what [`InlineHeap::free`]
-    /// detects in the same build, before anything is written.
+    /// holds). A shrink to less than half the block's chunk moves it instead, into the best
+    /// fitting free chunk outside the top if there is one, so that the whole old chunk is
+    /// freed (for alignments up to the granule; see the crate's policy). On error the old
+    /// allocation is untouched. Detects what [`InlineHeap::free`] detects in the same build,
+    /// before anything is written.
     ///
     /// # Time Complexity
     /// As for [`InlineHeap::alloc`] plus [`InlineHeap::free`], and the copy when it moves.
@@ -766,17 +769,20 @@ impl<G: Granule> InlineHeap<G> {
             c
         };
         // The new size in granules, computed once for the attempt in place and the move.
-        let need = self.heap.tags().layout().granules_for(new_size)?;
-        if self.heap.resize_granules(c, need)? {
-            return Ok(ptr);
-        }
         let t = self.heap.tags();
+        let need = t.layout().granules_for(new_size)?;
         let have = t.size(c);
         let keep = old_size.min(new_size).min(t.layout().bytes_of(have) - W);
-        let new = if t.layout().granule_aligned(align) {
-            self.heap.alloc_granules(need)?
-        } else {
-            self.heap.alloc(new_size, align)?
+        let granule_aligned = t.layout().granule_aligned(align);
+        let moved = match granule_aligned {
+            true => self.heap.shrink_target(have, need),
+            false => None,
+        };
+        let new = match moved {
+            Some(new) => new,
+            None if self.heap.resize_granules(c, need)? => return Ok(ptr),
+            None if granule_aligned => self.heap.alloc_granules(need)?,
+            None => self.heap.alloc(new_size, align)?,
         }
         .payload();
         // SAFETY: both chunks are live and distinct; `keep` fits in the old chunk's payload

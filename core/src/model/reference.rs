@@ -5,8 +5,9 @@
 //! pick: the smallest free chunk that fits, and among equal sizes the one filed into the free
 //! set earliest; the top (the free end of the top region: the region grown last, or until one
 //! is grown the first added) only when no other free chunk fits. Aligned requests over-ask by
-//! the worst leading fragment and split one off; regions are added, grown in place and
-//! removed. Every result, the errors included, is what
+//! the worst leading fragment and split one off; a realloc shrinks or grows in place, except
+//! that a shrink to less than half moves to the best fit outside the top when there is one;
+//! regions are added, grown in place and removed. Every result, the errors included, is what
 //! [`crate::InlineHeap`] and [`crate::DetachedHeap`] must return for the same request, given
 //! the [`Layout`] of their placement (the core's own size arithmetic: the model shares it, and
 //! decides only where each request goes) (with the detached heap's table never running out of
@@ -155,19 +156,29 @@ impl Model {
         }
     }
 
-    /// Predicts and applies an allocation; returns the payload address.
-    pub fn alloc(&mut self, size: usize, align: usize) -> Result<usize, Error> {
-        let (need, want) = self.geo.request(size, align)?;
-        let g = self.geo.granule();
+    /// The smallest free chunk of at least `want` granules other than the top, the one filed
+    /// earliest among equals.
+    fn best_fit(&self, want: usize) -> Option<usize> {
         let top = self.top();
-        let best = self
-            .chunks
+        self.chunks
             .iter()
             .filter(|&(&a, c)| c.free && c.granules >= want && Some(a) != top)
             .min_by_key(|(_, c)| (c.granules, c.stamp))
-            .map(|(&a, _)| a);
-        let top_fits = top.filter(|t| self.chunks[t].granules >= want);
-        let mut at = best.or(top_fits).ok_or(Error::OutOfMemory)?;
+            .map(|(&a, _)| a)
+    }
+
+    /// Predicts and applies an allocation; returns the payload address.
+    pub fn alloc(&mut self, size: usize, align: usize) -> Result<usize, Error> {
+        let (need, want) = self.geo.request(size, align)?;
+        let top_fits = self.top().filter(|t| self.chunks[t].granules >= want);
+        let at = self.best_fit(want).or(top_fits).ok_or(Error::OutOfMemory)?;
+        Ok(self.place(at, need, align))
+    }
+
+    /// Hands out the free chunk at `at` for `need` granules aligned to `align`: the leading
+    /// fragment an alignment needs split off and filed, the tail released.
+    fn place(&mut self, mut at: usize, need: usize, align: usize) -> usize {
+        let g = self.geo.granule();
         let lead = if align > g {
             self.geo.lead_granules(at, align)
         } else {
@@ -180,7 +191,7 @@ impl Model {
         }
         self.chunks.get_mut(&at).unwrap().free = false;
         self.release_tail(at, need);
-        Ok(at)
+        at
     }
 
     /// Applies the free of the live allocation at `at`.
@@ -191,10 +202,36 @@ impl Model {
         self.coalesce_and_file(at);
     }
 
-    /// Predicts and applies a resize of the live allocation at `at`: in place when it shrinks
-    /// or its free successor has room (`Ok(None)`), else moved to a new allocation aligned to
-    /// `align` and the old one freed (`Ok(Some(new))`).
+    /// Predicts and applies [`crate::InlineHeap::realloc`] of the live allocation at `at`: a
+    /// shrink to less than half its chunk, for an alignment up to the granule, moves to the
+    /// best fit among the free chunks other than the top if there is one (`Ok(Some(new))`, the
+    /// old chunk freed); otherwise as [`Model::resize_or_move`].
     pub fn realloc(
+        &mut self,
+        at: usize,
+        new_size: usize,
+        align: usize,
+    ) -> Result<Option<usize>, Error> {
+        let need = self.geo.granules_for(new_size)?;
+        if need * 2 < self.chunks[&at].granules
+            && align.is_power_of_two()
+            && align <= self.geo.granule()
+        {
+            if let Some(best) = self.best_fit(need) {
+                let new = self.place(best, need, align);
+                self.free(at);
+                return Ok(Some(new));
+            }
+        }
+        self.resize_or_move(at, new_size, align)
+    }
+
+    /// Predicts and applies a resize of the live allocation at `at` that stays in place when
+    /// it can: in place when it shrinks or its free successor has room (`Ok(None)`), else
+    /// moved to a new allocation aligned to `align` and the old one freed (`Ok(Some(new))`).
+    /// What a resize in place followed, if it fails, by a move does (a detached heap's owner,
+    /// which copies device memory itself).
+    pub fn resize_or_move(
         &mut self,
         at: usize,
         new_size: usize,

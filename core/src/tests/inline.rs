@@ -158,6 +158,56 @@ fn bad_inputs() {
 }
 
 #[test]
+fn realloc_shrinking_below_half_moves_into_the_best_hole() {
+    let mut a = Arena::new(1 << 16);
+    let mut h = InlineHeap::new();
+    // SAFETY: the arena outlives the heap and nothing else uses its memory.
+    unsafe { h.add_region(a.ptr(), a.len()).unwrap() };
+    let small_hole = h.alloc(40, 16).unwrap();
+    let sep1 = h.alloc(16, 16).unwrap();
+    let hole = h.alloc(64, 16).unwrap();
+    let sep2 = h.alloc(16, 16).unwrap();
+    let p = h.alloc(1000, 16).unwrap();
+    let sep3 = h.alloc(16, 16).unwrap();
+    // SAFETY: pointers come from this heap's arena; freed ones are not used again.
+    unsafe {
+        h.free(small_hole, 40).unwrap();
+        h.free(hole, 64).unwrap();
+        p.as_ptr().write_bytes(0xCD, 1000);
+        // A shrink to at least half stays in place, holes or not.
+        let q = h.realloc(p, 1000, 16, 600).unwrap();
+        assert_eq!(q, p);
+        // Below half: into the smallest hole that takes it (not the 40-byte one), the old
+        // chunk freed whole, merging with the tail the first shrink freed.
+        let free_before = h.stats().free_chunks;
+        let r = h.realloc(q, 600, 16, 50).unwrap();
+        assert_eq!(r, hole, "moved into the 64-byte hole");
+        assert!(core::slice::from_raw_parts(r.as_ptr(), 50)
+            .iter()
+            .all(|&b| b == 0xCD));
+        assert_eq!(h.stats().free_chunks, free_before - 1, "the hole used");
+        assert_eq!(h.alloc(600, 16).unwrap(), p, "the old chunk is free again");
+        h.check().unwrap();
+        // No hole fits: the shrink stays in place, and the top is not taken for it.
+        let big = h.alloc(3000, 16).unwrap();
+        let s = h.realloc(big, 3000, 16, 1000).unwrap();
+        assert_eq!(s, big);
+        // An alignment above the granule: in place, whatever holes there are.
+        h.free(sep1, 16).unwrap();
+        let aligned = h.alloc(2000, 256).unwrap();
+        let t = h.realloc(aligned, 2000, 256, 50).unwrap();
+        assert_eq!(t, aligned);
+        h.check().unwrap();
+        for (ptr, size) in [(r, 50), (sep2, 16), (sep3, 16), (s, 1000), (t, 50)] {
+            h.free(ptr, size).unwrap();
+        }
+        h.free(p, 600).unwrap();
+    }
+    h.check().unwrap();
+    assert_eq!(h.stats().in_use, 0);
+}
+
+#[test]
 fn realloc_in_place_then_moves() {
     let mut a = Arena::new(1 << 14);
     let mut h = InlineHeap::new();

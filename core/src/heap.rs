@@ -181,25 +181,26 @@ impl<T: Tags> Heap<T> {
                 return Ok(c);
             }
         }
-        self.alloc_granules_slow(need)
+        self.alloc_granules_slow(need).ok_or_else(out_of_memory)
     }
 
     /// [`Heap::alloc_granules`] when no list serves the request: from the tries, else from
-    /// the top.
+    /// the top; `None` when neither has room. An `Option`, a single register, rather than a
+    /// `Result`, which would be returned through memory.
     #[inline(never)]
-    fn alloc_granules_slow(&mut self, need: usize) -> Result<T::Chunk, Error> {
+    fn alloc_granules_slow(&mut self, need: usize) -> Option<T::Chunk> {
         // The lists were searched on the way here.
         if let Some((c, have)) = self
             .bins
             .take_best_unlisted(&mut self.tags, need, carver(need))
         {
             self.counted_carve(need, have);
-            return Ok(c);
+            return Some(c);
         }
-        let (c, have) = self.take_top(need).ok_or_else(out_of_memory)?;
+        let (c, have) = self.take_top(need)?;
         // The rest, if any, still ends the top region.
         self.top.chunk = self.carve_counted(c, have, need);
-        Ok(c)
+        Some(c)
     }
 
     /// Where a realloc that shrinks the in-use chunk of `have` granules to `need` moves the

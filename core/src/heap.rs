@@ -203,10 +203,11 @@ impl<T: Tags> Heap<T> {
         Some(c)
     }
 
-    /// Where a realloc that shrinks the in-use chunk of `have` granules to `need` moves the
-    /// block: when `need` is less than half of `have`, the best fit for `need` among the binned
-    /// free chunks (never the top), carved and counted as an allocation; `None` (the shrink
-    /// stays in place) when the shrink is smaller or no binned chunk fits.
+    /// Where a realloc of the in-use chunk `c` to `need` granules aligned to `align` moves the
+    /// block before anything else is tried: when `need` is less than half of `c`'s size and
+    /// `align` at most the granule, the best fit for `need` among the binned free chunks (never
+    /// the top), carved and counted as an allocation; `None` (the realloc goes on in place if
+    /// it can) otherwise, or when no binned chunk fits.
     ///
     /// Why: a block shrunk in place keeps a small piece of a large span in use, between the
     /// free tail and whatever precedes it; moved into the smallest hole that takes it, the
@@ -217,8 +218,8 @@ impl<T: Tags> Heap<T> {
     /// block in place when the new size is at least half the old); unlike mimalloc, a shrink
     /// that finds no hole stays in place rather than taking new space.
     #[inline]
-    pub fn shrink_target(&mut self, have: usize, need: usize) -> Option<T::Chunk> {
-        if need * 2 >= have {
+    pub fn shrink_target(&mut self, c: T::Chunk, need: usize, align: usize) -> Option<T::Chunk> {
+        if need * 2 >= self.tags.size(c) || !self.layout().granule_aligned(align) {
             return None;
         }
         self.shrink_target_slow(need)

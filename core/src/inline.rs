@@ -769,22 +769,24 @@ impl<G: Granule> InlineHeap<G> {
             c
         };
         // The new size in granules, computed once for the attempt in place and the move.
-        let t = self.heap.tags();
-        let need = t.layout().granules_for(new_size)?;
-        let have = t.size(c);
-        let keep = old_size.min(new_size).min(t.layout().bytes_of(have) - W);
-        let granule_aligned = t.layout().granule_aligned(align);
-        let moved = match granule_aligned {
-            true => self.heap.shrink_target(have, need),
-            false => None,
-        };
-        let new = match moved {
+        let need = self.heap.tags().layout().granules_for(new_size)?;
+        let new = match self.heap.shrink_target(c, need, align) {
             Some(new) => new,
-            None if self.heap.resize_granules(c, need)? => return Ok(ptr),
-            None if granule_aligned => self.heap.alloc_granules(need)?,
-            None => self.heap.alloc(new_size, align)?,
+            None => {
+                if self.heap.resize_granules(c, need)? {
+                    return Ok(ptr);
+                }
+                if self.heap.tags().layout().granule_aligned(align) {
+                    self.heap.alloc_granules(need)?
+                } else {
+                    self.heap.alloc(new_size, align)?
+                }
+            }
         }
         .payload();
+        let t = self.heap.tags();
+        let have = t.size(c);
+        let keep = old_size.min(new_size).min(t.layout().bytes_of(have) - W);
         // SAFETY: both chunks are live and distinct; `keep` fits in the old chunk's payload
         // and in the new allocation.
         unsafe { core::ptr::copy_nonoverlapping(ptr.as_ptr(), new.as_ptr(), keep) };

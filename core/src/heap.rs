@@ -9,6 +9,13 @@ use crate::layout::Layout;
 use crate::stats::{Counters, Stats};
 use crate::tags::Tags;
 
+/// The largest size, in granules, a realloc moves a shrinking block to (see
+/// [`Heap::shrink_target`]): the largest listed size (32 KiB at the host granule), so the
+/// search is a bitmap lookup and the copy stays short. On talc's heap-efficiency method the cap
+/// costs nothing (98.73 % of the heap in use at the first failure with it, 98.68 % without;
+/// a cap of 1023 granules gives 98.21 %).
+pub(crate) const SHRINK_MOVE_MAX: usize = LIST_SIZES;
+
 /// A heap over some tag placement.
 ///
 /// Invariants: every byte of every region is in exactly one chunk; no two free chunks are
@@ -204,10 +211,10 @@ impl<T: Tags> Heap<T> {
     }
 
     /// Where a realloc of the in-use chunk `c` to `need` granules aligned to `align` moves the
-    /// block before anything else is tried: when `need` is less than half of `c`'s size and
-    /// `align` at most the granule, the best fit for `need` among the binned free chunks (never
-    /// the top), carved and counted as an allocation; `None` (the realloc goes on in place if
-    /// it can) otherwise, or when no binned chunk fits.
+    /// block before anything else is tried: when `need` is less than half of `c`'s size, at
+    /// most [`SHRINK_MOVE_MAX`], and `align` at most the granule, the best fit for `need` among
+    /// the binned free chunks (never the top), carved and counted as an allocation; `None`
+    /// (the realloc goes on in place if it can) otherwise, or when no binned chunk fits.
     ///
     /// Why: a block shrunk in place keeps a small piece of a large span in use, between the
     /// free tail and whatever precedes it; moved into the smallest hole that takes it, the
@@ -219,7 +226,10 @@ impl<T: Tags> Heap<T> {
     /// that finds no hole stays in place rather than taking new space.
     #[inline]
     pub fn shrink_target(&mut self, c: T::Chunk, need: usize, align: usize) -> Option<T::Chunk> {
-        if need * 2 >= self.tags.size(c) || !self.layout().granule_aligned(align) {
+        if need * 2 >= self.tags.size(c)
+            || need > SHRINK_MOVE_MAX
+            || !self.layout().granule_aligned(align)
+        {
             return None;
         }
         self.shrink_target_slow(need)

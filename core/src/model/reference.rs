@@ -6,7 +6,8 @@
 //! set earliest; the top (the free end of the top region: the region grown last, or until one
 //! is grown the first added) only when no other free chunk fits. Aligned requests over-ask by
 //! the worst leading fragment and split one off; a realloc shrinks or grows in place, except
-//! that a shrink to less than half moves to the best fit outside the top when there is one;
+//! that a shrink to less than half (and at most 2047 granules) moves to the best fit outside
+//! the top when there is one;
 //! regions are added, grown in place and removed. Every result, the errors included, is what
 //! [`crate::InlineHeap`] and [`crate::DetachedHeap`] must return for the same request, given
 //! the [`Layout`] of their placement (the core's own size arithmetic: the model shares it, and
@@ -15,6 +16,7 @@
 
 extern crate alloc;
 
+use crate::heap::SHRINK_MOVE_MAX;
 use crate::layout::Layout;
 use crate::Error;
 use alloc::collections::BTreeMap;
@@ -203,9 +205,9 @@ impl Model {
     }
 
     /// Predicts and applies [`crate::InlineHeap::realloc`] of the live allocation at `at`: a
-    /// shrink to less than half its chunk, for an alignment up to the granule, moves to the
-    /// best fit among the free chunks other than the top if there is one (`Ok(Some(new))`, the
-    /// old chunk freed); otherwise as [`Model::resize_or_move`].
+    /// shrink to less than half its chunk and at most 2047 granules, for an alignment up to the
+    /// granule, moves to the best fit among the free chunks other than the top if there is one
+    /// (`Ok(Some(new))`, the old chunk freed); otherwise as [`Model::resize_or_move`].
     pub fn realloc(
         &mut self,
         at: usize,
@@ -214,6 +216,7 @@ impl Model {
     ) -> Result<Option<usize>, Error> {
         let need = self.geo.granules_for(new_size)?;
         if need * 2 < self.chunks[&at].granules
+            && need <= SHRINK_MOVE_MAX
             && align.is_power_of_two()
             && align <= self.geo.granule()
         {

@@ -208,6 +208,41 @@ fn realloc_shrinking_below_half_moves_into_the_best_hole() {
 }
 
 #[test]
+fn realloc_shrinking_to_more_than_32_kib_stays_in_place() {
+    let mut a = Arena::new(1 << 19);
+    let mut h = InlineHeap::new();
+    // SAFETY: the arena outlives the heap and nothing else uses its memory.
+    unsafe { h.add_region(a.ptr(), a.len()).unwrap() };
+    let hole = h.alloc(40_000, 16).unwrap();
+    let sep = h.alloc(16, 16).unwrap();
+    let big = h.alloc(100_000, 16).unwrap();
+    let sep2 = h.alloc(16, 16).unwrap();
+    // SAFETY: pointers come from this heap's arena; freed ones are not used again.
+    unsafe {
+        h.free(hole, 40_000).unwrap();
+        // 34 000 bytes are 2126 granules, above the 2047 a shrink moves: in place.
+        let p = h.realloc(big, 100_000, 16, 34_000).unwrap();
+        assert_eq!(p, big);
+        // 30 000 bytes (1876 granules) is not below half of what the block keeps now: in
+        // place again.
+        let q = h.realloc(p, 34_000, 16, 30_000).unwrap();
+        assert_eq!(q, big);
+        h.check().unwrap();
+        h.free(q, 30_000).unwrap();
+        // From 100 000 bytes, 30 000 is below half and listed: into the hole.
+        let big = h.alloc(100_000, 16).unwrap();
+        let r = h.realloc(big, 100_000, 16, 30_000).unwrap();
+        assert_eq!(r, hole);
+        h.check().unwrap();
+        for (ptr, size) in [(r, 30_000), (sep, 16), (sep2, 16)] {
+            h.free(ptr, size).unwrap();
+        }
+    }
+    h.check().unwrap();
+    assert_eq!(h.stats().in_use, 0);
+}
+
+#[test]
 fn realloc_in_place_then_moves() {
     let mut a = Arena::new(1 << 14);
     let mut h = InlineHeap::new();

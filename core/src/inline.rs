@@ -741,9 +741,8 @@ impl<G: Granule> InlineHeap<G> {
     /// holds). A shrink to less than half the block's chunk, and to at most 2047 granules
     /// (32 KiB at the host granule), moves it instead, into the best fitting free chunk outside
     /// the top if there is one, so that the whole old chunk is freed (for alignments up to the
-    /// granule; see the crate's policy). On error the old
-    /// allocation is untouched. Detects what [`InlineHeap::free`] detects in the same build,
-    /// before anything is written.
+    /// granule; see the crate's policy). On error the old allocation is untouched. Detects
+    /// what [`InlineHeap::free`] detects in the same build, before anything is written.
     ///
     /// # Time Complexity
     /// As for [`InlineHeap::alloc`] plus [`InlineHeap::free`], and the copy when it moves.

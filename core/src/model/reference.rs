@@ -7,12 +7,12 @@
 //! is grown the first added) only when no other free chunk fits. Aligned requests over-ask by
 //! the worst leading fragment and split one off; a realloc shrinks or grows in place, except
 //! that a shrink to less than half (and at most 2047 granules) moves to the best fit outside
-//! the top when there is one;
-//! regions are added, grown in place and removed. Every result, the errors included, is what
-//! [`crate::InlineHeap`] and [`crate::DetachedHeap`] must return for the same request, given
-//! the [`Layout`] of their placement (the core's own size arithmetic: the model shares it, and
-//! decides only where each request goes) (with the detached heap's table never running out of
-//! records, and the inline heap never given a null region base).
+//! the top when there is one; regions are added, grown in place and removed. Every result,
+//! the errors included, is what [`crate::InlineHeap`] and [`crate::DetachedHeap`] must return
+//! for the same request, given the [`Layout`] of their placement (the core's own size
+//! arithmetic: the model shares it, and decides only where each request goes) (with the
+//! detached heap's table never running out of records, and the inline heap never given a null
+//! region base).
 
 extern crate alloc;
 

@@ -217,8 +217,7 @@ impl Model {
         let need = self.geo.granules_for(new_size)?;
         if need * 2 < self.chunks[&at].granules
             && need <= SHRINK_MOVE_MAX
-            && align.is_power_of_two()
-            && align <= self.geo.granule()
+            && self.geo.granule_aligned(align)
         {
             if let Some(best) = self.best_fit(need) {
                 let new = self.place(best, need, align);

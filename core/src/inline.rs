@@ -738,10 +738,10 @@ impl<G: Granule> InlineHeap<G> {
     /// Resizes an allocation of `old_size` bytes to `new_size`: shrinks in place, or grows in
     /// place into a free successor, and only if neither works moves it to a new chunk aligned
     /// to `align`, copying `min(old_size, new_size)` bytes (never more than the old chunk
-    /// holds). A shrink to less than half the block's chunk, and to at most 2047 granules
-    /// (32 KiB at the host granule), moves it instead, into the best fitting free chunk outside
-    /// the top if there is one, so that the whole old chunk is freed (for alignments up to the
-    /// granule; see the crate's policy). On error the old allocation is untouched. Detects
+    /// holds). A block whose chunk is above 2047 granules (32 KiB at the host granule) shrinking
+    /// to at most 2047 moves instead, into the best fitting free chunk outside the top if there
+    /// is one, so that the whole old chunk is freed (for alignments up to the granule; see the
+    /// crate's policy). On error the old allocation is untouched. Detects
     /// what [`InlineHeap::free`] detects in the same build, before anything is written.
     ///
     /// # Time Complexity

@@ -46,9 +46,9 @@
 //! - **top**: the free end of the top region (the region grown last, or until one is grown the
 //!   first added), kept out of the bins and carved only when no other free chunk fits.
 //! - **realloc** (inline): in place when the block shrinks or its free successor has room,
-//!   else moved; a shrink to less than half its chunk (and to at most 32 KiB) moves to the
-//!   best fit outside the top when one exists, so that the whole old chunk is freed (see
-//!   `InlineHeap::realloc`).
+//!   else moved; a block above the listed sizes (32 KiB at the host granule) shrinking to a
+//!   listed size moves to the best fit outside the top when one exists, so that the whole old
+//!   chunk is freed (see `InlineHeap::realloc`).
 //! - **queued free**: a free that found the shared heap's lock taken and waits on the ring
 //!   for the next lock holder ([`GlobalHeap::queued_frees`]).
 //! - **refused**: a call that returned an [`Error`] and changed nothing; refused frees are

@@ -303,7 +303,7 @@ impl<R: Rig> Driver<R> {
         let l = self.live[i];
         let got_addr = got.as_ref().map(addr::<R>).map_err(|e| *e);
         if let Some(m) = &mut self.model {
-            // The inline heap's realloc (a shrink below half may move); the detached
+            // The inline heap's realloc (a shrink out of the tries may move); the detached
             // subject resizes in place or moves.
             let want = match R::S::INLINE {
                 true => m.realloc(l.addr, new, align),

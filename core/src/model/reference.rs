@@ -6,10 +6,10 @@
 //! set earliest; the top (the free end of the top region: the region grown last, or until one
 //! is grown the first added) only when no other free chunk fits. Aligned requests over-ask by
 //! the worst leading fragment and split one off; a realloc shrinks or grows in place, except
-//! that a shrink to less than half (and at most 2047 granules) moves to the best fit outside
-//! the top when there is one; regions are added, grown in place and removed. Every result,
-//! the errors included, is what [`crate::InlineHeap`] and [`crate::DetachedHeap`] must return
-//! for the same request, given the [`Layout`] of their placement (the core's own size
+//! that a block of more than 2047 granules shrinking to at most 2047 moves to the best fit
+//! outside the top when there is one; regions are added, grown in place and removed. Every
+//! result, the errors included, is what [`crate::InlineHeap`] and [`crate::DetachedHeap`] must
+//! return for the same request, given the [`Layout`] of their placement (the core's own size
 //! arithmetic: the model shares it, and decides only where each request goes) (with the
 //! detached heap's table never running out of records, and the inline heap never given a null
 //! region base).
@@ -205,7 +205,7 @@ impl Model {
     }
 
     /// Predicts and applies [`crate::InlineHeap::realloc`] of the live allocation at `at`: a
-    /// shrink to less than half its chunk and at most 2047 granules, for an alignment up to the
+    /// chunk of more than 2047 granules resized to at most 2047, for an alignment up to the
     /// granule, moves to the best fit among the free chunks other than the top if there is one
     /// (`Ok(Some(new))`, the old chunk freed); otherwise as [`Model::resize_or_move`].
     pub fn realloc(
@@ -215,7 +215,7 @@ impl Model {
         align: usize,
     ) -> Result<Option<usize>, Error> {
         let need = self.geo.granules_for(new_size)?;
-        if need * 2 < self.chunks[&at].granules
+        if self.chunks[&at].granules > SHRINK_MOVE_MAX
             && need <= SHRINK_MOVE_MAX
             && self.geo.granule_aligned(align)
         {

@@ -158,83 +158,63 @@ fn bad_inputs() {
 }
 
 #[test]
-fn realloc_shrinking_below_half_moves_into_the_best_hole() {
-    let mut a = Arena::new(1 << 16);
+fn realloc_shrinking_out_of_the_tries_moves_into_the_best_hole() {
+    let mut a = Arena::new(1 << 20);
     let mut h = InlineHeap::new();
     // SAFETY: the arena outlives the heap and nothing else uses its memory.
     unsafe { h.add_region(a.ptr(), a.len()).unwrap() };
-    let small_hole = h.alloc(40, 16).unwrap();
+    let small_hole = h.alloc(20_000, 16).unwrap();
     let sep1 = h.alloc(16, 16).unwrap();
-    let hole = h.alloc(64, 16).unwrap();
+    let hole = h.alloc(40_000, 16).unwrap();
     let sep2 = h.alloc(16, 16).unwrap();
-    let p = h.alloc(1000, 16).unwrap();
+    let little = h.alloc(1000, 16).unwrap();
     let sep3 = h.alloc(16, 16).unwrap();
+    let big = h.alloc(100_000, 16).unwrap();
+    let sep4 = h.alloc(16, 16).unwrap();
     // SAFETY: pointers come from this heap's arena; freed ones are not used again.
     unsafe {
-        h.free(small_hole, 40).unwrap();
-        h.free(hole, 64).unwrap();
-        p.as_ptr().write_bytes(0xCD, 1000);
-        // A shrink to at least half stays in place, holes or not.
-        let q = h.realloc(p, 1000, 16, 600).unwrap();
-        assert_eq!(q, p);
-        // Below half: into the smallest hole that takes it (not the 40-byte one), the old
-        // chunk freed whole, merging with the tail the first shrink freed.
-        let free_before = h.stats().free_chunks;
-        let r = h.realloc(q, 600, 16, 50).unwrap();
-        assert_eq!(r, hole, "moved into the 64-byte hole");
-        assert!(core::slice::from_raw_parts(r.as_ptr(), 50)
+        h.free(small_hole, 20_000).unwrap();
+        h.free(hole, 40_000).unwrap();
+        // A block of a listed size stays in place however far it shrinks, holes or not.
+        let q = h.realloc(little, 1000, 16, 50).unwrap();
+        assert_eq!(q, little);
+        // A block above the listed sizes shrinking to a listed one (30 000 bytes are 1876
+        // granules): into the smallest hole that takes it, not the 20 000-byte one.
+        big.as_ptr().write_bytes(0xCD, 30_000);
+        let r = h.realloc(big, 100_000, 16, 30_000).unwrap();
+        assert_eq!(r, hole, "moved into the 40 000-byte hole");
+        assert!(core::slice::from_raw_parts(r.as_ptr(), 30_000)
             .iter()
             .all(|&b| b == 0xCD));
-        assert_eq!(h.stats().free_chunks, free_before - 1, "the hole used");
-        assert_eq!(h.alloc(600, 16).unwrap(), p, "the old chunk is free again");
         h.check().unwrap();
-        // No hole fits: the shrink stays in place, and the top is not taken for it.
-        let big = h.alloc(3000, 16).unwrap();
-        let s = h.realloc(big, 3000, 16, 1000).unwrap();
-        assert_eq!(s, big);
+        // The old chunk was freed whole.
+        let again = h.alloc(100_000, 16).unwrap();
+        assert_eq!(again, big, "the old chunk is free again");
+        // No binned chunk fits (the holes left are 20 000 bytes and the first one's rest):
+        // in place, and the top is not taken for it.
+        let s = h.realloc(again, 100_000, 16, 30_000).unwrap();
+        assert_eq!(s, again);
+        // To more than the listed sizes (34 000 bytes are 2126 granules): in place, though the
+        // tail the last shrink freed would take it.
+        let big2 = h.alloc(100_000, 16).unwrap();
+        let t = h.realloc(big2, 100_000, 16, 34_000).unwrap();
+        assert_eq!(t, big2);
         // An alignment above the granule: in place, whatever holes there are.
-        h.free(sep1, 16).unwrap();
-        let aligned = h.alloc(2000, 256).unwrap();
-        let t = h.realloc(aligned, 2000, 256, 50).unwrap();
-        assert_eq!(t, aligned);
+        let aligned = h.alloc(100_000, 256).unwrap();
+        let u = h.realloc(aligned, 100_000, 256, 50).unwrap();
+        assert_eq!(u, aligned);
         h.check().unwrap();
-        for (ptr, size) in [(r, 50), (sep2, 16), (sep3, 16), (s, 1000), (t, 50)] {
-            h.free(ptr, size).unwrap();
-        }
-        h.free(p, 600).unwrap();
-    }
-    h.check().unwrap();
-    assert_eq!(h.stats().in_use, 0);
-}
-
-#[test]
-fn realloc_shrinking_to_more_than_32_kib_stays_in_place() {
-    let mut a = Arena::new(1 << 19);
-    let mut h = InlineHeap::new();
-    // SAFETY: the arena outlives the heap and nothing else uses its memory.
-    unsafe { h.add_region(a.ptr(), a.len()).unwrap() };
-    let hole = h.alloc(40_000, 16).unwrap();
-    let sep = h.alloc(16, 16).unwrap();
-    let big = h.alloc(100_000, 16).unwrap();
-    let sep2 = h.alloc(16, 16).unwrap();
-    // SAFETY: pointers come from this heap's arena; freed ones are not used again.
-    unsafe {
-        h.free(hole, 40_000).unwrap();
-        // 34 000 bytes are 2126 granules, above the 2047 a shrink moves: in place.
-        let p = h.realloc(big, 100_000, 16, 34_000).unwrap();
-        assert_eq!(p, big);
-        // 30 000 bytes (1876 granules) is not below half of what the block keeps now: in
-        // place again.
-        let q = h.realloc(p, 34_000, 16, 30_000).unwrap();
-        assert_eq!(q, big);
-        h.check().unwrap();
-        h.free(q, 30_000).unwrap();
-        // From 100 000 bytes, 30 000 is below half and listed: into the hole.
-        let big = h.alloc(100_000, 16).unwrap();
-        let r = h.realloc(big, 100_000, 16, 30_000).unwrap();
-        assert_eq!(r, hole);
-        h.check().unwrap();
-        for (ptr, size) in [(r, 30_000), (sep, 16), (sep2, 16)] {
+        for (ptr, size) in [
+            (r, 30_000),
+            (q, 50),
+            (s, 30_000),
+            (t, 34_000),
+            (u, 50),
+            (sep1, 16),
+            (sep2, 16),
+            (sep3, 16),
+            (sep4, 16),
+        ] {
             h.free(ptr, size).unwrap();
         }
     }

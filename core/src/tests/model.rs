@@ -186,7 +186,7 @@ fn run<S: Subject>(subject: &mut S, base: usize, first_region: usize, ops: &[Op]
                 let i = pick % live.len();
                 let (a, h, old, b) = live[i];
                 verify::<S>(&h, old, b);
-                // The inline heap's realloc moves a block that shrinks by more than half;
+                // The inline heap's realloc moves a block shrinking out of the tries;
                 // the detached subject resizes in place or moves, as a device owner would.
                 let want = match S::INLINE {
                     true => model.realloc(a, size, 16),

@@ -23,6 +23,8 @@
 //! or a merge that absorbs it, when that stays in the same bin. A 64-bit map says which tries
 //! are non-empty.
 
+use core::hint::select_unpredictable;
+
 use crate::tags::{Link, Tags};
 
 /// Number of bins.
@@ -204,31 +206,37 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
     }
 
     /// Appends `c` to list `i` (of size `i + 1`).
+    ///
+    /// Branch-free, as are [`Bins::list_unlink`] and [`Bins::pop_oldest`]: with a list per
+    /// size most lists hold zero to two chunks, so whether one is empty, or a chunk is its
+    /// head or tail, is close to a coin flip, and as branches these were the heap's most
+    /// mispredicted (cachegrind's branch simulation on talc's random actions). A link that
+    /// would go to the list's ends when a neighbour is missing is written into `c`'s own link
+    /// word instead, which is rewritten or dead afterwards, and the ends and maps are computed
+    /// with selects.
     #[inline(always)]
     fn list_push<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, i: usize) {
         let i = i & (LIST_SLOTS - 1);
-        let tail = self.ends[i].tail;
+        let Ends { head, tail } = self.ends[i];
+        // The old tail's successor, or for an empty list `c`'s own, set to `None` next.
+        t.set_link(tail.unwrap_or(c), Link::Next, Some(c));
         t.set_link(c, Link::Next, None);
         t.set_link(c, Link::Prev, tail);
-        match tail {
-            Some(last) => t.set_link(last, Link::Next, Some(c)),
-            None => {
-                self.ends[i].head = Some(c);
-                self.lists[(i / 64) & (MAP_WORDS - 1)] |= 1 << (i % 64);
-                self.summary |= 1 << (i / 64);
-            }
-        }
-        self.ends[i].tail = Some(c);
+        self.ends[i] = Ends {
+            head: select_unpredictable(tail.is_none(), Some(c), head),
+            tail: Some(c),
+        };
+        // Setting a bit already set changes nothing.
+        self.lists[(i / 64) & (MAP_WORDS - 1)] |= 1 << (i % 64);
+        self.summary |= 1 << (i / 64);
     }
 
-    /// Marks list `i` empty in the maps.
+    /// Marks list `i` empty in the maps if `emptied`.
     #[inline(always)]
-    fn list_emptied(&mut self, i: usize) {
+    fn list_emptied(&mut self, i: usize, emptied: bool) {
         let w = (i / 64) & (MAP_WORDS - 1);
-        self.lists[w] &= !(1 << (i % 64));
-        if self.lists[w] == 0 {
-            self.summary &= !(1 << w);
-        }
+        self.lists[w] &= !(u64::from(emptied) << (i % 64));
+        self.summary &= !(u64::from(self.lists[w] == 0) << w);
     }
 
     /// Files the free chunk `c` of `size` (> `LIST_SIZES`) granules into its tree bin's trie.
@@ -285,39 +293,38 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         }
     }
 
-    /// Takes `c` out of list `i`.
+    /// Takes `c` out of list `i` (branch-free: see [`Bins::list_push`]).
     #[inline(always)]
     fn list_unlink<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, i: usize) {
         let i = i & (LIST_SLOTS - 1);
         let next = t.link(c, Link::Next);
         let prev = t.link(c, Link::Prev);
-        match prev {
-            Some(p) => t.set_link(p, Link::Next, next),
-            None => self.ends[i].head = next,
-        }
-        match next {
-            Some(n) => t.set_link(n, Link::Prev, prev),
-            None => self.ends[i].tail = prev,
-        }
-        if prev.is_none() && next.is_none() {
-            self.list_emptied(i);
-        }
+        // Where a neighbour is missing, `c`'s own link word takes the write: it is dead now.
+        t.set_link(prev.unwrap_or(c), Link::Next, next);
+        t.set_link(next.unwrap_or(c), Link::Prev, prev);
+        let Ends { head, tail } = self.ends[i];
+        self.ends[i] = Ends {
+            head: select_unpredictable(prev.is_none(), next, head),
+            tail: select_unpredictable(next.is_none(), prev, tail),
+        };
+        self.list_emptied(i, prev.is_none() & next.is_none());
     }
 
-    /// Takes the oldest chunk out of the non-empty list `i`.
+    /// Takes the oldest chunk out of the non-empty list `i` (branch-free past the check that
+    /// the list has one: see [`Bins::list_push`]).
     #[inline]
     fn pop_oldest<T: Tags<Chunk = C>>(&mut self, t: &mut T, i: usize) -> Option<C> {
         let i = i & (LIST_SLOTS - 1);
-        let c = self.ends[i].head?;
+        let Ends { head, tail } = self.ends[i];
+        let c = head?;
         let next = t.link(c, Link::Next);
-        self.ends[i].head = next;
-        match next {
-            Some(n) => t.set_link(n, Link::Prev, None),
-            None => {
-                self.ends[i].tail = None;
-                self.list_emptied(i);
-            }
-        }
+        // The new head's back link, or for a list left empty `c`'s own, dead once it is taken.
+        t.set_link(next.unwrap_or(c), Link::Prev, None);
+        self.ends[i] = Ends {
+            head: next,
+            tail: select_unpredictable(next.is_none(), None, tail),
+        };
+        self.list_emptied(i, next.is_none());
         Some(c)
     }
 

@@ -130,7 +130,7 @@ fn gpu_virtual_memory() {
     let r = driver
         .allocation_granularity(Granularity::Recommended)
         .unwrap();
-    assert!(g.is_power_of_two() && r % g == 0, "{g} {r}");
+    assert!(g.is_power_of_two() && r.is_multiple_of(g), "{g} {r}");
     let base = driver.mem_address_reserve(8 * g, 0).unwrap();
     assert_eq!(base.0 % g as u64, 0);
     let a = driver.mem_create(2 * g).unwrap();

@@ -86,7 +86,11 @@ fn buffers_are_freed_to_their_pool_on_drop_from_many_threads() {
                 let (s0, s1) = streams[device as usize];
                 let mut keep = Vec::new();
                 for i in 0..200usize {
-                    let stream = if (i + t as usize) % 3 == 0 { s1 } else { s0 };
+                    let stream = if (i + t as usize).is_multiple_of(3) {
+                        s1
+                    } else {
+                        s0
+                    };
                     let buf = pool.buffer::<f32>(1000 + i * 37, stream).unwrap();
                     assert_eq!(buf.num_bytes(), (1000 + i * 37) * 4);
                     if i % 5 == 0 {

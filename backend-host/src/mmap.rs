@@ -513,7 +513,7 @@ unsafe impl RegionSource for MmapSource {
 
     unsafe fn shrink(&mut self, base: NonNull<u8>, len: usize, keep: usize) -> bool {
         let g = self.granularity();
-        if keep >= len || keep % g != 0 || len % g != 0 {
+        if keep >= len || !keep.is_multiple_of(g) || !len.is_multiple_of(g) {
             return false;
         }
         // SAFETY: the caller's contract: the tail is part of a region of this source that

@@ -143,7 +143,7 @@ unsafe impl RegionSource for ArenaSource<'_> {
         if !self.grows {
             return Err(Error::OutOfMemory);
         }
-        if !self.is_region(base.addr().get(), len) || additional % PAGE != 0 {
+        if !self.is_region(base.addr().get(), len) || !additional.is_multiple_of(PAGE) {
             self.errors += 1;
             return Err(Error::UnknownRegion);
         }
@@ -161,7 +161,11 @@ unsafe impl RegionSource for ArenaSource<'_> {
     }
 
     unsafe fn shrink(&mut self, base: NonNull<u8>, len: usize, keep: usize) -> bool {
-        if !self.is_region(base.addr().get(), len) || keep == 0 || keep >= len || keep % PAGE != 0 {
+        if !self.is_region(base.addr().get(), len)
+            || keep == 0
+            || keep >= len
+            || !keep.is_multiple_of(PAGE)
+        {
             self.errors += 1;
             return false;
         }
@@ -181,7 +185,7 @@ unsafe impl RegionSource for ArenaSource<'_> {
                 .next_back()
                 .is_some_and(|(&r, &l)| o + len <= r + l)
         });
-        if !inside || start % PAGE != 0 || len % PAGE != 0 {
+        if !inside || !start.is_multiple_of(PAGE) || !len.is_multiple_of(PAGE) {
             self.errors += 1;
             return false;
         }

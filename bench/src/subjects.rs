@@ -745,7 +745,7 @@ struct OffsetBlock {
 
 impl Offset {
     fn new(unit: usize, base: usize, len: usize, max_allocs: u32) -> Result<Self, String> {
-        if !unit.is_power_of_two() || base % unit != 0 {
+        if !unit.is_power_of_two() || !base.is_multiple_of(unit) {
             return Err(format!("offset-allocator: bad unit {unit}"));
         }
         let units = u32::try_from(len / unit)

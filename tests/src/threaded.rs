@@ -314,7 +314,7 @@ impl<A: ThreadedAlloc> Replay<'_, A> {
     }
 
     fn check_aligned(&self, step: &Step, ptr: NonNull<u8>) -> Result<(), String> {
-        if ptr.addr().get() % step.align != 0 {
+        if !ptr.addr().get().is_multiple_of(step.align) {
             return Err(self.error(step, format!("{ptr:p} is not {}-aligned", step.align)));
         }
         Ok(())

@@ -231,9 +231,9 @@ impl FakeDriver {
         let valid = g.is_power_of_two()
             && g >= 4096
             && config.recommended_granularity >= g
-            && config.recommended_granularity % g == 0
+            && config.recommended_granularity.is_multiple_of(g)
             && config.address_space >= g
-            && config.address_space % g == 0
+            && config.address_space.is_multiple_of(g)
             && config.device < config.device_count;
         if !valid {
             return Err(DriverError::cuda("cuInit", code::INVALID_VALUE));
@@ -390,7 +390,7 @@ impl FakeDriver {
 }
 
 fn granular(x: u64, g: u64) -> bool {
-    x != 0 && x % g == 0
+    x != 0 && x.is_multiple_of(g)
 }
 
 fn invalid(call: Call) -> DriverError {
@@ -570,7 +570,7 @@ impl Driver for FakeDriver {
             Some(p) if !p.released => p.size,
             _ => return Err(invalid(C)),
         };
-        if !granular(size, g) || ptr.0 % g != 0 || size > physical_size {
+        if !granular(size, g) || !ptr.0.is_multiple_of(g) || size > physical_size {
             return Err(invalid(C));
         }
         let res = st.reservation_of(ptr.0, size).ok_or(invalid(C))?;
@@ -604,7 +604,7 @@ impl Driver for FakeDriver {
         let mut st = self.lock();
         st.enter(C)?;
         let size = bytes as u64;
-        if !granular(size, g) || ptr.0 % g != 0 {
+        if !granular(size, g) || !ptr.0.is_multiple_of(g) {
             return Err(invalid(C));
         }
         let res = st.reservation_of(ptr.0, size).ok_or(invalid(C))?;

@@ -59,7 +59,11 @@ impl<D: Driver> VmmSource<D> {
     /// multiple of the chunk.
     pub fn new(driver: D, chunk: usize, reserve: usize) -> Result<VmmSource<D>, DriverError> {
         let g = driver.allocation_granularity(Granularity::Minimum)?;
-        if !chunk.is_power_of_two() || g == 0 || chunk % g != 0 || reserve % chunk != 0 {
+        if !chunk.is_power_of_two()
+            || g == 0
+            || !chunk.is_multiple_of(g)
+            || !reserve.is_multiple_of(chunk)
+        {
             return Err(DriverError::cuda("VmmSource::new", code::INVALID_VALUE));
         }
         Ok(VmmSource {
@@ -285,7 +289,9 @@ unsafe impl<D: Driver> RegionSource for VmmSource<D> {
         let Some(i) = self.range_of(base) else {
             return false;
         };
-        if keep % self.chunk != 0 || keep >= len || len != self.ranges[i].chunks.len() * self.chunk
+        if !keep.is_multiple_of(self.chunk)
+            || keep >= len
+            || len != self.ranges[i].chunks.len() * self.chunk
         {
             return false;
         }

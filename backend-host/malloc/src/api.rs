@@ -145,7 +145,8 @@ pub unsafe extern "C" fn reallocarray(ptr: *mut c_void, n: usize, size: usize) -
 /// `out` is valid for a write of one pointer.
 #[no_mangle]
 pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
-    if !align.is_power_of_two() || align % size_of::<*mut c_void>() != 0 || out.is_null() {
+    if !align.is_power_of_two() || !align.is_multiple_of(size_of::<*mut c_void>()) || out.is_null()
+    {
         return libc::EINVAL;
     }
     // SAFETY: `__errno_location` returns this thread's errno.

@@ -436,7 +436,7 @@ proptest! {
         let plan = Plan { offsets: offsets.clone(), arena };
         let mut expected = Ok(());
         for i in 0..b.len() {
-            if offsets[i] % b[i].align != 0 {
+            if !offsets[i].is_multiple_of(b[i].align) {
                 expected = Err(());
             }
             for j in 0..i {

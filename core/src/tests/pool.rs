@@ -138,7 +138,7 @@ impl Books {
             Some(&len),
             "shrink of a range not handed out"
         );
-        assert!(keep < len && keep % self.page == 0);
+        assert!(keep < len && keep.is_multiple_of(self.page));
         self.shrinks += 1;
         self.out.insert(base, keep);
         if let Some(b) = &mut self.budget {

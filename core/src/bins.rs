@@ -212,7 +212,8 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
     /// flip, and as branches these were the heap's most mispredicted (cachegrind's branch
     /// simulation on talc's random actions). A link that would go to the list's ends when a
     /// neighbour is missing is written into `c`'s own link word instead, which is rewritten or
-    /// dead afterwards, and the ends and maps are computed with selects.
+    /// dead afterwards; the ends are computed with selects, and the map bits set (here) or
+    /// cleared (on unlink) whatever the list held.
     #[inline(always)]
     fn list_push<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, i: usize) {
         let i = i & (LIST_SLOTS - 1);

@@ -741,8 +741,8 @@ impl<G: Granule> InlineHeap<G> {
     /// holds). A block whose chunk is above 2047 granules (32 KiB at the host granule) shrinking
     /// to at most 2047 moves instead, into the best fitting free chunk outside the top if there
     /// is one, so that the whole old chunk is freed (for alignments up to the granule; see the
-    /// crate's policy). On error the old allocation is untouched. Detects
-    /// what [`InlineHeap::free`] detects in the same build, before anything is written.
+    /// crate's policy). On error the old allocation is untouched. Detects what
+    /// [`InlineHeap::free`] detects in the same build, before anything is written.
     ///
     /// # Time Complexity
     /// As for [`InlineHeap::alloc`] plus [`InlineHeap::free`], and the copy when it moves.

@@ -674,6 +674,7 @@ impl<G: Granule> InlineHeap<G> {
             // SAFETY: forwarded caller contract (a subset of it).
             return unsafe { self.free_checked(ptr, size) };
         }
+        prefetch_successor(ptr, size);
         // SAFETY: without `checked`, `ptr` is a payload of this heap (the caller's contract).
         self.heap.free_in_use(unsafe { Chunk::of_payload(ptr) })
     }
@@ -875,4 +876,30 @@ impl<G: Granule> InlineHeap<G> {
     pub fn stats(&self) -> Stats {
         self.heap.stats()
     }
+}
+
+/// Starts loading the cache line at `ptr + size`, where, by the size the caller frees with,
+/// the head of the chunk after the block at `ptr` lies or is close: less than a minimum chunk
+/// further (a chunk is at most that much above its request, `Layout::size_fits`), so usually
+/// on that line.
+///
+/// Why: a free reads its chunk's head, and only then knows where its successor's head is; on
+/// a heap larger than the cache both reads miss, one after the other. Started here, the second
+/// miss overlaps the first, as in allocators that take the size from the caller and read the
+/// tag at the block's end directly (talc). On talc's random actions with its 200 ms trials
+/// this made the heap 2 to 3 % faster at every maximum size (bench/README.md). A hint only: a
+/// prefetch reads nothing the program sees and never faults, so a wrong size costs one
+/// useless line.
+#[inline(always)]
+fn prefetch_successor(ptr: NonNull<u8>, size: usize) {
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse", not(miri)))]
+    {
+        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: the intrinsic needs SSE, which this build enables (the `cfg` above); a
+        // prefetch neither faults nor reads anything the program sees, whatever the address,
+        // and `wrapping_add` keeps computing the address itself defined.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(ptr.as_ptr().wrapping_add(size).cast::<i8>()) };
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "sse", not(miri))))]
+    let _ = (ptr, size);
 }

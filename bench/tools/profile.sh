@@ -70,9 +70,20 @@ for w in $workloads; do
         # callgrind and cachegrind side by side: one process each.
         valgrind --tool=callgrind --compress-pos=no --callgrind-out-file="$base.callgrind" \
             "$bin" "$a" "$w" >"$base.calls" 2>"$base.callgrind.log" &
+        callgrind=$!
         valgrind --tool=cachegrind --cache-sim=yes $caches --cachegrind-out-file="$base.cachegrind" \
             "$bin" "$a" "$w" >/dev/null 2>"$base.cachegrind.log" &
-        wait
+        cachegrind=$!
+        status=0
+        wait "$callgrind" || status=$?
+        wait "$cachegrind" || status=$?
+        if [ "$status" != 0 ]; then
+            # The profile example says why it failed (a refused call, a broken invariant).
+            echo "profile.sh: $a on $w failed (exit $status):" >&2
+            grep -v '^==[0-9]*==' "$base.callgrind.log" | tail -n 5 >&2
+            echo "(valgrind's logs: $base.callgrind.log, $base.cachegrind.log)" >&2
+            exit 1
+        fi
         read -r _ _ _ na _ nf _ nr _ failed <"$base.calls"
         read -r _ ia _ if _ ir _ im < <($costs calls "$base.callgrind" --funcs "$base.funcs")
         read -r _ _ _ _ _ d1 _ ll < <($costs misses "$base.cachegrind" "$base.funcs")

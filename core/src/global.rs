@@ -10,7 +10,7 @@ use crate::granule::{Granule, HostGranule};
 use crate::inline::InlineHeap;
 use crate::lock::{RawLock, SpinLock};
 use crate::shared::{QueuedFree, Shared};
-use crate::stats::Stats;
+use crate::stats::{Counters, Stats, Tally};
 use crate::sync::const_unless_loom;
 
 /// A free waiting in the queue: the pointer and the size it was freed with.
@@ -25,8 +25,8 @@ pub(crate) struct Queued {
 unsafe impl Send for Queued {}
 
 /// The heap and the arena it has yet to claim.
-pub(crate) struct ArenaHeap<G: Granule> {
-    heap: InlineHeap<G>,
+pub(crate) struct ArenaHeap<G: Granule, K: Tally> {
+    heap: InlineHeap<G, K>,
     pending: Option<(*mut u8, usize)>,
     /// Why the arena of [`GlobalHeap::with_arena`] was refused, if it was.
     refused: Option<Error>,
@@ -34,12 +34,12 @@ pub(crate) struct ArenaHeap<G: Granule> {
 
 // SAFETY: the pending arena pointer is only a promise of memory (the `with_arena` contract)
 // that is claimed under the lock; the heap itself is `Send`.
-unsafe impl<G: Granule> Send for ArenaHeap<G> {}
+unsafe impl<G: Granule, K: Tally> Send for ArenaHeap<G, K> {}
 
-impl<G: Granule> ArenaHeap<G> {
+impl<G: Granule, K: Tally> ArenaHeap<G, K> {
     /// The heap, with the arena claimed.
     #[inline]
-    fn heap(&mut self) -> &mut InlineHeap<G> {
+    fn heap(&mut self) -> &mut InlineHeap<G, K> {
         if self.pending.is_some() {
             self.claim();
         }
@@ -70,7 +70,7 @@ impl<G: Granule> ArenaHeap<G> {
     }
 }
 
-impl<G: Granule> QueuedFree for ArenaHeap<G> {
+impl<G: Granule, K: Tally> QueuedFree for ArenaHeap<G, K> {
     type Freed = Queued;
 
     fn free_queued(&mut self, q: Queued) {
@@ -133,8 +133,13 @@ impl<G: Granule> QueuedFree for ArenaHeap<G> {
 /// static HEAP: GlobalHeap = GlobalHeap::with_arena(&raw mut ARENA);
 /// # fn main() {}
 /// ```
-pub struct GlobalHeap<L = SpinLock, const N: usize = 64, G: Granule = HostGranule> {
-    shared: Shared<ArenaHeap<G>, L, N>,
+pub struct GlobalHeap<
+    L = SpinLock,
+    const N: usize = 64,
+    G: Granule = HostGranule,
+    K: Tally = Counters,
+> {
+    shared: Shared<ArenaHeap<G, K>, L, N>,
 }
 
 impl GlobalHeap {
@@ -199,14 +204,14 @@ impl<L: RawLock, const N: usize> GlobalHeap<L, N> {
     }
 }
 
-impl<L: RawLock, const N: usize, G: Granule> GlobalHeap<L, N, G> {
+impl<L: RawLock, const N: usize, G: Granule, K: Tally> GlobalHeap<L, N, G, K> {
     const_unless_loom! {
         /// Shares `heap`, with whatever regions it has, between threads (for instance a heap
         /// of another granule, from [`InlineHeap::with_granule`]).
         ///
         /// # Time Complexity
         /// `O(N)` (the queue is built).
-        pub fn from_heap(heap: InlineHeap<G>) -> Self {
+        pub fn from_heap(heap: InlineHeap<G, K>) -> Self {
             GlobalHeap {
                 shared: Shared::new(ArenaHeap {
                     heap,
@@ -238,16 +243,8 @@ impl<L: RawLock, const N: usize, G: Granule> GlobalHeap<L, N, G> {
     ///
     /// # Time Complexity
     /// `f`'s, after the queued frees (at most `N`, each as [`InlineHeap::free`]).
-    pub fn with_heap<R>(&self, f: impl FnOnce(&mut InlineHeap<G>) -> R) -> Result<R, Error> {
+    pub fn with_heap<R>(&self, f: impl FnOnce(&mut InlineHeap<G, K>) -> R) -> Result<R, Error> {
         self.shared.with(|st| f(st.heap()))
-    }
-
-    /// The heap's statistics, after doing every queued free.
-    ///
-    /// # Time Complexity
-    /// As for [`InlineHeap::stats`], after the queued frees.
-    pub fn stats(&self) -> Result<Stats, Error> {
-        self.with_heap(|h| h.stats())
     }
 
     /// How many frees so far found the lock taken and were queued (each is done by the next
@@ -318,6 +315,17 @@ impl<L: RawLock, const N: usize, G: Granule> GlobalHeap<L, N, G> {
     }
 }
 
+impl<L: RawLock, const N: usize, G: Granule> GlobalHeap<L, N, G, Counters> {
+    /// The heap's statistics, after doing every queued free (a heap that keeps them: see
+    /// [`Tally`]).
+    ///
+    /// # Time Complexity
+    /// As for [`InlineHeap::stats`], after the queued frees.
+    pub fn stats(&self) -> Result<Stats, Error> {
+        self.with_heap(|h| h.stats())
+    }
+}
+
 impl Default for GlobalHeap {
     fn default() -> Self {
         Self::new()
@@ -327,7 +335,9 @@ impl Default for GlobalHeap {
 // SAFETY: `alloc` returns either null or a fresh block of at least `layout.size()` bytes aligned
 // to `layout.align()` that no other live allocation overlaps (the heap's invariants); `dealloc`
 // and `realloc` forward the caller's promise that `ptr` came from this allocator with `layout`.
-unsafe impl<L: RawLock, const N: usize, G: Granule> GlobalAlloc for GlobalHeap<L, N, G> {
+unsafe impl<L: RawLock, const N: usize, G: Granule, K: Tally> GlobalAlloc
+    for GlobalHeap<L, N, G, K>
+{
     /// Null for a zero size (which `GlobalAlloc` callers must not ask for) and on any error.
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         self.try_alloc(layout.size(), layout.align())
@@ -362,6 +372,7 @@ macro_rules! allocator_api {
             use $krate::alloc::{AllocError, Allocator, Layout};
 
             use crate::lock::RawLock;
+            use crate::stats::Tally;
             use crate::GlobalHeap;
 
             /// The well-aligned dangling pointer `Allocator` hands out for zero-sized requests.
@@ -374,8 +385,8 @@ macro_rules! allocator_api {
             ///
             /// # Safety
             /// `ptr` is a live allocation of `heap` with `old`, given up if this succeeds.
-            unsafe fn move_to<L: RawLock, const N: usize, G: Granule>(
-                heap: &GlobalHeap<L, N, G>,
+            unsafe fn move_to<L: RawLock, const N: usize, G: Granule, K: Tally>(
+                heap: &GlobalHeap<L, N, G, K>,
                 ptr: NonNull<u8>,
                 old: Layout,
                 new: Layout,
@@ -393,8 +404,8 @@ macro_rules! allocator_api {
             ///
             /// # Safety
             /// As for [`Allocator::grow`] / [`Allocator::shrink`].
-            unsafe fn resize<L: RawLock, const N: usize, G: Granule>(
-                heap: &GlobalHeap<L, N, G>,
+            unsafe fn resize<L: RawLock, const N: usize, G: Granule, K: Tally>(
+                heap: &GlobalHeap<L, N, G, K>,
                 ptr: NonNull<u8>,
                 old: Layout,
                 new: Layout,
@@ -413,7 +424,9 @@ macro_rules! allocator_api {
             // heap's invariants) and stay valid until freed; zero-sized requests get a dangling
             // aligned pointer that is never passed to the heap; the heap may be moved or shared
             // (it is `Sync`), and blocks are freed through whichever reference to it.
-            unsafe impl<L: RawLock, const N: usize, G: Granule> Allocator for GlobalHeap<L, N, G> {
+            unsafe impl<L: RawLock, const N: usize, G: Granule, K: Tally> Allocator
+                for GlobalHeap<L, N, G, K>
+            {
                 fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
                     if layout.size() == 0 {
                         return Ok(NonNull::slice_from_raw_parts(dangling(layout)?, 0));

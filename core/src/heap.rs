@@ -6,7 +6,7 @@
 use crate::bins::{Bins, LIST_SIZES};
 use crate::error::Error;
 use crate::layout::Layout;
-use crate::stats::{Counters, Stats};
+use crate::stats::{Counters, Stats, Tally};
 use crate::tags::Tags;
 
 /// The boundary, in granules, of a realloc's move (see [`Heap::shrink_target`]): a block moves
@@ -18,15 +18,16 @@ pub(crate) const SHRINK_MOVE_MAX: usize = LIST_SIZES;
 ///
 /// Invariants: every byte of every region is in exactly one chunk; no two free chunks are
 /// physically adjacent; every free chunk is in the bin of its size and nothing else is in a
-/// bin, except the top (see [`Top`]), which is in none; `counters` agree with the chunks.
+/// bin, except the top (see [`Top`]), which is in none; `tally` agrees with the chunks when it
+/// counts (see [`Tally`]).
 /// [`Heap::check`] verifies all of them. The fields are private so that only the algorithm
 /// changes chunks: front ends read the tags through [`Heap::tags`] and change the heap through
 /// its methods.
-pub(crate) struct Heap<T: Tags> {
+pub(crate) struct Heap<T: Tags, K: Tally = Counters> {
     tags: T,
     bins: Bins<T::Chunk>,
     top: Top<T::Chunk>,
-    counters: Counters,
+    tally: K,
 }
 
 /// The top: the free end of the top region, kept out of the bins and carved only when no
@@ -49,7 +50,7 @@ pub(crate) struct Top<C> {
     pub end: usize,
 }
 
-impl<T: Tags> Heap<T> {
+impl<T: Tags, K: Tally> Heap<T, K> {
     pub const fn new(tags: T) -> Self {
         Heap {
             tags,
@@ -58,7 +59,7 @@ impl<T: Tags> Heap<T> {
                 chunk: None,
                 end: 0,
             },
-            counters: Counters::new(),
+            tally: K::NEW,
         }
     }
 
@@ -86,9 +87,9 @@ impl<T: Tags> Heap<T> {
         &self.bins
     }
 
-    /// The counters, to read (for the invariant walk).
-    pub(crate) fn counters(&self) -> &Counters {
-        &self.counters
+    /// The counters, to read (for the invariant walk), if this heap keeps them.
+    pub(crate) fn counters(&self) -> Option<&Counters> {
+        self.tally.counters()
     }
 
     /// The top, to read (for the invariant walk and the walks of free chunks).
@@ -113,8 +114,7 @@ impl<T: Tags> Heap<T> {
     /// merging with a free predecessor.
     pub(crate) fn add_space(&mut self, c: T::Chunk, new_region: bool) {
         let size = self.tags.size(c);
-        self.counters.managed += size;
-        self.counters.regions += usize::from(new_region);
+        self.tally.space_added(size, new_region);
         let end = self.end_of(c, size);
         if new_region {
             // A new region is the top region only if there is none: a region added beside
@@ -141,7 +141,7 @@ impl<T: Tags> Heap<T> {
     /// was cut `cut` granules shorter, and stops counting those as managed. If the region was
     /// the top region, it stays the top region, ending where `c` now ends.
     pub(crate) fn refile(&mut self, c: T::Chunk, size: usize, cut: usize) {
-        self.counters.managed -= cut;
+        self.tally.space_removed(cut, false);
         if self.ends_top(c, size + cut) {
             self.top.end = self.end_of(c, size);
         }
@@ -156,8 +156,7 @@ impl<T: Tags> Heap<T> {
         if self.ends_top(c, size) {
             self.top.end = 0;
         }
-        self.counters.managed -= size;
-        self.counters.regions -= 1;
+        self.tally.space_removed(size, true);
     }
 
     /// Allocates `size` bytes whose payload is aligned to `align`.
@@ -267,7 +266,7 @@ impl<T: Tags> Heap<T> {
         match tail {
             Some(_) => self.counted_out(need),
             None => {
-                self.counters.free_chunks -= 1;
+                self.tally.unfiled();
                 self.counted_out(have);
             }
         }
@@ -282,7 +281,7 @@ impl<T: Tags> Heap<T> {
         if have - need >= min {
             self.counted_out(need);
         } else {
-            self.counters.free_chunks -= 1;
+            self.tally.unfiled();
             self.counted_out(have);
         }
     }
@@ -296,7 +295,7 @@ impl<T: Tags> Heap<T> {
             Some(found) => found,
             None => self.take_top(want).ok_or(Error::OutOfMemory)?,
         };
-        self.counters.free_chunks -= 1;
+        self.tally.unfiled();
         let lead = self.layout().lead_granules(self.tags.payload(c), align);
         if lead > 0 {
             // The leading fragment stays free; its predecessor is in use (it was next to a
@@ -322,8 +321,7 @@ impl<T: Tags> Heap<T> {
     /// so the peak never sees a transient.
     #[inline]
     fn counted_out(&mut self, used: usize) {
-        self.counters.add_used(used);
-        self.counters.allocs += 1;
+        self.tally.handed_out(used);
     }
 
     /// Cuts the in-use chunk `c` down to `keep` granules if the rest can stand as a free chunk,
@@ -358,15 +356,14 @@ impl<T: Tags> Heap<T> {
     /// Frees the in-use chunk `c` of `size` granules (its size, already read by the caller).
     #[inline]
     pub fn free_sized(&mut self, c: T::Chunk, size: usize) {
-        self.counters.used -= size;
-        self.counters.frees += 1;
+        self.tally.freed(size);
         self.coalesce_and_file(c, size);
     }
 
     /// Counts a free refused for `e` and returns `e`.
     #[cold]
     pub fn refused(&mut self, e: Error) -> Error {
-        self.counters.refused_frees += 1;
+        self.tally.refused();
         e
     }
 
@@ -464,7 +461,7 @@ impl<T: Tags> Heap<T> {
     /// the top region.
     #[inline]
     fn file_free(&mut self, c: T::Chunk, size: usize) {
-        self.counters.free_chunks += 1;
+        self.tally.filed();
         if self.ends_top(c, size) {
             self.top.chunk = Some(c);
         } else {
@@ -476,7 +473,7 @@ impl<T: Tags> Heap<T> {
     /// or hand it out).
     #[inline]
     pub(crate) fn unfile(&mut self, c: T::Chunk, size: usize) {
-        self.counters.free_chunks -= 1;
+        self.tally.unfiled();
         if self.top.chunk == Some(c) {
             self.top.chunk = None;
         } else {
@@ -523,8 +520,7 @@ impl<T: Tags> Heap<T> {
     #[inline(never)]
     fn shrink(&mut self, c: T::Chunk, have: usize, need: usize) {
         self.release_tail(c, need);
-        self.counters.used -= have - self.tags.size(c);
-        self.counters.reallocs_in_place += 1;
+        self.tally.shrank(have - self.tags.size(c));
     }
 
     /// Grows the in-use chunk `c` of `have` granules to `need` by merging its free successor
@@ -535,8 +531,7 @@ impl<T: Tags> Heap<T> {
         self.tags.absorb_next(c);
         self.release_tail(c, need);
         // Counted at the final size, so the peak never sees the transient.
-        self.counters.add_used(self.tags.size(c) - have);
-        self.counters.reallocs_in_place += 1;
+        self.tally.grew(self.tags.size(c) - have);
     }
 
     /// The chunk size `c` was allocated with may be `size` bytes (see [`Layout::size_fits`]).
@@ -544,11 +539,13 @@ impl<T: Tags> Heap<T> {
     pub fn size_fits(&self, c: T::Chunk, size: usize) -> bool {
         self.layout().size_fits(self.tags.size(c), size)
     }
+}
 
+impl<T: Tags> Heap<T, Counters> {
     pub fn stats(&self) -> Stats {
         let top = self.top.chunk.map_or(0, |c| self.tags.size(c));
         let largest = self.bins.largest(&self.tags).unwrap_or(0).max(top);
-        self.counters
+        self.tally
             .to_stats(self.layout().shift(), largest, self.layout().head())
     }
 }

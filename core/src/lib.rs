@@ -147,7 +147,7 @@ pub use scope::Scope;
 pub use shared_detached::SharedDetachedHeap;
 pub use shared_pool::{OomHandler, SharedPool};
 pub use source::RegionSource;
-pub use stats::Stats;
+pub use stats::{Counters, NoCounters, Stats, Tally};
 
 #[cfg(test)]
 mod tests;

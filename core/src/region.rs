@@ -12,9 +12,10 @@
 
 use crate::error::Error;
 use crate::heap::Heap;
+use crate::stats::Tally;
 use crate::tags::Tags;
 
-impl<T: Tags> Heap<T> {
+impl<T: Tags, K: Tally> Heap<T, K> {
     /// Adds `base..base + len` as a new region (`base` granule-aligned, `len` rounded down to
     /// granules). Errors: `RegionMisaligned`, `RegionOverlap` (overlaps a region or wraps),
     /// `RegionTooSmall` (no room for the region's overhead and one chunk), `OutOfRecords`.

@@ -1,5 +1,6 @@
-//! Heap statistics: kept as running counters on every operation, so reading them is `O(1)`
-//! apart from the largest free chunk (one walk down a trie).
+//! Heap statistics: kept as running counters on every operation by a heap that counts
+//! ([`Counters`], the default; [`NoCounters`] keeps none, see [`Tally`]), so reading them is
+//! `O(1)` apart from the largest free chunk (one walk down a trie).
 
 /// A snapshot of a heap's counters. All sizes are in bytes of managed memory.
 ///
@@ -67,23 +68,154 @@ impl Stats {
     }
 }
 
-/// Running counters, in granules where they track chunk space. Free space (`managed − used`)
-/// and live chunks (`allocs − frees`) follow from the others, so the hot paths keep neither.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Counters {
-    pub used: usize,
-    pub peak_used: usize,
-    pub managed: usize,
-    pub regions: usize,
-    pub free_chunks: usize,
-    pub allocs: u64,
-    pub frees: u64,
-    pub reallocs_in_place: u64,
-    pub refused_frees: u64,
+/// Whether a heap keeps the running counters behind [`Stats`], chosen by a heap's type:
+/// [`Counters`] (the default of every heap) keeps them, [`NoCounters`] keeps nothing.
+///
+/// Why a choice: the counters are a few read-modify-writes on every allocation and free (the
+/// bytes in use and their peak, the counts of allocations, frees and free chunks), 3 to 6 % of
+/// the time of a replayed trace (bench/README.md). A heap that nothing reads statistics from
+/// need not pay them; talc makes its counters an opt-in feature for the same reason. A type
+/// parameter rather than a Cargo feature, because features unify: one crate in a build that
+/// asked for statistics would turn them on for every heap in it. Both kinds run the same
+/// algorithm and hand out the same addresses; only [`Counters`] heaps have a `stats` method.
+///
+/// Sealed: the heaps call its methods on their hot paths, and only these two implement it.
+pub trait Tally: sealed::Count {}
+
+impl Tally for Counters {}
+impl Tally for NoCounters {}
+
+/// A heap that keeps no statistics (see [`Tally`]). Its `check` verifies every invariant of the
+/// chunks and bins, only not the counters it does not have.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NoCounters;
+
+pub(crate) mod sealed {
+    use super::Counters;
+
+    /// What a heap counts, as it happens, in granules. Every method is a no-op for
+    /// [`super::NoCounters`], so the compiler removes the updates from its hot paths.
+    pub trait Count: Copy + Sized {
+        /// Nothing counted yet.
+        const NEW: Self;
+        /// The counters, when this kind keeps them (for the invariant walk and `stats`).
+        fn counters(&self) -> Option<&Counters>;
+        /// `g` granules of chunk space added, in a new region if `new_region`.
+        fn space_added(&mut self, g: usize, new_region: bool);
+        /// `g` granules of chunk space given back, with their whole region if `region_gone`.
+        fn space_removed(&mut self, g: usize, region_gone: bool);
+        /// A free chunk filed (into a bin or as the top).
+        fn filed(&mut self);
+        /// A free chunk taken out of its bin or the top.
+        fn unfiled(&mut self);
+        /// A chunk of `g` granules handed out, at its final size.
+        fn handed_out(&mut self, g: usize);
+        /// A chunk of `g` granules freed.
+        fn freed(&mut self, g: usize);
+        /// A free refused (double, foreign or wrong size).
+        fn refused(&mut self);
+        /// A chunk grown in place by `g` granules.
+        fn grew(&mut self, g: usize);
+        /// A chunk shrunk in place by `g` granules.
+        fn shrank(&mut self, g: usize);
+    }
+
+    impl Count for Counters {
+        const NEW: Self = Counters::new();
+        #[inline(always)]
+        fn counters(&self) -> Option<&Counters> {
+            Some(self)
+        }
+        #[inline(always)]
+        fn space_added(&mut self, g: usize, new_region: bool) {
+            self.managed += g;
+            self.regions += usize::from(new_region);
+        }
+        #[inline(always)]
+        fn space_removed(&mut self, g: usize, region_gone: bool) {
+            self.managed -= g;
+            self.regions -= usize::from(region_gone);
+        }
+        #[inline(always)]
+        fn filed(&mut self) {
+            self.free_chunks += 1;
+        }
+        #[inline(always)]
+        fn unfiled(&mut self) {
+            self.free_chunks -= 1;
+        }
+        #[inline(always)]
+        fn handed_out(&mut self, g: usize) {
+            self.add_used(g);
+            self.allocs += 1;
+        }
+        #[inline(always)]
+        fn freed(&mut self, g: usize) {
+            self.used -= g;
+            self.frees += 1;
+        }
+        #[inline(always)]
+        fn refused(&mut self) {
+            self.refused_frees += 1;
+        }
+        #[inline(always)]
+        fn grew(&mut self, g: usize) {
+            self.add_used(g);
+            self.reallocs_in_place += 1;
+        }
+        #[inline(always)]
+        fn shrank(&mut self, g: usize) {
+            self.used -= g;
+            self.reallocs_in_place += 1;
+        }
+    }
+
+    impl Count for super::NoCounters {
+        const NEW: Self = super::NoCounters;
+        #[inline(always)]
+        fn counters(&self) -> Option<&Counters> {
+            None
+        }
+        #[inline(always)]
+        fn space_added(&mut self, _: usize, _: bool) {}
+        #[inline(always)]
+        fn space_removed(&mut self, _: usize, _: bool) {}
+        #[inline(always)]
+        fn filed(&mut self) {}
+        #[inline(always)]
+        fn unfiled(&mut self) {}
+        #[inline(always)]
+        fn handed_out(&mut self, _: usize) {}
+        #[inline(always)]
+        fn freed(&mut self, _: usize) {}
+        #[inline(always)]
+        fn refused(&mut self) {}
+        #[inline(always)]
+        fn grew(&mut self, _: usize) {}
+        #[inline(always)]
+        fn shrank(&mut self, _: usize) {}
+    }
+}
+
+/// A heap that keeps its statistics (see [`Tally`]): running counters, in granules where they
+/// track chunk space, updated on every call. Free space (`managed − used`) and live chunks
+/// (`allocs − frees`) follow from the others, so the hot paths keep neither. The default for
+/// every heap.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub(crate) used: usize,
+    pub(crate) peak_used: usize,
+    pub(crate) managed: usize,
+    pub(crate) regions: usize,
+    pub(crate) free_chunks: usize,
+    pub(crate) allocs: u64,
+    pub(crate) frees: u64,
+    pub(crate) reallocs_in_place: u64,
+    pub(crate) refused_frees: u64,
 }
 
 impl Counters {
-    pub const fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         Counters {
             used: 0,
             peak_used: 0,
@@ -98,17 +230,17 @@ impl Counters {
     }
 
     /// Granules in free chunks.
-    pub fn free(&self) -> usize {
+    pub(crate) fn free(&self) -> usize {
         self.managed - self.used
     }
 
     /// Chunks handed out and not freed.
-    pub fn live(&self) -> usize {
+    pub(crate) fn live(&self) -> usize {
         (self.allocs - self.frees) as usize
     }
 
     #[inline]
-    pub fn add_used(&mut self, g: usize) {
+    pub(crate) fn add_used(&mut self, g: usize) {
         self.used += g;
         if self.used > self.peak_used {
             self.peak_used = self.used;
@@ -117,7 +249,7 @@ impl Counters {
 
     /// The statistics, given the granule, the largest free chunk (granules) and the tag bytes
     /// of a chunk.
-    pub fn to_stats(self, shift: u32, largest_free: usize, head_bytes: usize) -> Stats {
+    pub(crate) fn to_stats(self, shift: u32, largest_free: usize, head_bytes: usize) -> Stats {
         let largest = largest_free << shift;
         Stats {
             in_use: self.used << shift,

@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use tagalloc::model::{Layout, Model, Subject};
+use tagalloc::model::{Counted, Layout, Model, Subject};
 use tagalloc::{Error, Stats};
 
 use crate::ops::{Align, Len, Op, Place, RegionPick, Size};

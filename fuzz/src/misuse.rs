@@ -5,7 +5,7 @@
 //! for the refusal counter, `check()` clean) and leave every live allocation's contents alone.
 
 use arbitrary::{Arbitrary, Result, Unstructured};
-use tagalloc::model::{Layout, Subject};
+use tagalloc::model::{Counted, Layout, Subject};
 use tagalloc::{DetachedHeap, Error, InlineHeap, Stats, HOST_GRANULE, MAX_GRANULE};
 
 use crate::driver::{addr, verify, Driver, Live};

@@ -6,7 +6,7 @@
 
 use std::ptr::NonNull;
 
-use tagalloc::model::{DetachedSubject, InlineSubject, Subject};
+use tagalloc::model::{Counted, DetachedSubject, InlineSubject, Subject};
 use tagalloc::{
     AnyGranule, Block, CheckError, DetachedHeap, Error, GlobalHeap, Granule, HostGranule,
     InlineHeap, Record, RecordStore, SharedDetachedHeap, SpinLock, Stats,
@@ -25,7 +25,7 @@ pub const RING: usize = 8;
 /// A heap under test with its surroundings.
 pub trait Rig {
     /// The heap, through the core's adapter.
-    type S: Subject;
+    type S: Counted;
     /// The heap behind a lock, as [`Rig::shared`] lends it.
     type Shared: SharedHeap<H = H<Self>>;
 

@@ -35,7 +35,7 @@ use std::fmt;
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
-use tagalloc::model::{DetachedSubject, InlineSubject, Memory, Subject};
+use tagalloc::model::{Counted, DetachedSubject, InlineSubject, Memory, Subject};
 use tagalloc::{CheckError, DetachedHeap, Error, InlineHeap, Record, Stats, DEVICE_GRANULE};
 
 use crate::contents;
@@ -333,10 +333,10 @@ impl fmt::Display for ReplayErrorKind {
 impl std::error::Error for ReplayError {}
 
 /// A heap a [`Replay`] can drive: one of tagalloc's heaps through the adapter every test of
-/// the heaps uses ([`Subject`]: the allocator calls, checks and statistics), and how it gets
-/// more memory when it runs out. Implemented for both tag placements, so the replay loop is
-/// written once.
-pub trait ReplayHeap: Subject + Sized {
+/// the heaps uses ([`Subject`] and [`Counted`]: the allocator calls, checks and statistics),
+/// and how it gets more memory when it runs out. Implemented for both tag placements, so the
+/// replay loop is written once.
+pub trait ReplayHeap: Counted + Sized {
     /// Which placement this is.
     const PLACEMENT: Placement;
 

@@ -9,7 +9,8 @@
 //!
 //! - `reference`: [`Model`], which predicts every address and every error of a sequence of
 //!   requests.
-//! - `subject`: [`Subject`], the heaps in terms of addresses and handles, with
+//! - `subject`: [`Subject`], the heaps in terms of addresses and handles ([`Counted`] adds
+//!   their statistics), with
 //!   [`InlineSubject`] (an [`crate::InlineHeap`] over [`Memory`] it carves regions from) and
 //!   [`DetachedSubject`] (a [`crate::DetachedHeap`] over any range of addresses).
 
@@ -18,4 +19,4 @@ mod subject;
 
 pub use crate::layout::Layout;
 pub use reference::{MChunk, Model};
-pub use subject::{DetachedSubject, InlineSubject, Memory, Subject};
+pub use subject::{Counted, DetachedSubject, InlineSubject, Memory, Subject};

@@ -20,7 +20,7 @@ use core::ptr::{without_provenance_mut, NonNull};
 use crate::error::{CheckError, Error};
 use crate::layout::Layout;
 use crate::records::RecordStore;
-use crate::stats::Stats;
+use crate::stats::{Counters, Stats, Tally};
 use crate::tags::Tags;
 use crate::{Block, DetachedHeap, Granule, HostGranule, InlineHeap};
 
@@ -102,7 +102,11 @@ pub trait Subject {
 
     /// `check()`.
     fn check(&self) -> Result<(), CheckError>;
+}
 
+/// A [`Subject`] whose heap keeps statistics (see [`crate::Tally`]): every one but an
+/// [`InlineSubject`] over a heap without counters.
+pub trait Counted: Subject {
     /// `stats()`.
     fn stats(&self) -> Stats;
 }
@@ -130,25 +134,25 @@ unsafe impl<M: Memory + ?Sized> Memory for &mut M {
 ///
 /// The heap is declared before the memory, so it is gone before the memory is released (or,
 /// for a memory that zeroes what it lent, zeroed).
-pub struct InlineSubject<M, G: Granule = HostGranule> {
-    heap: InlineHeap<G>,
+pub struct InlineSubject<M, G: Granule = HostGranule, K: Tally = Counters> {
+    heap: InlineHeap<G, K>,
     memory: M,
 }
 
-impl<M: Memory, G: Granule> InlineSubject<M, G> {
+impl<M: Memory, G: Granule, K: Tally> InlineSubject<M, G, K> {
     /// `heap` (with no regions yet) over `memory`.
-    pub fn new(heap: InlineHeap<G>, memory: M) -> Self {
+    pub fn new(heap: InlineHeap<G, K>, memory: M) -> Self {
         InlineSubject { heap, memory }
     }
 
     /// The heap, for what the adapter does not cover.
-    pub fn heap(&self) -> &InlineHeap<G> {
+    pub fn heap(&self) -> &InlineHeap<G, K> {
         &self.heap
     }
 
     /// The heap, for what the adapter does not cover (for instance putting it behind a
     /// [`crate::GlobalHeap`] for a while).
-    pub fn heap_mut(&mut self) -> &mut InlineHeap<G> {
+    pub fn heap_mut(&mut self) -> &mut InlineHeap<G, K> {
         &mut self.heap
     }
 
@@ -180,7 +184,7 @@ impl<M: Memory, G: Granule> InlineSubject<M, G> {
     }
 }
 
-impl<M: Memory, G: Granule> Subject for InlineSubject<M, G> {
+impl<M: Memory, G: Granule, K: Tally> Subject for InlineSubject<M, G, K> {
     type H = NonNull<u8>;
     const INLINE: bool = true;
 
@@ -270,7 +274,9 @@ impl<M: Memory, G: Granule> Subject for InlineSubject<M, G> {
     fn check(&self) -> Result<(), CheckError> {
         self.heap.check()
     }
+}
 
+impl<M: Memory, G: Granule> Counted for InlineSubject<M, G, Counters> {
     fn stats(&self) -> Stats {
         self.heap.stats()
     }
@@ -381,7 +387,9 @@ impl<S: RecordStore> Subject for DetachedSubject<S> {
     fn check(&self) -> Result<(), CheckError> {
         self.heap.check()
     }
+}
 
+impl<S: RecordStore> Counted for DetachedSubject<S> {
     fn stats(&self) -> Stats {
         self.heap.stats()
     }

@@ -3,7 +3,7 @@
 extern crate std;
 use std::vec::Vec;
 
-use crate::{Error, InlineHeap};
+use crate::{Error, HostGranule, InlineHeap, Stats, Tally};
 
 /// A granule-aligned arena that outlives the heap using it.
 pub(crate) struct Arena {
@@ -95,8 +95,41 @@ fn aligned_allocs() {
 
 #[test]
 fn bad_inputs() {
+    bad_inputs_on(InlineHeap::new(), |h| Some(h.stats()));
+}
+
+/// The same refusals from a heap without statistics: the counting is all that differs.
+#[test]
+fn bad_inputs_without_stats() {
+    bad_inputs_on(InlineHeap::without_stats(), |_| None);
+    for g in [0, 8, 24, 1 << 31] {
+        assert_eq!(
+            InlineHeap::with_granule_without_stats(g).err(),
+            Some(Error::BadGranule),
+            "granule {g}"
+        );
+    }
+    let mut a = Arena::new(1 << 16);
+    let mut h = InlineHeap::with_granule_without_stats(64).unwrap();
+    let lead = a.ptr().align_offset(64);
+    // SAFETY: the arena outlives the heap and nothing else uses its memory; the region starts
+    // at the arena's first 64-aligned byte and ends inside it.
+    unsafe { h.add_region(a.ptr().add(lead), a.len() - lead).unwrap() };
+    let p = h.alloc(100, 64).unwrap();
+    // SAFETY: `p` is live and not used after the free; the second free is refused.
+    unsafe {
+        h.free_checked(p, 100).unwrap();
+        assert_eq!(h.free_checked(p, 100), Err(Error::DoubleFree));
+    }
+    h.check().unwrap();
+}
+
+/// Every refusal of bad input on `h`, whose statistics `stats` reads where it keeps them.
+fn bad_inputs_on<K: Tally>(
+    mut h: InlineHeap<HostGranule, K>,
+    stats: fn(&InlineHeap<HostGranule, K>) -> Option<Stats>,
+) {
     let mut a = Arena::new(4096);
-    let mut h = InlineHeap::new();
     assert_eq!(h.alloc(8, 8), Err(Error::OutOfMemory));
     // SAFETY: the arena outlives the heap and nothing else uses its memory.
     unsafe {
@@ -148,12 +181,17 @@ fn bad_inputs() {
         h.extend_region(a.ptr(), 2048 - 32).unwrap();
     }
     h.check().unwrap();
-    assert_eq!(h.stats().free_chunks, 1);
+    if let Some(st) = stats(&h) {
+        assert_eq!((st.free_chunks, st.refused_frees), (1, 3));
+    }
     let big = h.alloc(3500, 16).unwrap();
     // SAFETY: the pointer is a live allocation of this heap, not used after it is freed.
     unsafe { h.free(big, 3500).unwrap() };
     assert_eq!(h.trim(|_, _| {}), 1);
-    assert_eq!(h.stats().managed, 0);
+    if let Some(st) = stats(&h) {
+        assert_eq!(st.managed, 0);
+    }
+    assert_eq!(h.alloc(8, 8), Err(Error::OutOfMemory));
     h.check().unwrap();
 }
 
@@ -394,6 +432,12 @@ fn the_heaps_own_state_is_the_documented_size() {
     use core::mem::size_of;
     let kib = |bytes: usize| bytes.div_ceil(1024);
     assert_eq!(kib(size_of::<InlineHeap>()), 33);
+    // The counters are nine words; without them the heap is that much smaller.
+    assert_eq!(
+        size_of::<InlineHeap>() - size_of::<InlineHeap<HostGranule, crate::NoCounters>>(),
+        size_of::<crate::Counters>()
+    );
+    assert_eq!(size_of::<crate::Counters>(), 9 * 8);
     assert_eq!(kib(size_of::<crate::GlobalHeap>()), 35);
     assert_eq!(
         kib(size_of::<crate::DetachedHeap<&mut [crate::Record]>>()),

@@ -319,6 +319,23 @@ proptest! {
         run(&mut s, base, 32 * 1024, &ops);
     }
 
+    /// The heap without statistics hands out the same addresses: the model predicts them all.
+    #[test]
+    fn inline_without_stats_matches_model(ops in ops_strategy(size_strategy())) {
+        let mut arena = Arena::new(SPACE);
+        let base = arena.ptr().addr();
+        let mut s = InlineSubject::new(InlineHeap::without_stats(), arena);
+        run(&mut s, base, 32 * 1024, &ops);
+    }
+
+    #[test]
+    fn inline_without_stats_dense_tries_match_model(ops in ops_strategy(large_size_strategy())) {
+        let mut arena = Arena::new(SPACE);
+        let base = arena.ptr().addr();
+        let mut s = InlineSubject::new(InlineHeap::without_stats(), arena);
+        run(&mut s, base, SPACE / 2, &ops);
+    }
+
     #[test]
     fn detached_matches_model(ops in ops_strategy(size_strategy())) {
         run(&mut detached_subject(256), DETACHED_BASE, 32 * 1024, &ops);

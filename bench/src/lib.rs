@@ -6,6 +6,7 @@
 pub mod arena_source;
 pub mod bump;
 pub mod clock;
+pub mod cold;
 pub mod device;
 pub mod efficiency;
 pub mod heapmap;

@@ -465,7 +465,7 @@ pub fn run(p: &Prepared, opts: &Options, bar: &ProgressBar) -> Result<TraceResul
             bar.inc(1);
             let (out, check) = match r.row {
                 Row::Bare(_) => {
-                    let mut t = subjects::tagalloc_inline(&mut arena)?;
+                    let mut t = subjects::tagalloc_inline(&mut arena, InlineHeap::new())?;
                     let out = replay(&mut t, &p.ops, p.slots, &[]);
                     (out, t.check())
                 }

@@ -5,7 +5,8 @@
 //! recycled slot numbers, sizes and alignments looked up once), so that a timed run does
 //! nothing but call the allocator and index a vector. Each allocator then runs the trace once
 //! untimed to measure its footprint, and `runs` more times for the timing; allocators are
-//! interleaved run by run so that machine noise hits them alike.
+//! interleaved run by run so that machine noise hits them alike, and every timed run starts
+//! with none of the arena cached ([`crate::cold`]), whoever ran before it.
 //!
 //! Conventions, the same for every allocator: a size of 0 is asked for as 1 byte (what
 //! `malloc(0)` hands out); a missing `align=` is 16, the x86-64 malloc alignment; `t=` fields
@@ -24,6 +25,7 @@ use indicatif::ProgressBar;
 use serde_json::{json, Value};
 use tagalloc_tests::trace::{Event, Trace, TraceStats};
 
+use crate::cold::Sweep;
 use crate::plot;
 use crate::report::{self, Better, Table};
 use crate::style;
@@ -410,6 +412,7 @@ pub fn run(p: &Prepared, opts: &Options, bar: &ProgressBar) -> Result<TraceResul
             check: Ok(()),
         })
         .collect();
+    let sweep = Sweep::new();
     for round in 0..=opts.runs {
         for r in results.iter_mut() {
             bar.set_message(format!("replay {}: {}", p.name, r.peer.name()));
@@ -444,6 +447,7 @@ pub fn run(p: &Prepared, opts: &Options, bar: &ProgressBar) -> Result<TraceResul
                     p,
                     budget: opts.budget,
                 };
+                sweep.run();
                 with_subject(r.peer, space, setup, &mut b)
             };
             match out {

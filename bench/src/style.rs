@@ -91,6 +91,13 @@ const LOOKS: &[(&str, Look)] = &[
         "tagalloc inline",
         look(VERMILLION, Shape::Circle, false, false),
     ),
+    // The same heap without statistics: the same allocator in another configuration, so its
+    // colour, dashed, with its own marker. Its footprint line lies on the default's (the same
+    // addresses); its speed is what differs.
+    (
+        "tagalloc inline, no statistics",
+        look(VERMILLION, Shape::Square, false, true),
+    ),
     ("talc", look(BLUE, Shape::TriangleUp, false, false)),
     ("rlsf", look(SKY_BLUE, Shape::Square, false, false)),
     ("dlmalloc", look(BLUISH_GREEN, Shape::Diamond, false, false)),
@@ -207,13 +214,13 @@ mod tests {
     }
 
     /// One colour per allocator across all charts: no two allocators share a colour, except
-    /// configurations of one (tagalloc's inline heap alone and behind a lock; the host pool as
-    /// `HostAllocator` and as the preload library; granules of the detached heap and of
-    /// offset-allocator) and the references.
+    /// configurations of one (tagalloc's inline heap alone, without statistics and behind a
+    /// lock; the host pool as `HostAllocator` and as the preload library; granules of the
+    /// detached heap and of offset-allocator) and the references.
     #[test]
     fn no_two_allocators_share_a_colour() {
         fn family(n: &str) -> &str {
-            if n == "tagalloc inline" || n.starts_with("tagalloc GlobalHeap") {
+            if n.starts_with("tagalloc inline") || n.starts_with("tagalloc GlobalHeap") {
                 "tagalloc inline"
             } else if n == "tagalloc HostAllocator" || n == "tagalloc (LD_PRELOAD)" {
                 "tagalloc host pool"

@@ -25,7 +25,7 @@ use std::marker::PhantomData;
 use std::ptr::{null_mut, NonNull};
 
 use tagalloc::model::{self, DetachedSubject, InlineSubject, Memory, Subject as _};
-use tagalloc::{DetachedHeap, Error, InlineHeap, Record};
+use tagalloc::{DetachedHeap, Error, HostGranule, InlineHeap, Record, Tally};
 
 use crate::bump::Bump;
 
@@ -173,6 +173,9 @@ pub const VIRTUAL_BASE: usize = 1 << 44;
 pub enum Peer {
     /// tagalloc's heap with its tags inside the memory ([`InlineHeap`]).
     Inline,
+    /// The same heap without statistics ([`InlineHeap::without_stats`]): same addresses, no
+    /// counters updated.
+    InlineWithoutStats,
     /// tagalloc's heap with detached tags ([`DetachedHeap`], growable table), granule in bytes.
     Detached(usize),
     /// glibc's malloc through `std::alloc::System`.
@@ -197,8 +200,9 @@ pub enum Peer {
 
 impl Peer {
     /// The host allocators, tagalloc's first (every ratio is taken against it).
-    pub const HOST: [Peer; 8] = [
+    pub const HOST: [Peer; 9] = [
         Peer::Inline,
+        Peer::InlineWithoutStats,
         Peer::Talc,
         Peer::Rlsf,
         Peer::Dlmalloc,
@@ -224,6 +228,7 @@ impl Peer {
     pub fn name(self) -> String {
         match self {
             Peer::Inline => "tagalloc inline".into(),
+            Peer::InlineWithoutStats => "tagalloc inline, no statistics".into(),
             Peer::Detached(g) => format!("tagalloc detached ({g} B)"),
             Peer::Glibc => "glibc malloc".into(),
             Peer::Talc => "talc".into(),
@@ -280,7 +285,10 @@ pub fn with_subject<B: Bench>(
     let mismatch = || format!("{} cannot run over this kind of space", peer.name());
     Ok(match (peer, space) {
         (Peer::Glibc, _) => bench.run(Host::without_arena(System), 0),
-        (Peer::Inline, Space::Host(a)) => bench.run(tagalloc_inline(a)?, base),
+        (Peer::Inline, Space::Host(a)) => bench.run(tagalloc_inline(a, InlineHeap::new())?, base),
+        (Peer::InlineWithoutStats, Space::Host(a)) => {
+            bench.run(tagalloc_inline(a, InlineHeap::without_stats())?, base)
+        }
         (Peer::Talc, Space::Host(a)) => bench.run(talc(a)?, base),
         (Peer::Rlsf, Space::Host(a)) => bench.run(rlsf(a), base),
         (Peer::Dlmalloc, Space::Host(a)) => bench.run(dlmalloc(a), base),
@@ -320,10 +328,14 @@ pub struct Tagalloc<A> {
     refused: u64,
 }
 
-/// tagalloc's inline heap over the whole arena, as one region.
-pub fn tagalloc_inline(arena: &mut Arena) -> Result<Tagalloc<InlineSubject<&mut Arena>>, String> {
+/// tagalloc's inline heap `heap` (with or without statistics) over the whole arena, as one
+/// region.
+pub fn tagalloc_inline<K: Tally>(
+    arena: &mut Arena,
+    heap: InlineHeap<HostGranule, K>,
+) -> Result<Tagalloc<InlineSubject<&mut Arena, HostGranule, K>>, String> {
     let (base, len) = (arena.ptr.addr().get(), arena.len());
-    let mut heap = InlineSubject::new(InlineHeap::new(), arena);
+    let mut heap = InlineSubject::new(heap, arena);
     heap.add_region(base, len)
         .map_err(|e| format!("tagalloc inline: add_region: {e}"))?;
     Ok(Tagalloc { heap, refused: 0 })

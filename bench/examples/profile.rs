@@ -236,7 +236,8 @@ fn trace_path(name: &str) -> Result<PathBuf, String> {
 
 fn run() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: profile tagalloc|talc|dlmalloc|rlsf random-MAX|path-NAME|TRACE \
+    let usage =
+        "usage: profile tagalloc|tagalloc-nostats|talc|dlmalloc|rlsf random-MAX|path-NAME|TRACE \
                  [--actions N] [--events N]";
     let (Some(who), Some(what)) = (args.first(), args.get(1)) else {
         return Err(usage.into());
@@ -256,6 +257,7 @@ fn run() -> Result<(), String> {
     }
     let peer = match who.as_str() {
         "tagalloc" => Peer::Inline,
+        "tagalloc-nostats" => Peer::InlineWithoutStats,
         "talc" => Peer::Talc,
         "dlmalloc" => Peer::Dlmalloc,
         "rlsf" => Peer::Rlsf,

@@ -7,6 +7,8 @@
 # timed benchmarks this can run on a busy machine; it takes about twelve minutes on two cores.
 #
 # Usage: bench/tools/profile.sh [--allocators "tagalloc talc dlmalloc"] [--workloads "..."]
+# (allocators: tagalloc, tagalloc-nostats (the inline heap without statistics), talc,
+# dlmalloc, rlsf)
 #                               [--paths WORKLOAD] [--out DIR]
 # Workloads: random-MAX, path-exact, path-tree, path-trie, path-aligned, path-end, or a trace name (see
 # bench/examples/profile.rs). Default: talc's random actions at 200, 3000 and 30000 bytes, the

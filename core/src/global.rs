@@ -207,7 +207,26 @@ impl<L: RawLock, const N: usize> GlobalHeap<L, N> {
 impl<L: RawLock, const N: usize, G: Granule, K: Tally> GlobalHeap<L, N, G, K> {
     const_unless_loom! {
         /// Shares `heap`, with whatever regions it has, between threads (for instance a heap
-        /// of another granule, from [`InlineHeap::with_granule`]).
+        /// of another granule, from [`InlineHeap::with_granule`], or one without statistics,
+        /// from [`InlineHeap::without_stats`]).
+        ///
+        /// ```
+        /// # fn main() -> Result<(), tagalloc::Error> {
+        /// use tagalloc::{GlobalHeap, HostGranule, InlineHeap, NoCounters, SpinLock};
+        ///
+        /// static HEAP: GlobalHeap<SpinLock, 64, HostGranule, NoCounters> =
+        ///     GlobalHeap::from_heap(InlineHeap::without_stats());
+        /// let arena: &'static mut [u128] = Box::leak(vec![0u128; 4096].into_boxed_slice());
+        /// // SAFETY: the arena is leaked, so it lives as long as the heap, and only the heap
+        /// // uses it.
+        /// unsafe { HEAP.add_region(arena.as_mut_ptr().cast(), 64 << 10)? };
+        /// let p = HEAP.try_alloc(100, 16)?;
+        /// // SAFETY: `p` is a live 100-byte allocation of this heap, not used afterwards.
+        /// unsafe { HEAP.try_free(p, 100)? };
+        /// HEAP.with_heap(|h| h.check())?.unwrap();
+        /// # Ok(())
+        /// # }
+        /// ```
         ///
         /// # Time Complexity
         /// `O(N)` (the queue is built).

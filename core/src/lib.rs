@@ -52,7 +52,9 @@
 //! - **queued free**: a free that found the shared heap's lock taken and waits on the ring
 //!   for the next lock holder ([`GlobalHeap::queued_frees`]).
 //! - **refused**: a call that returned an [`Error`] and changed nothing; refused frees are
-//!   counted in [`Stats::refused_frees`].
+//!   counted in [`Stats::refused_frees`] by a heap that keeps statistics.
+//! - **tally**: what a heap counts as it goes, chosen by its type ([`Tally`]): [`Counters`]
+//!   (the default, behind `stats()`) or [`NoCounters`] (nothing, and a little faster).
 //! - **re-entry**: a call into a shared heap from the thread that holds its lock
 //!   ([`Error::Reentrant`]).
 //!
@@ -61,10 +63,11 @@
 //! One concept per file: `layout` (size arithmetic), `tags` (the placement seam), `inline` and
 //! `detached` (the two placements and their heaps), `records` (the detached table), `bins`
 //! (bins and best fit), `heap` (the algorithm), `region` (regions), `check` (the invariant
-//! walk), `stats` (counters), `lock` (locks and re-entry), `queue` (the ring of queued frees),
-//! `shared` (a heap behind a lock), `global` and `shared_detached` (the two shared heaps),
-//! `sync` (atomics that loom can swap), `model` (the reference model and the one adapter
-//! that tests, fuzz targets, trace replay and benchmarks drive both heaps through; hidden).
+//! walk), `stats` (statistics and the counters behind them), `lock` (locks and re-entry),
+//! `queue` (the ring of queued frees), `shared` (a heap behind a lock), `global` and
+//! `shared_detached` (the two shared heaps), `sync` (atomics that loom can swap), `model` (the
+//! reference model and the one adapter that tests, fuzz targets, trace replay and benchmarks
+//! drive both heaps through; hidden).
 //!
 //! ```
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -84,7 +84,9 @@ impl<G: Granule, K: Tally> QueuedFree for ArenaHeap<G, K> {
 ///
 /// `L` is the lock ([`SpinLock`] by default; with the `lock_api` feature, any
 /// `lock_api::RawMutex`, such as `parking_lot::RawMutex`, whose waiters sleep) and `N` (a power
-/// of two, at least 2) how many frees can wait for the lock at once.
+/// of two, at least 2) how many frees can wait for the lock at once; `G` and `K` are the
+/// heap's granule and tally, as for [`InlineHeap`] (one without statistics comes from
+/// [`GlobalHeap::from_heap`]).
 ///
 /// Allocation failures are values: an [`Error`] from the `try_` methods, null through
 /// [`GlobalAlloc`]. A free that finds the lock taken does not wait: it is queued (nothing is

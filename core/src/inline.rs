@@ -482,6 +482,10 @@ impl<G: Granule> Tags for InlineTags<G> {
 /// allocation's instructions); [`AnyGranule`] ([`InlineHeap::with_granule`]) reads it from the
 /// heap, for granules above 16 bytes. Both run the same algorithm.
 ///
+/// `K` says whether it keeps statistics ([`Tally`]): [`Counters`] (the default) behind
+/// [`InlineHeap::stats`], or [`NoCounters`] ([`InlineHeap::without_stats`]), which skips a few
+/// counter updates on every call.
+///
 /// # Examples
 ///
 /// ```

@@ -17,7 +17,7 @@ use proptest::prelude::*;
 
 use super::inline::Arena;
 use crate::model::{DetachedSubject, InlineSubject, Memory, Model, Subject};
-use crate::{DetachedHeap, InlineHeap, Record};
+use crate::{DetachedHeap, HostGranule, InlineHeap, Record, Tally};
 
 // SAFETY: the arena's buffer is valid for its length for as long as the arena lives, and the
 // tests hand it to one heap only.
@@ -300,9 +300,16 @@ fn ops_strategy(
 
 /// An inline heap over an arena of the test's address space.
 fn inline_subject() -> (InlineSubject<Arena>, usize) {
+    inline_subject_of(InlineHeap::new())
+}
+
+/// `heap` (with or without statistics) over an arena of the test's address space.
+fn inline_subject_of<K: Tally>(
+    heap: InlineHeap<HostGranule, K>,
+) -> (InlineSubject<Arena, HostGranule, K>, usize) {
     let mut arena = Arena::new(SPACE);
     let base = arena.ptr().addr();
-    (InlineSubject::new(InlineHeap::new(), arena), base)
+    (InlineSubject::new(heap, arena), base)
 }
 
 /// A detached heap with this granule over the test's address space.
@@ -322,17 +329,13 @@ proptest! {
     /// The heap without statistics hands out the same addresses: the model predicts them all.
     #[test]
     fn inline_without_stats_matches_model(ops in ops_strategy(size_strategy())) {
-        let mut arena = Arena::new(SPACE);
-        let base = arena.ptr().addr();
-        let mut s = InlineSubject::new(InlineHeap::without_stats(), arena);
+        let (mut s, base) = inline_subject_of(InlineHeap::without_stats());
         run(&mut s, base, 32 * 1024, &ops);
     }
 
     #[test]
     fn inline_without_stats_dense_tries_match_model(ops in ops_strategy(large_size_strategy())) {
-        let mut arena = Arena::new(SPACE);
-        let base = arena.ptr().addr();
-        let mut s = InlineSubject::new(InlineHeap::without_stats(), arena);
+        let (mut s, base) = inline_subject_of(InlineHeap::without_stats());
         run(&mut s, base, SPACE / 2, &ops);
     }
 

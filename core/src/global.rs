@@ -172,16 +172,16 @@ impl GlobalHeap {
     }
 }
 
-impl<L: RawLock, const N: usize> GlobalHeap<L, N> {
+impl<L: RawLock, const N: usize, K: Tally> GlobalHeap<L, N, HostGranule, K> {
     const_unless_loom! {
-        /// [`GlobalHeap::new`] with another lock or queue length.
+        /// [`GlobalHeap::new`] with another lock, queue length or tally.
         ///
         /// # Time Complexity
         /// `O(N)` (the queue is built); the arena is claimed on the first allocation.
         pub fn with_lock() -> Self {
             GlobalHeap {
                 shared: Shared::new(ArenaHeap {
-                    heap: InlineHeap::new(),
+                    heap: InlineHeap::host(),
                     pending: None,
                     refused: None,
                 }),
@@ -190,14 +190,25 @@ impl<L: RawLock, const N: usize> GlobalHeap<L, N> {
     }
 
     const_unless_loom! {
-        /// [`GlobalHeap::with_arena`] with another lock or queue length.
+        /// [`GlobalHeap::with_arena`] with another lock, queue length or tally: for instance
+        /// the program's allocator without statistics ([`Tally`]):
+        ///
+        /// ```no_run
+        /// use tagalloc::{GlobalHeap, HostGranule, NoCounters, SpinLock};
+        ///
+        /// static mut ARENA: [u8; 1 << 20] = [0; 1 << 20];
+        /// #[global_allocator]
+        /// static HEAP: GlobalHeap<SpinLock, 64, HostGranule, NoCounters> =
+        ///     GlobalHeap::with_arena_and_lock(&raw mut ARENA);
+        /// # fn main() {}
+        /// ```
         ///
         /// # Time Complexity
         /// `O(N)` (the queue is built); the arena is claimed on the first allocation.
         pub fn with_arena_and_lock<const LEN: usize>(arena: *mut [u8; LEN]) -> Self {
             GlobalHeap {
                 shared: Shared::new(ArenaHeap {
-                    heap: InlineHeap::new(),
+                    heap: InlineHeap::host(),
                     pending: Some((arena.cast::<u8>(), LEN)),
                     refused: None,
                 }),

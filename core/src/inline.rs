@@ -531,6 +531,15 @@ impl InlineHeap {
     /// # Time Complexity
     /// `O(1)`.
     pub const fn new() -> Self {
+        Self::host()
+    }
+}
+
+impl<K: Tally> InlineHeap<HostGranule, K> {
+    /// An empty heap with the host granule, counting with `K` (for the constructors that are
+    /// generic over the tally; callers name [`InlineHeap::new`] or
+    /// [`InlineHeap::without_stats`]).
+    pub(crate) const fn host() -> Self {
         InlineHeap {
             heap: Heap::new(InlineTags::new(HOST_LAYOUT)),
         }
@@ -564,9 +573,7 @@ impl InlineHeap<HostGranule, NoCounters> {
     /// # Time Complexity
     /// `O(1)`.
     pub const fn without_stats() -> Self {
-        InlineHeap {
-            heap: Heap::new(InlineTags::new(HOST_LAYOUT)),
-        }
+        Self::host()
     }
 }
 
@@ -577,6 +584,13 @@ impl InlineHeap<AnyGranule, NoCounters> {
     /// # Time Complexity
     /// `O(1)`.
     pub const fn with_granule_without_stats(granule: usize) -> Result<Self, Error> {
+        Self::any(granule)
+    }
+}
+
+impl<K: Tally> InlineHeap<AnyGranule, K> {
+    /// An empty heap with `granule`, counting with `K` (see [`InlineHeap::with_granule`]).
+    const fn any(granule: usize) -> Result<Self, Error> {
         match Layout::inline(granule) {
             Ok(layout) => Ok(InlineHeap {
                 heap: Heap::new(InlineTags::new(layout)),
@@ -596,12 +610,7 @@ impl InlineHeap<AnyGranule> {
     /// # Time Complexity
     /// `O(1)`.
     pub const fn with_granule(granule: usize) -> Result<Self, Error> {
-        match Layout::inline(granule) {
-            Ok(layout) => Ok(InlineHeap {
-                heap: Heap::new(InlineTags::new(layout)),
-            }),
-            Err(e) => Err(e),
-        }
+        Self::any(granule)
     }
 }
 

@@ -302,3 +302,44 @@ fn a_parking_lock_serves_threads_and_refuses_reentry() {
     assert_eq!((st.live, st.in_use, st.refused_frees), (0, 0, 0));
     heap.with_heap(|h| h.check()).unwrap().unwrap();
 }
+
+/// A global heap without statistics over an arena it claims on first use, as a program's
+/// allocator would be: threads allocate and free through it (frees queue while the lock is
+/// taken), and afterwards every invariant holds and the whole arena is one free chunk again.
+/// An arena too small to hold a chunk is refused, and allocations say why.
+#[test]
+fn a_global_heap_without_stats_claims_its_arena_and_serves_threads() {
+    use crate::{HostGranule, NoCounters};
+    type Uncounted = GlobalHeap<SpinLock, 8, HostGranule, NoCounters>;
+    const LEN: usize = 1 << 16;
+    // Declared before the heap, so dropped after it: the heap uses it for as long as it lives.
+    let mut arena = std::boxed::Box::new([0u8; LEN]);
+    let skip = arena.as_ptr().align_offset(16);
+    let heap = Uncounted::with_arena_and_lock(&raw mut *arena);
+    let rounds = if cfg!(miri) { 20 } else { 2000 };
+    thread::scope(|s| {
+        for i in 0..2u8 {
+            let heap = &heap;
+            s.spawn(move || {
+                for r in 0..rounds {
+                    let len = 1 + (r * 37 + usize::from(i) * 11) % 300;
+                    let p = Ptr(heap.try_alloc(len, 16).unwrap());
+                    fill(p, len, i);
+                    assert!(holds(p, len, i), "a block changed while it was live");
+                    // SAFETY: this thread's live allocation of `len` bytes, not used after.
+                    unsafe { heap.try_free(p.get(), len).unwrap() };
+                }
+            });
+        }
+    });
+    heap.with_heap(|h| h.check()).unwrap().unwrap();
+    // The region's header and fence take less than 64 bytes of what is left after aligning.
+    let whole = LEN - skip - 64;
+    let p = heap.try_alloc(whole, 16).unwrap();
+    // SAFETY: live, not used afterwards.
+    unsafe { heap.try_free(p, whole).unwrap() };
+
+    let mut tiny = [0u8; 32];
+    let refused = Uncounted::with_arena_and_lock(&raw mut tiny);
+    assert_eq!(refused.try_alloc(8, 8), Err(crate::Error::RegionTooSmall));
+}

@@ -86,6 +86,7 @@ impl<G: Granule, K: Tally> QueuedFree for ArenaHeap<G, K> {
 /// `lock_api::RawMutex`, such as `parking_lot::RawMutex`, whose waiters sleep) and `N` (a power
 /// of two, at least 2) how many frees can wait for the lock at once; `G` and `K` are the
 /// heap's granule and tally, as for [`InlineHeap`] (one without statistics comes from
+/// [`GlobalHeap::with_arena_and_lock`], [`GlobalHeap::with_lock`] or
 /// [`GlobalHeap::from_heap`]).
 ///
 /// Allocation failures are values: an [`Error`] from the `try_` methods, null through

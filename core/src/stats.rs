@@ -68,8 +68,10 @@ impl Stats {
     }
 }
 
-/// Whether a heap keeps the running counters behind [`Stats`], chosen by a heap's type:
-/// [`Counters`] (the default of every heap) keeps them, [`NoCounters`] keeps nothing.
+/// Whether a heap keeps the running counters behind [`Stats`], chosen by a heap's type
+/// ([`crate::InlineHeap`], [`crate::GlobalHeap`]): [`Counters`], the default, keeps them;
+/// [`NoCounters`] keeps nothing. ([`crate::DetachedHeap`] always counts: its calls are
+/// dominated by its record table, and device pools read their statistics.)
 ///
 /// Why a choice: the counters are a few read-modify-writes on every allocation and free (the
 /// bytes in use and their peak, the counts of allocations, frees and free chunks), 5 to 7 % of

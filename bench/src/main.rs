@@ -31,7 +31,6 @@
 //!
 //! Run: `cargo run --release -p tagalloc-bench [-- SUBCOMMAND] [OPTIONS]`
 
-use tagalloc_bench::subjects::Peer;
 use tagalloc_bench::{
     cold, device, efficiency, micro, plan, plan_trace, pool, programs, random_actions, replay,
     snapshot, threads,
@@ -651,14 +650,17 @@ fn run(args: &Args) -> Result<(), Failure> {
             })),
             plots: plots.clone(),
         };
-        let items: usize =
-            prepared.len() * (opts.runs + 1) * (Peer::HOST.len() + Peer::ADDRESSES.len());
+        let items: usize = prepared
+            .iter()
+            .map(|p| (opts.runs + 1) * replay::peers(p).len())
+            .sum();
         let bar = progress(items as u64);
         let mut md = format!(
             "## Trace replay\n\nEvery event of each trace through every allocator: one untimed \
              run for the footprint, then {} timed run(s), allocators interleaved, each timed \
-             run from cold caches ({} MiB read first); ns/event is the median. Host allocators share one arena per trace (the bump reference gets \
-             one as large as the trace's total requests); address allocators manage an address \
+             run from cold caches ({} MiB read first); ns/event is the median. Host allocators \
+             share one arena per trace (the bump reference gets one as large as the trace's \
+             total requests); address allocators manage an address \
              range of the same size and touch no memory (a moving realloc copies nothing). \
              A run stops after {:.1} s (marked †). Single-threaded: `t=` fields are ignored. \
              {}\n",

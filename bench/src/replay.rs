@@ -380,13 +380,19 @@ pub fn arena_len(p: &Prepared) -> usize {
         .next_multiple_of(1 << 20)
 }
 
-/// Replays one prepared trace through its allocators.
-pub fn run(p: &Prepared, opts: &Options, bar: &ProgressBar) -> Result<TraceResult, String> {
-    let peers: Vec<Peer> = if p.device {
+/// The allocators a prepared trace is replayed through: the address allocators for a device
+/// trace, the host and address allocators otherwise.
+pub fn peers(p: &Prepared) -> Vec<Peer> {
+    if p.device {
         Peer::DEVICE.to_vec()
     } else {
         Peer::HOST.iter().chain(&Peer::ADDRESSES).copied().collect()
-    };
+    }
+}
+
+/// Replays one prepared trace through its allocators.
+pub fn run(p: &Prepared, opts: &Options, bar: &ProgressBar) -> Result<TraceResult, String> {
+    let peers = peers(p);
     let len = arena_len(p);
     let (mut arena, mut bump_arena) = if p.device {
         (None, None)

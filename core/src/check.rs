@@ -1,8 +1,9 @@
 //! The invariant checker, written once over the placement seam: it walks every region and chunk,
-//! every bin, and the counters (of a heap that keeps them), and reports the first broken invariant as a [`CheckError`]
-//! naming what is wrong and where. Each placement contributes only the decoding of its own tags
-//! ([`Tags::check_tags`]). Tests and fuzz targets call it after every step, so it never trusts a
-//! link to stay in bounds: every walk is bounded by the number of free chunks found.
+//! every bin, and the counters (of a heap that keeps them), and reports the first broken
+//! invariant as a [`CheckError`] naming what is wrong and where. Each placement contributes only
+//! the decoding of its own tags ([`Tags::check_tags`]). Tests and fuzz targets call it after
+//! every step, so it never trusts a link to stay in bounds: every walk is bounded by the number
+//! of free chunks found.
 
 use crate::bins::{bin_of, top_bit, Bins, BIN_COUNT, FIRST_TRIE_BIN, LIST_SIZES};
 use crate::error::CheckError;
@@ -14,8 +15,8 @@ impl<T: Tags, K: Tally> Heap<T, K> {
     /// Verifies every invariant of the heap: each region is covered by whole, consistent chunks
     /// whose sizes add up to it; no two free chunks are adjacent; every free chunk is in the bin
     /// of its size and nothing else is, but the top, which is the free end of the top region
-    /// and in no bin; the bins' map, lists and tries are consistent; the counters, where the heap keeps them,
-    /// agree with the chunks.
+    /// and in no bin; the bins' map, lists and tries are consistent; the counters, where the
+    /// heap keeps them, agree with the chunks.
     pub fn check(&self) -> Result<(), CheckError> {
         let t = self.tags();
         let top = self.top();

@@ -163,7 +163,8 @@ impl<T: Tags, K: Tally> Heap<T, K> {
     #[inline]
     pub fn alloc(&mut self, size: usize, align: usize) -> Result<T::Chunk, Error> {
         if !self.layout().granule_aligned(align) {
-            return self.alloc_aligned(size, align);
+            let (c, e) = self.alloc_aligned(size, align);
+            return c.ok_or(e);
         }
         let need = self.layout().granules_for(size)?;
         self.alloc_granules(need)
@@ -308,9 +309,21 @@ impl<T: Tags, K: Tally> Heap<T, K> {
         }
     }
 
-    /// [`Heap::alloc`] for alignments above the granule (and bad ones).
+    /// [`Heap::alloc`] for alignments above the granule (and bad ones): the chunk, or `None`
+    /// and the error. A pair of scalars comes back in two registers, where a `Result` of a
+    /// chunk and an error would come back through memory, and its stack slot would be set up
+    /// on every allocation's path.
     #[inline(never)]
-    fn alloc_aligned(&mut self, size: usize, align: usize) -> Result<T::Chunk, Error> {
+    fn alloc_aligned(&mut self, size: usize, align: usize) -> (Option<T::Chunk>, Error) {
+        match self.alloc_aligned_result(size, align) {
+            Ok(c) => (Some(c), Error::OutOfMemory),
+            Err(e) => (None, e),
+        }
+    }
+
+    /// [`Heap::alloc_aligned`]'s work, as a `Result`.
+    #[inline(always)]
+    fn alloc_aligned_result(&mut self, size: usize, align: usize) -> Result<T::Chunk, Error> {
         let (need, want) = self.layout().request(size, align)?;
         self.tags.reserve(2)?;
         let (mut c, mut have) = match self.bins.take_best(&mut self.tags, want, |_, _, _| None) {

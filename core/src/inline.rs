@@ -813,7 +813,45 @@ impl<G: Granule, K: Tally> InlineHeap<G, K> {
     /// # Safety
     /// As for [`InlineHeap::free`]; `old_size` must be the size the block was allocated or last
     /// resized with. On success the old pointer must no longer be used unless it was returned.
+    #[inline(always)]
     pub unsafe fn realloc(
+        &mut self,
+        ptr: NonNull<u8>,
+        old_size: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Result<NonNull<u8>, Error> {
+        // SAFETY: forwarded caller contract.
+        let (p, e) = unsafe { self.realloc_pair(ptr, old_size, align, new_size) };
+        p.ok_or(e)
+    }
+
+    /// [`InlineHeap::realloc`] out of line: the new pointer, or `None` and the error. A pair of
+    /// scalars comes back in two registers, where the `Result` would come back through memory.
+    ///
+    /// # Safety
+    /// As for [`InlineHeap::realloc`].
+    #[inline(never)]
+    unsafe fn realloc_pair(
+        &mut self,
+        ptr: NonNull<u8>,
+        old_size: usize,
+        align: usize,
+        new_size: usize,
+    ) -> (Option<NonNull<u8>>, Error) {
+        // SAFETY: forwarded caller contract.
+        match unsafe { self.realloc_result(ptr, old_size, align, new_size) } {
+            Ok(p) => (Some(p), Error::OutOfMemory),
+            Err(e) => (None, e),
+        }
+    }
+
+    /// [`InlineHeap::realloc`]'s work, as a `Result`.
+    ///
+    /// # Safety
+    /// As for [`InlineHeap::realloc`].
+    #[inline(always)]
+    unsafe fn realloc_result(
         &mut self,
         ptr: NonNull<u8>,
         old_size: usize,

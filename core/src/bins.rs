@@ -420,7 +420,7 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
     /// The same as taking the chunk out and filing the rest, but a chunk alone in its
     /// tree bin (typically a region's free end) whose rest stays in that bin is replaced
     /// by the rest in place: neither the map nor a second search is touched.
-    #[inline]
+    #[inline(always)]
     pub fn take_best<T, F>(&mut self, t: &mut T, need: usize, carve: F) -> Option<(C, usize)>
     where
         T: Tags<Chunk = C>,
@@ -441,22 +441,14 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         self.take_smallest_trie(t, b + 1, carve)
     }
 
-    /// [`Bins::take_best`] for a request of `need` granules that the lists cannot serve (the
-    /// caller found no listed chunk of `need` granules or more): the tries only.
-    #[inline]
-    pub fn take_best_unlisted<T, F>(
-        &mut self,
-        t: &mut T,
-        need: usize,
-        carve: F,
-    ) -> Option<(C, usize)>
+    /// [`Bins::take_best`] for a listed size that no list serves: the smallest chunk of the
+    /// tries, oldest among equals (every trie chunk is larger than a listed size).
+    #[inline(always)]
+    pub fn take_from_tries<T, F>(&mut self, t: &mut T, carve: F) -> Option<(C, usize)>
     where
         T: Tags<Chunk = C>,
         F: FnOnce(&mut T, C, usize) -> Option<(C, usize)>,
     {
-        if need > LIST_SIZES {
-            return self.take_best(t, need, carve);
-        }
         self.take_smallest_trie(t, FIRST_TRIE_BIN, carve)
     }
 

@@ -198,23 +198,31 @@ impl<T: Tags, K: Tally> Heap<T, K> {
     /// Any trie chunk is larger than a listed size, so with the tries empty the request goes
     /// straight to the top. That case is a leaf with no callee-saved register (a third of
     /// wee-gcc-hello's allocations take it), and the tries' case jumps on to
-    /// [`Heap::alloc_unlisted`], whose registers only it pays for.
+    /// [`Heap::alloc_from_tries`], whose registers only it pays for.
     #[inline(never)]
     fn alloc_granules_slow(&mut self, need: usize) -> Option<T::Chunk> {
         if self.bins.has_tries() {
-            return self.alloc_unlisted(need);
+            return self.alloc_from_tries(need);
         }
         self.alloc_top(need)
     }
 
-    /// The best fit for `need` granules among the tries' chunks (the lists hold none that
-    /// large, or were searched already), else the top; `None` when neither has room.
+    /// A listed size from the smallest chunk of the tries, else from the top.
+    #[inline(never)]
+    fn alloc_from_tries(&mut self, need: usize) -> Option<T::Chunk> {
+        if let Some((c, have)) = self.bins.take_from_tries(&mut self.tags, carver(need)) {
+            self.counted_carve(need, have);
+            return Some(c);
+        }
+        self.alloc_top(need)
+    }
+
+    /// A size above the lists: the best fit among the tries' chunks, else the top; `None` when
+    /// neither has room. Its own function, so that the search of the tries, inlined here,
+    /// costs the listed sizes' paths no register.
     #[inline(never)]
     fn alloc_unlisted(&mut self, need: usize) -> Option<T::Chunk> {
-        if let Some((c, have)) = self
-            .bins
-            .take_best_unlisted(&mut self.tags, need, carver(need))
-        {
+        if let Some((c, have)) = self.bins.take_best(&mut self.tags, need, carver(need)) {
             self.counted_carve(need, have);
             return Some(c);
         }

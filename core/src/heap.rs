@@ -324,6 +324,7 @@ impl<T: Tags, K: Tally> Heap<T, K> {
     #[inline(never)]
     fn alloc_aligned(&mut self, size: usize, align: usize) -> (Option<T::Chunk>, Error) {
         match self.alloc_aligned_result(size, align) {
+            // The error is read only with `None`; any value will do beside a chunk.
             Ok(c) => (Some(c), Error::OutOfMemory),
             Err(e) => (None, e),
         }

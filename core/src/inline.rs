@@ -841,6 +841,7 @@ impl<G: Granule, K: Tally> InlineHeap<G, K> {
     ) -> (Option<NonNull<u8>>, Error) {
         // SAFETY: forwarded caller contract.
         match unsafe { self.realloc_result(ptr, old_size, align, new_size) } {
+            // The error is read only with `None`; any value will do beside a pointer.
             Ok(p) => (Some(p), Error::OutOfMemory),
             Err(e) => (None, e),
         }

@@ -91,6 +91,19 @@ impl fmt::Display for Error {
 
 impl core::error::Error for Error {}
 
+/// `r` as two scalars, `(Some(value), _)` or `(None, error)`, for an out-of-line function of
+/// the hot paths to return: Rust returns a `Result` of a chunk or pointer and an `Error`
+/// through memory, so that its caller sets up a stack slot on every call, and returns the pair
+/// in two registers. The error beside a value is never read; the caller unpacks the pair with
+/// `Option::ok_or`.
+#[inline(always)]
+pub(crate) fn as_pair<V>(r: Result<V, Error>) -> (Option<V>, Error) {
+    match r {
+        Ok(v) => (Some(v), Error::OutOfMemory),
+        Err(e) => (None, e),
+    }
+}
+
 /// A broken heap invariant found by `check()`: what is wrong and where (an address for inline
 /// tags, an address of managed memory for detached tags).
 ///

@@ -4,7 +4,7 @@
 //! region management lives in [`crate::region`], the invariant walk in [`crate::check`].
 
 use crate::bins::{Bins, LIST_SIZES};
-use crate::error::Error;
+use crate::error::{as_pair, Error};
 use crate::layout::Layout;
 use crate::stats::{Counters, Stats, Tally};
 use crate::tags::Tags;
@@ -317,17 +317,12 @@ impl<T: Tags, K: Tally> Heap<T, K> {
         }
     }
 
-    /// [`Heap::alloc`] for alignments above the granule (and bad ones): the chunk, or `None`
-    /// and the error. A pair of scalars comes back in two registers, where a `Result` of a
-    /// chunk and an error would come back through memory, and its stack slot would be set up
-    /// on every allocation's path.
+    /// [`Heap::alloc`] for alignments above the granule (and bad ones), out of line: the
+    /// chunk, or `None` and the error, as a pair ([`as_pair`]), so that no allocation sets up
+    /// a stack slot for a `Result`.
     #[inline(never)]
     fn alloc_aligned(&mut self, size: usize, align: usize) -> (Option<T::Chunk>, Error) {
-        match self.alloc_aligned_result(size, align) {
-            // The error is read only with `None`; any value will do beside a chunk.
-            Ok(c) => (Some(c), Error::OutOfMemory),
-            Err(e) => (None, e),
-        }
+        as_pair(self.alloc_aligned_result(size, align))
     }
 
     /// [`Heap::alloc_aligned`]'s work, as a `Result`.

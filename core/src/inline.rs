@@ -17,7 +17,7 @@
 use core::marker::PhantomData;
 use core::ptr::NonNull;
 
-use crate::error::{CheckError, Error};
+use crate::error::{as_pair, CheckError, Error};
 use crate::granule::{AnyGranule, Granule, HostGranule, HOST_LAYOUT};
 use crate::heap::Heap;
 use crate::layout::{Layout, W};
@@ -826,8 +826,9 @@ impl<G: Granule, K: Tally> InlineHeap<G, K> {
         p.ok_or(e)
     }
 
-    /// [`InlineHeap::realloc`] out of line: the new pointer, or `None` and the error. A pair of
-    /// scalars comes back in two registers, where the `Result` would come back through memory.
+    /// [`InlineHeap::realloc`] out of line: the new pointer, or `None` and the error, as a pair
+    /// ([`as_pair`]), which comes back in registers where the `Result` would come back through
+    /// memory.
     ///
     /// # Safety
     /// As for [`InlineHeap::realloc`].
@@ -840,11 +841,7 @@ impl<G: Granule, K: Tally> InlineHeap<G, K> {
         new_size: usize,
     ) -> (Option<NonNull<u8>>, Error) {
         // SAFETY: forwarded caller contract.
-        match unsafe { self.realloc_result(ptr, old_size, align, new_size) } {
-            // The error is read only with `None`; any value will do beside a pointer.
-            Ok(p) => (Some(p), Error::OutOfMemory),
-            Err(e) => (None, e),
-        }
+        as_pair(unsafe { self.realloc_result(ptr, old_size, align, new_size) })
     }
 
     /// [`InlineHeap::realloc`]'s work, as a `Result`.

@@ -207,14 +207,13 @@ impl<T: Tags, K: Tally> Heap<T, K> {
         self.alloc_top(need)
     }
 
-    /// A listed size from the smallest chunk of the tries, else from the top.
+    /// A listed size from the smallest chunk of the tries (called with the tries non-empty,
+    /// and every trie chunk is larger than a listed size, so one is always found).
     #[inline(never)]
     fn alloc_from_tries(&mut self, need: usize) -> Option<T::Chunk> {
-        if let Some((c, have)) = self.bins.take_from_tries(&mut self.tags, carver(need)) {
-            self.counted_carve(need, have);
-            return Some(c);
-        }
-        self.alloc_top(need)
+        let (c, have) = self.bins.take_from_tries(&mut self.tags, carver(need))?;
+        self.counted_carve(need, have);
+        Some(c)
     }
 
     /// A size above the lists: the best fit among the tries' chunks, else the top; `None` when

@@ -548,7 +548,7 @@ impl<K: Tally> InlineHeap<HostGranule, K> {
 
 impl InlineHeap<HostGranule, NoCounters> {
     /// [`InlineHeap::new`] without statistics: every call runs as in a heap that counts and
-    /// hands out the same addresses, without updating the counters (see [`Tally`]: 5 to 7 %
+    /// hands out the same addresses, without updating the counters (see [`Tally`]: 3 to 7 %
     /// of the time on the traces in bench/README.md). It has no `stats`, and its `check`
     /// verifies everything but the counters.
     ///

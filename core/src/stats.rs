@@ -74,7 +74,7 @@ impl Stats {
 /// dominated by its record table, and device pools read their statistics.)
 ///
 /// Why a choice: the counters are a few read-modify-writes on every allocation and free (the
-/// bytes in use and their peak, the counts of allocations, frees and free chunks), 5 to 7 % of
+/// bytes in use and their peak, the counts of allocations, frees and free chunks), 3 to 7 % of
 /// the time of a replayed trace (bench/README.md). A heap that nothing reads statistics from
 /// need not pay them; talc makes its counters an opt-in feature for the same reason. A type
 /// parameter rather than a Cargo feature, because features unify: one crate in a build that

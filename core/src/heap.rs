@@ -221,11 +221,17 @@ impl<T: Tags, K: Tally> Heap<T, K> {
     /// costs the listed sizes' paths no register.
     #[inline(never)]
     fn alloc_unlisted(&mut self, need: usize) -> Option<T::Chunk> {
-        if let Some((c, have)) = self.bins.take_best(&mut self.tags, need, carver(need)) {
-            self.counted_carve(need, have);
-            return Some(c);
-        }
-        self.alloc_top(need)
+        self.take_best_counted(need)
+            .or_else(|| self.alloc_top(need))
+    }
+
+    /// The best fit for `need` granules among the binned chunks (never the top), carved and
+    /// counted as an allocation; `None` when no binned chunk fits.
+    #[inline(always)]
+    fn take_best_counted(&mut self, need: usize) -> Option<T::Chunk> {
+        let (c, have) = self.bins.take_best(&mut self.tags, need, carver(need))?;
+        self.counted_carve(need, have);
+        Some(c)
     }
 
     /// Carves `need` granules from the top, if it has them; what is left stays the top.
@@ -270,9 +276,7 @@ impl<T: Tags, K: Tally> Heap<T, K> {
     #[inline(never)]
     fn shrink_target_slow(&mut self, need: usize) -> Option<T::Chunk> {
         self.tags.reserve(1).ok()?;
-        let (c, have) = self.bins.take_best(&mut self.tags, need, carver(need))?;
-        self.counted_carve(need, have);
-        Some(c)
+        self.take_best_counted(need)
     }
 
     /// Takes the top out of the heap's free space if it has at least `want` granules: the

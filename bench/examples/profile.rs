@@ -113,7 +113,8 @@ enum Path {
     /// The same with 1,100..=16,384 bytes: sizes of the tree bins (which the heap keeps in
     /// lists, one per size, up to 32 KiB).
     Tree,
-    /// The same with 33,000..=131,072 bytes: sizes the heap keeps in tries.
+    /// The same with 33,000..=131,072 bytes: sizes above the lists (the heap's size table
+    /// since 2026-11-26, its tries before; the name is kept so that profiles compare).
     Trie,
     /// Exact-bin sizes aligned to 64..=4,096 bytes: the aligned allocation.
     Aligned,

@@ -13,6 +13,10 @@
 //! visits a chunk, often a cache miss, per level.) The price is memory beside the heap: 16
 //! bytes of list ends per size, 32 KiB per heap, which is why the lists stop there.
 //!
+//! **The size table.** From 2048 to 16383 granules (32 KiB to 256 KiB at the host granule,
+//! tree bins 84–95), a bitmap over sizes finds the best fit and a hash of the size its oldest
+//! chunk: `crate::size_table`, which says why.
+//!
 //! **Tries.** Above that, inside each tree bin, the distinct sizes form a bitwise trie on the
 //! size's low bits (dlmalloc's tree bins): a node at depth `d` branches on bit `top_bit - d`, so
 //! any operation visits at most one node per bit of the size. Chunks whose size is already in
@@ -25,6 +29,7 @@
 
 use core::hint::select_unpredictable;
 
+use crate::size_table::{self, SizeTable};
 use crate::tags::{Link, Tags};
 
 /// Number of bins.
@@ -33,8 +38,8 @@ pub(crate) const BIN_COUNT: usize = 128;
 pub(crate) const EXACT_BINS: usize = 64;
 /// Sizes up to this many granules are kept in one list per size (bins 0 to 83).
 pub(crate) const LIST_SIZES: usize = 2047;
-/// The first bin kept as a trie: the bin of `LIST_SIZES + 1`.
-pub(crate) const FIRST_TRIE_BIN: usize = bin_of(LIST_SIZES + 1);
+/// The first bin kept as a trie: the bin of the first size above the size table.
+pub(crate) const FIRST_TRIE_BIN: usize = bin_of(size_table::LAST + 1);
 /// Words of the list map (one bit per size).
 const MAP_WORDS: usize = LIST_SIZES.div_ceil(64);
 /// Slots of the list arrays: a power of two, so that indices masked with `LIST_SLOTS − 1`
@@ -112,7 +117,7 @@ pub(crate) const fn top_bit(bin: usize) -> u32 {
 /// consistent links both ways and holds chunks of its size only; a trie holds chunks of its
 /// bin only, with consistent parent links, each node's size agreeing with its path's bits, its
 /// children differing from it, and ring members (marked by `Parent == Some(self)`) having the
-/// node's size.
+/// node's size; the size table keeps its own (see `SizeTable`).
 ///
 /// The fields are in the order the hot paths touch them (`repr(C)`): the two map words every
 /// search reads first, then the list map, then each list's ends side by side, so that a
@@ -124,6 +129,8 @@ pub(crate) struct Bins<C> {
     lists: [u64; MAP_WORDS],
     /// Per size up to `LIST_SIZES` (at `size − 1`): the oldest chunk and the newest.
     ends: [Ends<C>; LIST_SLOTS],
+    /// The sizes above the lists, up to `size_table::LAST`.
+    table: SizeTable<C>,
     /// Per tree bin from `FIRST_TRIE_BIN` on: the trie's root.
     roots: [Option<C>; TRIES],
 }
@@ -147,6 +154,7 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
                 head: None,
                 tail: None,
             }; LIST_SLOTS],
+            table: SizeTable::new(),
             roots: [None; TRIES],
         }
     }
@@ -188,6 +196,11 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         (self.summary >> w & 1 == 1, self.lists[w] != 0)
     }
 
+    /// The size table, for the check.
+    pub(crate) fn table(&self) -> &SizeTable<C> {
+        &self.table
+    }
+
     /// Tree bin `b`'s root (`b ≥ FIRST_TRIE_BIN`), and whether the map says it is non-empty.
     pub(crate) fn root(&self, b: usize) -> (Option<C>, bool) {
         let i = b - FIRST_TRIE_BIN;
@@ -200,6 +213,8 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
     pub fn insert<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) {
         if size <= LIST_SIZES {
             self.list_push(t, c, size - 1);
+        } else if size <= size_table::LAST {
+            self.table.insert(t, c, size);
         } else {
             self.trie_insert(t, c, size);
         }
@@ -239,7 +254,8 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         self.summary &= !(u64::from(self.lists[w] == 0) << w);
     }
 
-    /// Files the free chunk `c` of `size` (> `LIST_SIZES`) granules into its tree bin's trie.
+    /// Files the free chunk `c` of `size` (> `size_table::LAST`) granules into its tree bin's
+    /// trie.
     fn trie_insert<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) {
         let b = bin_of(size);
         let Some(head) = self.roots[b - FIRST_TRIE_BIN] else {
@@ -288,6 +304,8 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
     pub fn remove<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) {
         if size <= LIST_SIZES {
             self.list_unlink(t, c, size - 1);
+        } else if size <= size_table::LAST {
+            self.table.remove(t, c, size);
         } else {
             self.trie_unlink(t, c, bin_of(size));
         }
@@ -430,6 +448,12 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
             if let Some(size) = self.first_list_at_least(need) {
                 return self.take_listed(t, size, carve);
             }
+            return self.take_above_lists(t, carve);
+        }
+        if need <= size_table::LAST {
+            if let Some(size) = self.table.first_at_least(need) {
+                return self.take_tabled(t, size, carve);
+            }
             return self.take_smallest_trie(t, FIRST_TRIE_BIN, carve);
         }
         let b = bin_of(need);
@@ -441,21 +465,40 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         self.take_smallest_trie(t, b + 1, carve)
     }
 
-    /// [`Bins::take_best`] for a listed size that no list serves: the smallest chunk of the
-    /// tries, oldest among equals (every trie chunk is larger than a listed size).
+    /// [`Bins::take_best`] for a listed size that no list serves: the smallest chunk above
+    /// the lists, oldest among equals (every such chunk is larger than a listed size), from the
+    /// size table, else from the tries.
     #[inline(always)]
-    pub fn take_from_tries<T, F>(&mut self, t: &mut T, carve: F) -> Option<(C, usize)>
+    pub fn take_above_lists<T, F>(&mut self, t: &mut T, carve: F) -> Option<(C, usize)>
     where
         T: Tags<Chunk = C>,
         F: FnOnce(&mut T, C, usize) -> Option<(C, usize)>,
     {
+        if let Some(size) = self.table.smallest() {
+            return self.take_tabled(t, size, carve);
+        }
         self.take_smallest_trie(t, FIRST_TRIE_BIN, carve)
     }
 
-    /// Whether any trie holds a chunk.
+    /// Whether any chunk above the lists is free (in the size table or a trie).
     #[inline(always)]
-    pub fn has_tries(&self) -> bool {
-        self.tries != 0
+    pub fn has_unlisted(&self) -> bool {
+        self.tries != 0 || !self.table.is_empty()
+    }
+
+    /// Takes the oldest chunk of `size` (which the size table holds) out of the table, carves
+    /// it, and files the rest.
+    #[inline(always)]
+    fn take_tabled<T, F>(&mut self, t: &mut T, size: usize, carve: F) -> Option<(C, usize)>
+    where
+        T: Tags<Chunk = C>,
+        F: FnOnce(&mut T, C, usize) -> Option<(C, usize)>,
+    {
+        let c = self.table.take(t, size)?;
+        if let Some((rest, rsize)) = carve(t, c, size) {
+            self.insert(t, rest, rsize);
+        }
+        Some((c, size))
     }
 
     /// Takes the oldest of the smallest listed chunks of at least `need` granules
@@ -566,7 +609,7 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         T: Tags<Chunk = C>,
         F: FnOnce(&mut T) -> C,
     {
-        if old_size > LIST_SIZES {
+        if old_size > size_table::LAST {
             let b = bin_of(old_size);
             if self.roots[b - FIRST_TRIE_BIN] == Some(old)
                 && is_lone_root(t, old)
@@ -577,6 +620,8 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
                 return m;
             }
             self.trie_unlink(t, old, b);
+        } else if old_size > LIST_SIZES {
+            self.table.remove(t, old, old_size);
         } else {
             self.list_unlink(t, old, old_size - 1);
         }
@@ -664,6 +709,16 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
             }
             size = s + 1;
         }
+        self.table.each_head_at_least(t, min, |head, size| {
+            let mut c = head;
+            loop {
+                each(c, size);
+                match t.link(c, Link::Next) {
+                    Some(next) if next != head => c = next,
+                    _ => break,
+                }
+            }
+        });
         for b in bin_of(min).max(FIRST_TRIE_BIN)..BIN_COUNT {
             let Some(head) = self.roots[b - FIRST_TRIE_BIN] else {
                 continue;
@@ -706,6 +761,8 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
             let b = FIRST_TRIE_BIN + 63 - self.tries.leading_zeros() as usize;
             let root = self.roots[b - FIRST_TRIE_BIN]?;
             Some(largest_size(t, root))
+        } else if let Some(size) = self.table.largest() {
+            Some(size)
         } else if self.summary != 0 {
             let w = 63 - self.summary.leading_zeros() as usize;
             Some(w * 64 + 64 - self.lists[w].leading_zeros() as usize)
@@ -750,13 +807,13 @@ fn largest_size<T: Tags>(t: &T, c: T::Chunk) -> usize {
     best
 }
 
-fn ring_init<T: Tags>(t: &mut T, c: T::Chunk) {
+pub(crate) fn ring_init<T: Tags>(t: &mut T, c: T::Chunk) {
     t.set_link(c, Link::Next, Some(c));
     t.set_link(c, Link::Prev, Some(c));
 }
 
 /// Appends `c` to the ring headed by `head` (the ring's oldest end).
-fn ring_push_back<T: Tags>(t: &mut T, head: T::Chunk, c: T::Chunk) {
+pub(crate) fn ring_push_back<T: Tags>(t: &mut T, head: T::Chunk, c: T::Chunk) {
     let tail = t.link(head, Link::Prev).unwrap_or(head);
     t.set_link(c, Link::Next, Some(head));
     t.set_link(c, Link::Prev, Some(tail));
@@ -765,7 +822,7 @@ fn ring_push_back<T: Tags>(t: &mut T, head: T::Chunk, c: T::Chunk) {
 }
 
 /// Unlinks `c` from its ring; returns the chunk after it, or `None` if `c` was alone.
-fn ring_unlink<T: Tags>(t: &mut T, c: T::Chunk) -> Option<T::Chunk> {
+pub(crate) fn ring_unlink<T: Tags>(t: &mut T, c: T::Chunk) -> Option<T::Chunk> {
     let next = t.link(c, Link::Next).unwrap_or(c);
     if next == c {
         return None;

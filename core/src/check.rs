@@ -8,6 +8,7 @@
 use crate::bins::{bin_of, top_bit, Bins, BIN_COUNT, FIRST_TRIE_BIN, LIST_SIZES};
 use crate::error::CheckError;
 use crate::heap::Heap;
+use crate::size_table::{self, SizeTable};
 use crate::stats::Tally;
 use crate::tags::{Link, Tags};
 
@@ -190,6 +191,7 @@ fn check_bins<T: Tags>(
             check_list(t, head, tail, limit, &mut |c| check_one(c, b))?;
         }
     }
+    check_table(bins.table(), t, limit, &mut check_one)?;
     for b in FIRST_TRIE_BIN..BIN_COUNT {
         let (root, marked) = bins.root(b);
         if root.is_some() != marked {
@@ -203,6 +205,78 @@ fn check_bins<T: Tags>(
         check_trie(t, root, top_bit(b), limit, &mut |c| check_one(c, b))?;
     }
     Ok((count, granules))
+}
+
+/// Checks the size table: its three levels of map agree, every chain is linked both ways and
+/// holds heads of its own bucket's sizes, one per size the map marks and no other, each with
+/// its ring; calls `each` on every chunk with its bin.
+fn check_table<T: Tags>(
+    table: &SizeTable<T::Chunk>,
+    t: &T,
+    limit: usize,
+    each: &mut impl FnMut(T::Chunk, usize) -> Result<(), CheckError>,
+) -> Result<(), CheckError> {
+    let (words, summary_words, buckets) = SizeTable::<T::Chunk>::SHAPE;
+    for s in 0..summary_words {
+        let (nonzero, said) = table.summary_word(s);
+        if nonzero != said {
+            return Err(CheckError::new("size table summary disagrees", 0));
+        }
+    }
+    let mut marked = 0usize;
+    for w in 0..words {
+        let (map, said, _) = table.map_word(w);
+        if (map != 0) != said {
+            return Err(CheckError::new("size table summary disagrees", 0));
+        }
+        if w < size_table::FIRST / 64 && map != 0 {
+            return Err(CheckError::new("size table marks a listed size", 0));
+        }
+        marked += map.count_ones() as usize;
+    }
+    let mut heads = 0usize;
+    for k in 0..buckets {
+        let mut prev = None;
+        let mut node = table.bucket_head(k);
+        while let Some(h) = node {
+            heads += 1;
+            if heads > limit {
+                return Err(CheckError::new("size table chain does not end", t.addr(h)));
+            }
+            let size = t.size(h);
+            if !(size_table::FIRST..=size_table::LAST).contains(&size)
+                || SizeTable::<T::Chunk>::bucket_of(size) != k
+            {
+                return Err(CheckError::new("free chunk in the wrong bin", t.addr(h)));
+            }
+            // The map marks the size, and `h` is the first head of it in the chain.
+            if !table.has(size) || table.head(t, size) != Some(h) {
+                return Err(CheckError::new("bin bitmap disagrees with bin", t.addr(h)));
+            }
+            if t.link(h, Link::Left) != prev {
+                return Err(CheckError::new(
+                    "size table chain links disagree",
+                    t.addr(h),
+                ));
+            }
+            if t.link(h, Link::Parent).is_some() {
+                return Err(CheckError::new("size table head has a parent", t.addr(h)));
+            }
+            let b = bin_of(size);
+            check_ring(t, h, limit, &mut |c| {
+                if c != h && t.link(c, Link::Parent) != Some(c) {
+                    return Err(CheckError::new("ring member not marked as such", t.addr(c)));
+                }
+                each(c, b)
+            })?;
+            prev = Some(h);
+            node = t.link(h, Link::Right);
+        }
+    }
+    if heads != marked {
+        return Err(CheckError::new("bin bitmap disagrees with bin", 0));
+    }
+    Ok(())
 }
 
 /// Bit `bit` of `size`; bits past the word (a walk that ran out of bits) read as zero.

@@ -191,33 +191,34 @@ impl<T: Tags, K: Tally> Heap<T, K> {
         self.alloc_unlisted(need).ok_or_else(out_of_memory)
     }
 
-    /// [`Heap::alloc_granules`] for a listed size that no list serves: from the tries, else
-    /// from the top; `None` when neither has room. An `Option`, a single register, rather than
-    /// a `Result`, which would be returned through memory.
+    /// [`Heap::alloc_granules`] for a listed size that no list serves: from the chunks above
+    /// the lists (the size table's, then the tries'), else from the top; `None` when neither
+    /// has room. An `Option`, a single register, rather than a `Result`, which would be
+    /// returned through memory.
     ///
-    /// Any trie chunk is larger than a listed size, so with the tries empty the request goes
-    /// straight to the top. That case is a leaf with no callee-saved register (a third of
-    /// wee-gcc-hello's allocations take it), and the tries' case jumps on to
-    /// [`Heap::alloc_from_tries`], whose registers only it pays for.
+    /// Any chunk above the lists is larger than a listed size, so with none of them free the
+    /// request goes straight to the top. That case is a leaf with no callee-saved register (a
+    /// third of wee-gcc-hello's allocations take it), and the other jumps on to
+    /// [`Heap::alloc_above_lists`], whose registers only it pays for.
     #[inline(never)]
     fn alloc_granules_slow(&mut self, need: usize) -> Option<T::Chunk> {
-        if self.bins.has_tries() {
-            return self.alloc_from_tries(need);
+        if self.bins.has_unlisted() {
+            return self.alloc_above_lists(need);
         }
         self.alloc_top(need)
     }
 
-    /// A listed size from the smallest chunk of the tries (called with the tries non-empty,
-    /// and every trie chunk is larger than a listed size, so one is always found).
+    /// A listed size from the smallest chunk above the lists (called with one free, and every
+    /// such chunk is larger than a listed size, so one is always found).
     #[inline(never)]
-    fn alloc_from_tries(&mut self, need: usize) -> Option<T::Chunk> {
-        let (c, have) = self.bins.take_from_tries(&mut self.tags, carver(need))?;
+    fn alloc_above_lists(&mut self, need: usize) -> Option<T::Chunk> {
+        let (c, have) = self.bins.take_above_lists(&mut self.tags, carver(need))?;
         self.counted_carve(need, have);
         Some(c)
     }
 
-    /// A size above the lists: the best fit among the tries' chunks, else the top; `None` when
-    /// neither has room. Its own function, so that the search of the tries, inlined here,
+    /// A size above the lists: the best fit among the binned chunks, else the top; `None` when
+    /// neither has room. Its own function, so that the search of the table and the tries, inlined here,
     /// costs the listed sizes' paths no register.
     #[inline(never)]
     fn alloc_unlisted(&mut self, need: usize) -> Option<T::Chunk> {

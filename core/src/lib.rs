@@ -129,6 +129,7 @@ mod scope;
 mod shared;
 mod shared_detached;
 mod shared_pool;
+mod size_table;
 mod source;
 mod stats;
 mod sync;

@@ -424,23 +424,23 @@ fn checked_usable_size_proves_the_pointer() {
     h.check().unwrap();
 }
 
-/// The heap's own state is the size the README gives (33 KiB inline, 35 KiB shared, 17 KiB
+/// The heap's own state is the size the README gives (37 KiB inline, 39 KiB shared, 20 KiB
 /// detached), most of it the two ends of each per-size list; a change to the bins shows here.
 #[cfg(all(target_pointer_width = "64", not(loom)))]
 #[test]
 fn the_heaps_own_state_is_the_documented_size() {
     use core::mem::size_of;
     let kib = |bytes: usize| bytes.div_ceil(1024);
-    assert_eq!(kib(size_of::<InlineHeap>()), 33);
+    assert_eq!(kib(size_of::<InlineHeap>()), 37);
     // The counters are nine words; without them the heap is that much smaller.
     assert_eq!(
         size_of::<InlineHeap>() - size_of::<InlineHeap<HostGranule, crate::NoCounters>>(),
         size_of::<crate::Counters>()
     );
     assert_eq!(size_of::<crate::Counters>(), 9 * 8);
-    assert_eq!(kib(size_of::<crate::GlobalHeap>()), 35);
+    assert_eq!(kib(size_of::<crate::GlobalHeap>()), 39);
     assert_eq!(
         kib(size_of::<crate::DetachedHeap<&mut [crate::Record]>>()),
-        17
+        20
     );
 }

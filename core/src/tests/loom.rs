@@ -30,7 +30,7 @@ use crate::queue::FreeQueue;
 use crate::{DetachedHeap, GlobalHeap, Record, SharedDetachedHeap, SpinLock};
 
 /// The stack each modelled thread gets. Loom runs threads as coroutines with 32 KiB stacks by
-/// default, and a `GlobalHeap` (its list ends and bitmaps, about 33 KiB) is built on the
+/// default, and a `GlobalHeap` (its list ends, bitmaps and size table, about 39 KiB) is built on the
 /// stack before it moves into its `Arc`: two copies in a frame overflow that.
 const STACK: usize = 1 << 20;
 

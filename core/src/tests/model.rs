@@ -98,15 +98,17 @@ fn size_strategy() -> impl Strategy<Value = usize> + Clone {
     ]
 }
 
-/// Sizes that land in the logarithmic bins, many distinct ones per bin, so the tries are
-/// dense and every branch of the best-fit search is taken.
+/// Sizes that land in the logarithmic bins, many distinct ones per bin, so the size table and
+/// the tries are dense and every branch of the best-fit search is taken.
 fn large_size_strategy() -> impl Strategy<Value = usize> + Clone {
     prop_oneof![
         // Per-size lists up to 2047 granules: 32 KiB at the host granule, 2047 bytes at the
-        // 1-byte granule of the detached dense test, whose tries these sizes mostly reach.
+        // 1-byte granule of the detached dense test, whose size table (up to 16383 bytes) and
+        // tries these sizes reach.
         4 => 1040usize..=4096,
         2 => 4096usize..=40_000,
-        // Tries at the host granule: above 2047 granules.
+        // The size table at the host granule: 2048 to 16383 granules (32 KiB to 256 KiB),
+        // many sizes to a chain of its 256.
         3 => 32_800usize..=72_000,
         1 => 1usize..=64,
     ]
@@ -357,11 +359,12 @@ proptest! {
     }
 }
 
-/// Dense tries, checked directly: thousands of free chunks of distinct and repeated sizes in a
-/// few logarithmic bins (kept apart by 1-byte spacers so they never merge), then requests of
-/// every kind of size, each compared with a brute-force best fit over the free list.
-#[test]
-fn dense_trie_best_fit_is_exact() {
+/// Dense bins above the lists, checked directly: thousands of free chunks of distinct and
+/// repeated sizes (kept apart by 1-byte spacers so they never merge), then requests of every
+/// kind of size, each compared with a brute-force best fit over the free list. At the 1-byte
+/// granule, sizes from 2048 to 16383 are the size table's (3000 chunks over its 256 chains,
+/// a dozen heads to a chain) and larger ones the tries'.
+fn dense_best_fit_is_exact(first: usize, span: usize) {
     let n = if cfg!(miri) { 60 } else { 3000 };
     let mut h = DetachedHeap::new(Vec::new(), 1).unwrap();
     h.add_region(0, 1 << 30).unwrap();
@@ -375,8 +378,7 @@ fn dense_trie_best_fit_is_exact() {
     let mut blocks = Vec::new();
     let mut end = 0;
     for _ in 0..n {
-        // Above the lists (2047 granules of a byte), across four tree bins.
-        let size = 2100 + next(6000);
+        let size = first + next(span);
         blocks.push(h.alloc(size, 1).unwrap());
         end = h.alloc(1, 1).unwrap().addr + 1;
     }
@@ -389,10 +391,13 @@ fn dense_trie_best_fit_is_exact() {
         h.free(b).unwrap();
         stamp += 1;
         free.push((b.addr, b.size, stamp));
+        if stamp % 97 == 0 {
+            h.check().unwrap();
+        }
     }
     h.check().unwrap();
-    for _ in 0..2 * n {
-        let need = 2050 + next(6400);
+    for step in 0..2 * n {
+        let need = first - 50 + next(span + 400);
         let want = free
             .iter()
             .enumerate()
@@ -406,6 +411,22 @@ fn dense_trie_best_fit_is_exact() {
             stamp += 1;
             free.push((addr + need, size - need, stamp));
         }
+        if step % 97 == 0 {
+            h.check().unwrap();
+        }
     }
     h.check().unwrap();
+}
+
+#[test]
+fn dense_size_table_best_fit_is_exact() {
+    // Sizes 2100 to 8099 bytes, requests from 2050 (a listed size's rest stays listed).
+    dense_best_fit_is_exact(2100, 6000);
+}
+
+#[test]
+fn dense_trie_best_fit_is_exact() {
+    // Sizes 16500 to 40499 bytes, across seven tree bins above the size table; requests from
+    // 16450, all above the table.
+    dense_best_fit_is_exact(16_500, 24_000);
 }

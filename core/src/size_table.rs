@@ -1,0 +1,315 @@
+//! The free chunks of the sizes just above the lists: a bitmap over sizes for the best fit, and
+//! the oldest chunk of each size found through a small hash table.
+//!
+//! The lists (see `crate::bins`) give every size its own pair of ends in the heap's state,
+//! which is what makes them `O(1)`, and what stops them at 2047 granules: each further size
+//! would cost 16 bytes whether it occurs or not. Above them, a bitwise trie costs no state per
+//! size but visits a chunk, often a cache miss, per level, on every filing, taking and search.
+//! Measured on talc's random actions at 30 000 B, whose reallocations reach 90 KB and whose
+//! merges make larger chunks still, those walks were most of the gap of the free to talc's.
+//!
+//! This table serves the sizes from `FIRST` to `LAST` granules (32 KiB to 256 KiB at the
+//! host granule) with neither: one bit per size says which sizes have a free chunk, so the
+//! smallest size at or above a request is found in the bitmap (three levels of
+//! `trailing_zeros`, all in the heap's state), and the oldest chunk of a size is found by
+//! hashing the size into one of `BUCKETS` chains. Each chain links the oldest chunk of each
+//! of its sizes (its *head*), and each head carries a FIFO ring of the younger chunks of its
+//! size, exactly as a trie node does. Few distinct sizes this large are free at once (each is
+//! at least 32 KiB), so a chain is usually empty or one head long, and filing a chunk of a new
+//! size touches at most the chain's first head. The state is 4 KiB, against the 224 KiB that
+//! lists for these sizes would take.
+//!
+//! Link words: `Next` and `Prev` are the ring (a head's `Next` is the oldest of the rest);
+//! `Left` and `Right` are a head's neighbours in its chain (towards the bucket and away from
+//! it); `Parent` is `None` for a head and the chunk itself for a ring member, as in the tries.
+
+use crate::bins::{ring_init, ring_push_back, ring_unlink, LIST_SIZES};
+use crate::tags::{Link, Tags};
+
+/// The smallest size the table holds: the first one above the lists.
+pub(crate) const FIRST: usize = LIST_SIZES + 1;
+/// The largest size the table holds; above it, the tries (from tree bin 96).
+pub(crate) const LAST: usize = (1 << 14) - 1;
+/// Words of the size map (bit `s % 64` of word `s / 64`: size `s`). The map starts at size 0,
+/// so that a size is its own index and `WORDS` a power of two, masks that need no bounds check;
+/// the 32 words of listed sizes are always zero.
+const WORDS: usize = (LAST + 1) / 64;
+/// Words of the summary (bit `w`: word `w` of the map is non-zero).
+const SUMMARY_WORDS: usize = WORDS.div_ceil(64);
+/// Chains of heads (a power of two: the hash is the size's low bits).
+const BUCKETS: usize = 256;
+const _: () = assert!(
+    SUMMARY_WORDS <= 64
+        && SUMMARY_WORDS.is_power_of_two()
+        && WORDS.is_power_of_two()
+        && BUCKETS.is_power_of_two()
+        && (LAST + 1).is_multiple_of(64)
+);
+
+/// The sizes `FIRST..=LAST` of one heap's free chunks.
+///
+/// Invariants (verified by `crate::check`): bit `w` of `top` is set iff `summary[w] != 0`,
+/// bit `v` of `summary[w]` iff `map[64 w + v] != 0`; bit `s` of the map is set iff one head of
+/// size `s` is in chain `s % BUCKETS` (so no bit below `FIRST` is), and no chain holds two heads of one
+/// size or a head of another bucket; chains are linked both ways (`Left` of a bucket's first
+/// head is `None`), every head's `Parent` is `None`, and its ring holds free chunks of its
+/// size only, each with `Parent` pointing to itself.
+#[repr(C)]
+pub(crate) struct SizeTable<C> {
+    top: u64,
+    summary: [u64; SUMMARY_WORDS],
+    map: [u64; WORDS],
+    buckets: [Option<C>; BUCKETS],
+}
+
+/// The chain that holds the head of `size`.
+#[inline(always)]
+fn bucket(size: usize) -> usize {
+    size & (BUCKETS - 1)
+}
+
+impl<C: Copy + Eq + core::fmt::Debug> SizeTable<C> {
+    pub const fn new() -> Self {
+        SizeTable {
+            top: 0,
+            summary: [0; SUMMARY_WORDS],
+            map: [0; WORDS],
+            buckets: [None; BUCKETS],
+        }
+    }
+
+    /// Whether any chunk is in the table.
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        self.top == 0
+    }
+
+    /// Whether the map says a chunk of `size` (`FIRST..=LAST`) is in the table.
+    #[inline(always)]
+    pub fn has(&self, size: usize) -> bool {
+        self.map[(size / 64) & (WORDS - 1)] >> (size % 64) & 1 == 1
+    }
+
+    /// Sets or clears the map bit of `size`, and the summaries above it.
+    #[inline(always)]
+    fn mark(&mut self, size: usize, on: bool) {
+        let w = (size / 64) & (WORDS - 1);
+        let s = (w / 64) & (SUMMARY_WORDS - 1);
+        if on {
+            self.map[w] |= 1 << (size % 64);
+            self.summary[s] |= 1 << (w % 64);
+            self.top |= 1 << s;
+        } else {
+            self.map[w] &= !(1 << (size % 64));
+            self.summary[s] &= !(u64::from(self.map[w] == 0) << (w % 64));
+            self.top &= !(u64::from(self.summary[s] == 0) << s);
+        }
+    }
+
+    /// The smallest size in the table at or above `need` (`FIRST..=LAST`).
+    #[inline(always)]
+    pub fn first_at_least(&self, need: usize) -> Option<usize> {
+        let w = (need / 64) & (WORDS - 1);
+        let here = self.map[w] >> (need % 64);
+        if here != 0 {
+            return Some(need + here.trailing_zeros() as usize);
+        }
+        self.first_from_word(w + 1)
+    }
+
+    /// The smallest size in the table, if any.
+    #[inline(always)]
+    pub fn smallest(&self) -> Option<usize> {
+        self.first_from_word(FIRST / 64)
+    }
+
+    /// The smallest size in words `w..` of the map.
+    #[inline]
+    fn first_from_word(&self, w: usize) -> Option<usize> {
+        if w >= WORDS {
+            return None;
+        }
+        let s = (w / 64) & (SUMMARY_WORDS - 1);
+        let here = self.summary[s] & (u64::MAX << (w % 64));
+        let word = if here != 0 {
+            s * 64 + here.trailing_zeros() as usize
+        } else {
+            let later = self.top & (u64::MAX << s << 1);
+            if later == 0 {
+                return None;
+            }
+            let s = later.trailing_zeros() as usize & (SUMMARY_WORDS - 1);
+            s * 64 + self.summary[s].trailing_zeros() as usize
+        };
+        let word = word & (WORDS - 1);
+        Some(word * 64 + self.map[word].trailing_zeros() as usize)
+    }
+
+    /// The largest size in the table, if any.
+    pub fn largest(&self) -> Option<usize> {
+        if self.top == 0 {
+            return None;
+        }
+        let s = (63 - self.top.leading_zeros() as usize) & (SUMMARY_WORDS - 1);
+        let w = (s * 64 + 63 - self.summary[s].leading_zeros() as usize) & (WORDS - 1);
+        Some(w * 64 + 63 - self.map[w].leading_zeros() as usize)
+    }
+
+    /// The head (oldest chunk) of `size`, found by walking its chain; `None` if the chain has
+    /// none, which the map says beforehand.
+    #[inline(always)]
+    pub fn head<T: Tags<Chunk = C>>(&self, t: &T, size: usize) -> Option<C> {
+        let mut node = self.buckets[bucket(size)];
+        while let Some(n) = node {
+            if t.size(n) == size {
+                return Some(n);
+            }
+            node = t.link(n, Link::Right);
+        }
+        None
+    }
+
+    /// Files the free chunk `c` of `size` granules (`FIRST..=LAST`), behind every older chunk
+    /// of its size: into its head's ring, or as a new head at the front of its chain.
+    #[inline]
+    pub fn insert<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) {
+        if self.has(size) {
+            if let Some(h) = self.head(t, size) {
+                ring_push_back(t, h, c);
+                t.set_link(c, Link::Parent, Some(c));
+                return;
+            }
+        }
+        let k = bucket(size);
+        let first = self.buckets[k];
+        if let Some(f) = first {
+            t.set_link(f, Link::Left, Some(c));
+        }
+        t.set_link(c, Link::Left, None);
+        t.set_link(c, Link::Right, first);
+        t.set_link(c, Link::Parent, None);
+        ring_init(t, c);
+        self.buckets[k] = Some(c);
+        self.mark(size, true);
+    }
+
+    /// Takes the free chunk `c` of `size` granules out of the table. A head is replaced in
+    /// its chain by the next-oldest chunk of its size, or else leaves the chain and the map.
+    #[inline]
+    pub fn remove<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) {
+        if t.link(c, Link::Parent) == Some(c) {
+            ring_unlink(t, c);
+            return;
+        }
+        let left = t.link(c, Link::Left);
+        let right = t.link(c, Link::Right);
+        let next = ring_unlink(t, c);
+        if let Some(r) = next {
+            t.set_link(r, Link::Parent, None);
+            t.set_link(r, Link::Left, left);
+            t.set_link(r, Link::Right, right);
+        } else {
+            self.mark(size, false);
+        }
+        match left {
+            Some(l) => t.set_link(l, Link::Right, next.or(right)),
+            None => self.buckets[bucket(size)] = next.or(right),
+        }
+        if let Some(r) = right {
+            t.set_link(r, Link::Left, next.or(left));
+        }
+    }
+
+    /// Takes the oldest chunk of `size` (which the map says is in the table) out of it.
+    #[inline(always)]
+    pub fn take<T: Tags<Chunk = C>>(&mut self, t: &mut T, size: usize) -> Option<C> {
+        let c = self.head(t, size)?;
+        self.remove(t, c, size);
+        Some(c)
+    }
+
+    /// Calls `each(head, size)` for the head of every size of at least `min` in the table, in
+    /// order of size.
+    pub fn each_head_at_least<T: Tags<Chunk = C>>(
+        &self,
+        t: &T,
+        min: usize,
+        mut each: impl FnMut(C, usize),
+    ) {
+        let mut size = min.max(FIRST);
+        while size <= LAST {
+            let Some(s) = self.first_at_least(size) else {
+                break;
+            };
+            if let Some(h) = self.head(t, s) {
+                each(h, s);
+            }
+            size = s + 1;
+        }
+    }
+
+    /// Word `w` of the map, whether the summary says it is non-zero, and whether `top` says
+    /// that summary word is: for the check.
+    pub(crate) fn map_word(&self, w: usize) -> (u64, bool, bool) {
+        let s = w / 64;
+        (
+            self.map[w],
+            self.summary[s] >> (w % 64) & 1 == 1,
+            self.top >> s & 1 == 1,
+        )
+    }
+
+    /// Whether summary word `s` is non-zero, and whether `top` says so: for the check.
+    pub(crate) fn summary_word(&self, s: usize) -> (bool, bool) {
+        (self.summary[s] != 0, self.top >> s & 1 == 1)
+    }
+
+    /// Bucket `k`'s first head: for the check.
+    pub(crate) fn bucket_head(&self, k: usize) -> Option<C> {
+        self.buckets[k]
+    }
+
+    /// The number of map words and of buckets: for the check.
+    pub(crate) const SHAPE: (usize, usize, usize) = (WORDS, SUMMARY_WORDS, BUCKETS);
+
+    /// The chain a size's head belongs in: for the check.
+    pub(crate) fn bucket_of(size: usize) -> usize {
+        bucket(size)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_covers_whole_tree_bins() {
+        use crate::bins::bin_of;
+        assert_ne!(bin_of(FIRST - 1), bin_of(FIRST));
+        assert_ne!(bin_of(LAST), bin_of(LAST + 1));
+    }
+
+    #[test]
+    fn map_searches_find_the_smallest_at_or_above() {
+        let mut m: SizeTable<u32> = SizeTable::new();
+        assert_eq!(m.smallest(), None);
+        assert_eq!(m.largest(), None);
+        for s in [FIRST + 5, FIRST + 64 * 70 + 3, LAST] {
+            m.mark(s, true);
+        }
+        assert_eq!(m.smallest(), Some(FIRST + 5));
+        assert_eq!(m.largest(), Some(LAST));
+        assert_eq!(m.first_at_least(FIRST), Some(FIRST + 5));
+        assert_eq!(m.first_at_least(FIRST + 5), Some(FIRST + 5));
+        assert_eq!(m.first_at_least(FIRST + 6), Some(FIRST + 64 * 70 + 3));
+        assert_eq!(m.first_at_least(FIRST + 64 * 70 + 4), Some(LAST));
+        assert_eq!(m.first_at_least(LAST), Some(LAST));
+        m.mark(LAST, false);
+        assert_eq!(m.first_at_least(FIRST + 64 * 70 + 4), None);
+        assert_eq!(m.largest(), Some(FIRST + 64 * 70 + 3));
+        m.mark(FIRST + 64 * 70 + 3, false);
+        m.mark(FIRST + 5, false);
+        assert!(m.is_empty());
+        assert_eq!((m.top, m.summary), (0, [0; SUMMARY_WORDS]));
+    }
+}

@@ -129,10 +129,10 @@ pub(crate) struct Bins<C> {
     lists: [u64; MAP_WORDS],
     /// Per size up to `LIST_SIZES` (at `size − 1`): the oldest chunk and the newest.
     ends: [Ends<C>; LIST_SLOTS],
-    /// The sizes above the lists, up to `size_table::LAST`.
-    table: SizeTable<C>,
     /// Per tree bin from `FIRST_TRIE_BIN` on: the trie's root.
     roots: [Option<C>; TRIES],
+    /// The sizes above the lists, up to `size_table::LAST`.
+    table: SizeTable<C>,
 }
 
 /// The two ends of a list: its oldest chunk (where chunks are taken) and its newest (where
@@ -451,8 +451,16 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
             return self.take_above_lists(t, carve);
         }
         if need <= size_table::LAST {
-            if let Some(size) = self.table.first_at_least(need) {
-                return self.take_tabled(t, size, carve);
+            // The table's smallest chunk when it fits, else the map's smallest size that does.
+            let best = match self.table.min() {
+                Some((c, size)) if size >= need => Some((c, size)),
+                _ => self
+                    .table
+                    .first_at_least(need)
+                    .and_then(|size| Some((self.table.head(t, size)?, size))),
+            };
+            if let Some((c, size)) = best {
+                return Some(self.take_tabled(t, c, size, carve));
             }
             return self.take_smallest_trie(t, FIRST_TRIE_BIN, carve);
         }
@@ -474,8 +482,8 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         T: Tags<Chunk = C>,
         F: FnOnce(&mut T, C, usize) -> Option<(C, usize)>,
     {
-        if let Some(size) = self.table.smallest() {
-            return self.take_tabled(t, size, carve);
+        if let Some((c, size)) = self.table.min() {
+            return Some(self.take_tabled(t, c, size, carve));
         }
         self.take_smallest_trie(t, FIRST_TRIE_BIN, carve)
     }
@@ -486,19 +494,19 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         self.tries != 0 || !self.table.is_empty()
     }
 
-    /// Takes the oldest chunk of `size` (which the size table holds) out of the table, carves
-    /// it, and files the rest.
+    /// Takes the size table's chunk `c` of `size` out of the table, carves it, and files the
+    /// rest.
     #[inline(always)]
-    fn take_tabled<T, F>(&mut self, t: &mut T, size: usize, carve: F) -> Option<(C, usize)>
+    fn take_tabled<T, F>(&mut self, t: &mut T, c: C, size: usize, carve: F) -> (C, usize)
     where
         T: Tags<Chunk = C>,
         F: FnOnce(&mut T, C, usize) -> Option<(C, usize)>,
     {
-        let c = self.table.take(t, size)?;
-        if let Some((rest, rsize)) = carve(t, c, size) {
+        let ((), rest) = self.table.replace(t, c, size, |t| ((), carve(t, c, size)));
+        if let Some((rest, rsize)) = rest {
             self.insert(t, rest, rsize);
         }
-        Some((c, size))
+        (c, size)
     }
 
     /// Takes the oldest of the smallest listed chunks of at least `need` granules
@@ -621,7 +629,14 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
             }
             self.trie_unlink(t, old, b);
         } else if old_size > LIST_SIZES {
-            self.table.remove(t, old, old_size);
+            let (m, file) = self.table.replace(t, old, old_size, |t| {
+                let m = merge(t);
+                (m, Some((m, new_size)))
+            });
+            if let Some((m, size)) = file {
+                self.insert(t, m, size);
+            }
+            return m;
         } else {
             self.list_unlink(t, old, old_size - 1);
         }

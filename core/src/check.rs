@@ -276,6 +276,16 @@ fn check_table<T: Tags>(
     if heads != marked {
         return Err(CheckError::new("bin bitmap disagrees with bin", 0));
     }
+    // The cached smallest chunk is the head of the smallest size marked.
+    let smallest = table.smallest();
+    let want = smallest.and_then(|s| Some((table.head(t, s)?, s)));
+    if table.min() != want {
+        let at = table.min().map_or(0, |(c, _)| t.addr(c));
+        return Err(CheckError::new(
+            "size table's smallest chunk is not its smallest",
+            at,
+        ));
+    }
     Ok(())
 }
 

@@ -430,3 +430,45 @@ fn dense_trie_best_fit_is_exact() {
     // 16450, all above the table.
     dense_best_fit_is_exact(16_500, 24_000);
 }
+
+/// The size table's cached smallest chunk, through each way it changes: a carve that keeps it
+/// in its map word, a merge that makes it larger than another size of that word (the smallest
+/// is then that other size), a merge into another word, and taking it whole. At the 1-byte
+/// granule, so that sizes are bytes.
+#[test]
+fn the_size_tables_smallest_chunk_follows_carves_and_merges() {
+    let mut h = DetachedHeap::new(Vec::new(), 1).unwrap();
+    h.add_region(0, 1 << 20).unwrap();
+    // [a 2050][x 20][spacer][b 2060][spacer][c 2200][y 300][spacer], then the top.
+    let a = h.alloc(2050, 1).unwrap();
+    let x = h.alloc(20, 1).unwrap();
+    h.alloc(1, 1).unwrap();
+    let b = h.alloc(2060, 1).unwrap();
+    h.alloc(1, 1).unwrap();
+    let c = h.alloc(2200, 1).unwrap();
+    let y = h.alloc(300, 1).unwrap();
+    h.alloc(1, 1).unwrap();
+    for blk in [a, b, c] {
+        h.free(blk).unwrap();
+    }
+    h.check().unwrap();
+    // `a` (2050) grows to 2070, in its own map word, past `b` (2060): `b` is the smallest now.
+    h.free(x).unwrap();
+    h.check().unwrap();
+    assert_eq!(h.alloc(2055, 1).unwrap().addr, b.addr);
+    h.check().unwrap();
+    // `b`'s rest (5 bytes) went to the lists; `a` (2070) is the smallest again. `c` (2200)
+    // grows to 2500, into another word; then a carve of `a` that keeps it in its word.
+    h.free(y).unwrap();
+    h.check().unwrap();
+    let d = h.alloc(10, 1).unwrap();
+    assert_eq!(
+        d.addr, a.addr,
+        "the lists are empty: the smallest chunk above them"
+    );
+    h.check().unwrap();
+    // `a` is 2060 now; a request of 2061 takes `c` (2500), then one of 2060 takes all of `a`.
+    assert_eq!(h.alloc(2061, 1).unwrap().addr, c.addr);
+    assert_eq!(h.alloc(2060, 1).unwrap().addr, a.addr + 10);
+    h.check().unwrap();
+}

@@ -724,16 +724,7 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
             }
             size = s + 1;
         }
-        self.table.each_head_at_least(t, min, |head, size| {
-            let mut c = head;
-            loop {
-                each(c, size);
-                match t.link(c, Link::Next) {
-                    Some(next) if next != head => c = next,
-                    _ => break,
-                }
-            }
-        });
+        self.table.each_at_least(t, min, &mut each);
         for b in bin_of(min).max(FIRST_TRIE_BIN)..BIN_COUNT {
             let Some(head) = self.roots[b - FIRST_TRIE_BIN] else {
                 continue;

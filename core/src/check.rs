@@ -276,6 +276,16 @@ fn check_table<T: Tags>(
     if heads != marked {
         return Err(CheckError::new("bin bitmap disagrees with bin", 0));
     }
+    if table.is_lone() {
+        // The only chunk, outside the map and the chains, which are empty.
+        let Some((c, size)) = table.min().filter(|_| marked == 0 && heads == 0) else {
+            return Err(CheckError::new("size table's lone chunk is not alone", 0));
+        };
+        if t.size(c) != size || !(size_table::FIRST..=size_table::LAST).contains(&size) {
+            return Err(CheckError::new("free chunk in the wrong bin", t.addr(c)));
+        }
+        return each(c, bin_of(size));
+    }
     // The cached smallest chunk is the head of the smallest size marked.
     let smallest = table.smallest();
     let want = smallest.and_then(|s| Some((table.head(t, s)?, s)));

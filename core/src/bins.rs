@@ -502,8 +502,9 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         T: Tags<Chunk = C>,
         F: FnOnce(&mut T, C, usize) -> Option<(C, usize)>,
     {
-        let ((), rest) = self.table.replace(t, c, size, |t| ((), carve(t, c, size)));
-        if let Some((rest, rsize)) = rest {
+        let spot = self.table.detach(t, c, size);
+        let rest = carve(t, c, size);
+        if let Some((rest, rsize)) = self.table.attach(t, c, size, spot, rest) {
             self.insert(t, rest, rsize);
         }
         (c, size)
@@ -629,10 +630,11 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
             }
             self.trie_unlink(t, old, b);
         } else if old_size > LIST_SIZES {
-            let (m, file) = self.table.replace(t, old, old_size, |t| {
-                let m = merge(t);
-                (m, Some((m, new_size)))
-            });
+            let spot = self.table.detach(t, old, old_size);
+            let m = merge(t);
+            let file = self
+                .table
+                .attach(t, old, old_size, spot, Some((m, new_size)));
             if let Some((m, size)) = file {
                 self.insert(t, m, size);
             }

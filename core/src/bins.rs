@@ -742,14 +742,7 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
                 let Some(n) = stack[top] else { continue };
                 let size = t.size(n);
                 if size >= min {
-                    let mut r = n;
-                    loop {
-                        each(r, size);
-                        match t.link(r, Link::Next) {
-                            Some(next) if next != n => r = next,
-                            _ => break,
-                        }
-                    }
+                    ring_each(t, n, size, &mut each);
                 }
                 for side in [Link::Left, Link::Right] {
                     if let Some(child) = t.link(n, side) {
@@ -813,6 +806,23 @@ fn largest_size<T: Tags>(t: &T, c: T::Chunk) -> usize {
         node = t.link(n, Link::Right).or_else(|| t.link(n, Link::Left));
     }
     best
+}
+
+/// Calls `each(chunk, size)` for every chunk of the ring headed by `head`, oldest first.
+pub(crate) fn ring_each<T: Tags>(
+    t: &T,
+    head: T::Chunk,
+    size: usize,
+    each: &mut impl FnMut(T::Chunk, usize),
+) {
+    let mut c = head;
+    loop {
+        each(c, size);
+        match t.link(c, Link::Next) {
+            Some(next) if next != head => c = next,
+            _ => break,
+        }
+    }
 }
 
 pub(crate) fn ring_init<T: Tags>(t: &mut T, c: T::Chunk) {

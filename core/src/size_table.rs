@@ -32,7 +32,7 @@
 //! `Left` and `Right` are a head's neighbours in its chain (towards the bucket and away from
 //! it); `Parent` is `None` for a head and the chunk itself for a ring member, as in the tries.
 
-use crate::bins::{ring_init, ring_push_back, ring_unlink, LIST_SIZES};
+use crate::bins::{ring_each, ring_init, ring_push_back, ring_unlink, LIST_SIZES};
 use crate::tags::{Link, Tags};
 
 /// The smallest size the table holds: the first one above the lists.
@@ -513,14 +513,7 @@ impl<C: Copy + Eq + core::fmt::Debug> SizeTable<C> {
                 break;
             };
             if let Some(h) = self.head(t, s) {
-                let mut c = h;
-                loop {
-                    each(c, s);
-                    match t.link(c, Link::Next) {
-                        Some(next) if next != h => c = next,
-                        _ => break,
-                    }
-                }
+                ring_each(t, h, s, &mut each);
             }
             size = s + 1;
         }

@@ -451,15 +451,7 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
             return self.take_above_lists(t, carve);
         }
         if need <= size_table::LAST {
-            // The table's smallest chunk when it fits, else the map's smallest size that does.
-            let best = match self.table.min() {
-                Some((c, size)) if size >= need => Some((c, size)),
-                _ => self
-                    .table
-                    .first_at_least(need)
-                    .and_then(|size| Some((self.table.head(t, size)?, size))),
-            };
-            if let Some((c, size)) = best {
+            if let Some((c, size)) = self.table.best_fit(t, need) {
                 return Some(self.take_tabled(t, c, size, carve));
             }
             return self.take_smallest_trie(t, FIRST_TRIE_BIN, carve);

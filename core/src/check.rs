@@ -225,7 +225,7 @@ fn check_table<T: Tags>(
     }
     let mut marked = 0usize;
     for w in 0..words {
-        let (map, said, _) = table.map_word(w);
+        let (map, said) = table.map_word(w);
         if (map != 0) != said {
             return Err(CheckError::new("size table summary disagrees", 0));
         }

@@ -218,8 +218,8 @@ impl<T: Tags, K: Tally> Heap<T, K> {
     }
 
     /// A size above the lists: the best fit among the binned chunks, else the top; `None` when
-    /// neither has room. Its own function, so that the search of the table and the tries, inlined here,
-    /// costs the listed sizes' paths no register.
+    /// neither has room. Its own function, so that the search of the table and the tries,
+    /// inlined here, costs the listed sizes' paths no register.
     #[inline(never)]
     fn alloc_unlisted(&mut self, need: usize) -> Option<T::Chunk> {
         self.take_best_counted(need)

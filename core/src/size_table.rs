@@ -145,7 +145,7 @@ impl<C: Copy + Eq + core::fmt::Debug> SizeTable<C> {
 
     /// The smallest size in the table at or above `need` (`FIRST..=LAST`).
     #[inline(always)]
-    pub fn first_at_least(&self, need: usize) -> Option<usize> {
+    fn first_at_least(&self, need: usize) -> Option<usize> {
         let w = (need / 64) & (WORDS - 1);
         let here = self.map[w] >> (need % 64);
         if here != 0 {
@@ -158,6 +158,20 @@ impl<C: Copy + Eq + core::fmt::Debug> SizeTable<C> {
     #[inline(always)]
     pub fn smallest(&self) -> Option<usize> {
         self.first_from_word(FIRST / 64)
+    }
+
+    /// The best fit for `need` granules (`FIRST..=LAST`): the oldest chunk of the smallest size
+    /// at or above `need`, with its size. The cached smallest chunk when it fits, else a search
+    /// of the map from `need` (a lone chunk that does not fit leaves the map empty).
+    #[inline(always)]
+    pub fn best_fit<T: Tags<Chunk = C>>(&self, t: &T, need: usize) -> Option<(C, usize)> {
+        match self.min() {
+            Some((c, size)) if size >= need => Some((c, size)),
+            _ => {
+                let size = self.first_at_least(need)?;
+                Some((self.head(t, size)?, size))
+            }
+        }
     }
 
     /// The smallest chunk in the table (the oldest of the smallest size), with its size.
@@ -225,10 +239,6 @@ impl<C: Copy + Eq + core::fmt::Debug> SizeTable<C> {
 
     /// Files the free chunk `c` of `size` granules (`FIRST..=LAST`), behind every older chunk
     /// of its size: into its head's ring, or as a new head at the front of its chain.
-    ///
-    /// Out of line, as the tries' filing is: inlined into the heap's filing of every free
-    /// chunk, it made the heap's `unfile` too large to inline into the free (python-json: 230
-    /// thousand calls, 50 instructions each).
     #[inline]
     pub fn insert<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) {
         let Some(m) = self.min else {
@@ -251,6 +261,10 @@ impl<C: Copy + Eq + core::fmt::Debug> SizeTable<C> {
 
     /// [`SizeTable::insert`] but for the smallest chunk, which is the caller's; returns whether
     /// `c` is its size's head (no other chunk of its size was in the table).
+    ///
+    /// Out of line, as the tries' filing is: inlined into the heap's filing of every free
+    /// chunk, the table's filing made the heap's `unfile` too large to inline into the free
+    /// (python-json: 230 thousand calls, 50 instructions each).
     #[inline(never)]
     fn file<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) -> bool {
         if self.has(size) {
@@ -303,7 +317,7 @@ impl<C: Copy + Eq + core::fmt::Debug> SizeTable<C> {
 
     /// Takes the free chunk `c` of `size` granules out of the table. A head is replaced in
     /// its chain by the next-oldest chunk of its size, or else leaves the chain and the map.
-    /// Out of line, as [`SizeTable::insert`] is.
+    /// Out of line, as [`SizeTable::file`] is.
     #[inline(never)]
     pub fn remove<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) {
         if self.lone {
@@ -519,15 +533,9 @@ impl<C: Copy + Eq + core::fmt::Debug> SizeTable<C> {
         }
     }
 
-    /// Word `w` of the map, whether the summary says it is non-zero, and whether `top` says
-    /// that summary word is: for the check.
-    pub(crate) fn map_word(&self, w: usize) -> (u64, bool, bool) {
-        let s = w / 64;
-        (
-            self.map[w],
-            self.summary[s] >> (w % 64) & 1 == 1,
-            self.top >> s & 1 == 1,
-        )
+    /// Word `w` of the map, and whether the summary says it is non-zero: for the check.
+    pub(crate) fn map_word(&self, w: usize) -> (u64, bool) {
+        (self.map[w], self.summary[w / 64] >> (w % 64) & 1 == 1)
     }
 
     /// Whether summary word `s` is non-zero, and whether `top` says so: for the check.
@@ -580,7 +588,7 @@ mod tests {
         assert_eq!(m.largest(), Some(FIRST + 64 * 70 + 3));
         m.mark(FIRST + 64 * 70 + 3, false);
         m.mark(FIRST + 5, false);
-        assert!(m.is_empty());
+        assert_eq!((m.smallest(), m.largest()), (None, None));
         assert_eq!((m.top, m.summary), (0, [0; SUMMARY_WORDS]));
     }
 }

@@ -209,7 +209,7 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
 
     /// Files the free chunk `c` of `size` granules into its bin, behind every older chunk of
     /// its size.
-    #[inline]
+    #[inline(always)]
     pub fn insert<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) {
         if size <= LIST_SIZES {
             self.list_push(t, c, size - 1);

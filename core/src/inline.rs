@@ -704,7 +704,7 @@ impl<G: Granule, K: Tally> InlineHeap<G, K> {
     /// # Time Complexity
     /// `O(1)` for sizes kept in lists (up to 2047 granules, 32 KiB at the host granule);
     /// `O(bits of a size)` otherwise (one walk down a bin's trie).
-    #[inline]
+    #[inline(always)]
     pub fn alloc(&mut self, size: usize, align: usize) -> Result<NonNull<u8>, Error> {
         let c = self.heap.alloc(size, align)?;
         Ok(c.payload())

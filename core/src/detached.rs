@@ -595,7 +595,7 @@ impl<S: RecordStore> DetachedHeap<S> {
     /// # Time Complexity
     /// `O(1)` for sizes kept in lists (up to 2047 granules); `O(bits of a size)` otherwise
     /// (one walk down a bin's trie).
-    #[inline]
+    #[inline(always)]
     pub fn alloc(&mut self, size: usize, align: usize) -> Result<Block, Error> {
         let c = self.heap.alloc(size, align)?;
         let t = self.heap.tags();
@@ -642,7 +642,7 @@ impl<S: RecordStore> DetachedHeap<S> {
     ///
     /// # Time Complexity
     /// `O(1)` for a merged chunk of up to 2047 granules; `O(bits of a size)` otherwise.
-    #[inline]
+    #[inline(always)]
     pub fn free(&mut self, block: Block) -> Result<(), Error> {
         match self.validate(&block) {
             Ok((c, size)) => {

@@ -161,12 +161,13 @@ impl<T: Tags, K: Tally> Heap<T, K> {
 
     /// Allocates `size` bytes whose payload is aligned to `align`.
     ///
-    /// The fast paths are `#[inline(always)]` from the placements' entry points down: this,
-    /// [`Heap::alloc_granules`], and for a free [`Heap::free_in_use`] through `coalesce_and_file`
-    /// and `file_free` to `Bins::insert`. With `#[inline]` the default release build inlined
-    /// them all, but a build with LTO and one codegen unit (talc's own benchmark profile) left
-    /// this function, the merge and the filing out of line in talc's random actions, and ran
-    /// 5 % slower at 200 B (see bench/README.md, "LTO").
+    /// The fast paths are `#[inline(always)]` from the placements' entry points down (both
+    /// placements' `alloc` and `free`): this, [`Heap::alloc_granules`], and for a free
+    /// [`Heap::free_in_use`] or [`Heap::free_sized`] through `coalesce_and_file` and `file_free`
+    /// to `Bins::insert`. With `#[inline]` the default release build inlined them all, but a
+    /// build with LTO and one codegen unit (talc's own benchmark profile) left this function,
+    /// the merge and the filing out of line in talc's random actions, and ran 5 % slower at
+    /// 200 B (see bench/README.md, "LTO").
     #[inline(always)]
     pub fn alloc(&mut self, size: usize, align: usize) -> Result<T::Chunk, Error> {
         if !self.layout().granule_aligned(align) {

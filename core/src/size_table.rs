@@ -482,19 +482,19 @@ impl<C: Copy + Eq + core::fmt::Debug> SizeTable<C> {
                 self.mark(size, false);
                 let was_min = self.min == Some(c);
                 if let Some((r, rsize)) = other.filter(|&(_, rs)| (FIRST..=LAST).contains(&rs)) {
+                    if !was_min {
+                        // The smallest is another mapped chunk, so this is a plain filing.
+                        self.insert(t, r, rsize);
+                        return None;
+                    }
+                    // No size below `c`'s was marked.
                     let head = self.file(t, r, rsize);
-                    if was_min {
-                        // No size below `c`'s was marked.
-                        match self.smallest() {
-                            Some(s) if s == rsize && head => {
-                                self.min = Some(r);
-                                self.min_size = s;
-                            }
-                            _ => self.refresh_min(t),
+                    match self.smallest() {
+                        Some(s) if s == rsize && head => {
+                            self.min = Some(r);
+                            self.min_size = s;
                         }
-                    } else if head && rsize < self.min_size {
-                        self.min = Some(r);
-                        self.min_size = rsize;
+                        _ => self.refresh_min(t),
                     }
                     return None;
                 }

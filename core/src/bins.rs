@@ -335,7 +335,7 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
     /// to 7 %, at most sizes) and on the traces (python-json and sqlite 12 %): this branch
     /// predicts better than the others, and the select costs every allocation a write of the
     /// tail and of the maps.
-    #[inline]
+    #[inline(always)]
     fn pop_oldest<T: Tags<Chunk = C>>(&mut self, t: &mut T, i: usize) -> Option<C> {
         let i = i & (LIST_SLOTS - 1);
         let c = self.ends[i].head?;
@@ -502,10 +502,21 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         (c, size)
     }
 
+    /// Takes the oldest chunk of exactly `need` granules (`1..=LIST_SIZES`) out of its list;
+    /// `None` when that list is empty.
+    #[inline(always)]
+    pub fn pop_exact<T: Tags<Chunk = C>>(&mut self, t: &mut T, need: usize) -> Option<C> {
+        let i = need - 1;
+        if self.lists[(i / 64) & (MAP_WORDS - 1)] >> (i % 64) & 1 == 0 {
+            return None;
+        }
+        self.pop_oldest(t, i)
+    }
+
     /// Takes the oldest of the smallest listed chunks of at least `need` granules
     /// (`1..=LIST_SIZES`) out of its list, with its size; `None` when no list holds one (the
     /// tries may). The first half of [`Bins::take_best`]'s list case, for the allocation fast
-    /// path, which carves the chunk and files the rest with [`Bins::push_listed`].
+    /// path, which carves the chunk and keeps the rest as its victim.
     #[inline(always)]
     pub fn pop_listed<T: Tags<Chunk = C>>(&mut self, t: &mut T, need: usize) -> Option<(C, usize)> {
         let size = self.first_list_at_least(need)?;

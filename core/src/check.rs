@@ -16,7 +16,7 @@ impl<T: Tags, K: Tally> Heap<T, K> {
     /// Verifies every invariant of the heap: each region is covered by whole, consistent chunks
     /// whose sizes add up to it; no two free chunks are adjacent; every free chunk is in the bin
     /// of its size and nothing else is, but the top, which is the free end of the top region
-    /// and in no bin; the bins' map, lists and tries are consistent; the counters, where the
+    /// and in no bin, and the victim, in no bin and not ending the top region; the bins' map, lists and tries are consistent; the counters, where the
     /// heap keeps them, agree with the chunks.
     pub fn check(&self) -> Result<(), CheckError> {
         let t = self.tags();
@@ -101,9 +101,28 @@ impl<T: Tags, K: Tally> Heap<T, K> {
                 ));
             }
         }
+        let victim = self.victim();
+        if let Some(v) = victim.chunk {
+            let at = t.addr(v);
+            if !t.is_free(v) || t.size(v) != victim.size {
+                return Err(CheckError::new(
+                    "the victim is not a free chunk of its size",
+                    at,
+                ));
+            }
+            if top.chunk == Some(v) || at + t.layout().bytes_of(victim.size) == top.end {
+                return Err(CheckError::new("the victim ends the top region", at));
+            }
+        } else if victim.size != 0 {
+            return Err(CheckError::new("a victim's size without a victim", 0));
+        }
         let (binned, binned_granules) = check_bins(self.bins(), t, free_chunks)?;
         let with_top = usize::from(top.chunk.is_some());
-        if binned + with_top != free_chunks || binned_granules + top_size != free {
+        let with_victim = usize::from(victim.chunk.is_some());
+        // A victim also filed in a bin would be counted twice.
+        if binned + with_top + with_victim != free_chunks
+            || binned_granules + top_size + victim.size != free
+        {
             return Err(CheckError::new("a free chunk is missing from the bins", 0));
         }
         // A heap without counters has nothing more to agree with the chunks.

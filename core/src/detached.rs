@@ -586,10 +586,12 @@ impl<S: RecordStore> DetachedHeap<S> {
         self.heap.region_of(addr)
     }
 
-    /// Allocates `size` bytes aligned to `align` (a power of two), by exact best fit: the
-    /// smallest free chunk that fits, oldest among equals, and the top (the free end of the
-    /// region the heap grows at) only when no other free chunk fits (for alignments above the
-    /// granule, the best fit for the size plus the worst-case padding). Errors: `ZeroSize`,
+    /// Allocates `size` bytes aligned to `align` (a power of two), by best fit: the smallest
+    /// free chunk that fits, oldest among equals, and the top (the free end of the region the
+    /// heap grows at) only when no other free chunk fits (for alignments above the granule,
+    /// the best fit for the size plus the worst-case padding). A listed size at most
+    /// granule-aligned that no chunk of exactly its size serves is carved from the victim
+    /// first, the rest of the chunk carved last for such a request (see the crate's glossary). Errors: `ZeroSize`,
     /// `SizeOverflow`, `BadAlign`, `OutOfMemory`, `OutOfRecords`.
     ///
     /// # Time Complexity

@@ -694,10 +694,13 @@ impl<G: Granule, K: Tally> InlineHeap<G, K> {
         self.heap.region_of(addr)
     }
 
-    /// Allocates `size` bytes aligned to `align` (a power of two). The exact best fit among
-    /// free chunks is used: the smallest that fits, oldest among equals; the top (the free end
-    /// of the region the heap grows at) only when no other free chunk fits. For alignments
-    /// above the granule, the best fit for the size plus the worst-case alignment padding.
+    /// Allocates `size` bytes aligned to `align` (a power of two). The best fit among free
+    /// chunks is used: the smallest that fits, oldest among equals; the top (the free end of
+    /// the region the heap grows at) only when no other free chunk fits. For alignments above
+    /// the granule, the best fit for the size plus the worst-case alignment padding. A listed
+    /// size (up to 32 KiB) at most granule-aligned that no chunk of exactly its size serves is
+    /// carved from the victim first, the rest of the chunk carved last for such a request
+    /// (see the crate's glossary).
     /// Errors:
     /// `ZeroSize`, `SizeOverflow`, `BadAlign`, `OutOfMemory`.
     ///

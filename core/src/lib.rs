@@ -2,7 +2,8 @@
 //!
 //! A boundary-tag allocator core: dlmalloc-style chunks with `O(1)` coalescing of both
 //! physical neighbours, 128 bins (64 exact bins + 64 tree bins), and an exact best-fit search
-//! with a worst case bounded by the bits of a size, over regions handed to it from anywhere.
+//! with a worst case bounded by the bits of a size (beside dlmalloc's designated victim for
+//! small requests), over regions handed to it from anywhere.
 //!
 //! One algorithm, two tag placements:
 //!
@@ -42,7 +43,11 @@
 //! - **bin**: where free chunks wait. **Exact bins** (0–63) hold one size each, oldest first;
 //!   **tree bins** (64–127) each hold a logarithmic range of sizes: up to 2047 granules (bins
 //!   64–83) in one list per size, above that in a bitwise trie (see `bins`).
-//! - **best fit**: the smallest free chunk that fits, the oldest among equals, the top aside.
+//! - **best fit**: the smallest free chunk that fits, the oldest among equals, the top and the
+//!   victim aside.
+//! - **victim**: the rest of the chunk last carved for a listed request, kept out of the bins;
+//!   listed requests that no chunk of exactly their size serves are carved from it first
+//!   (dlmalloc's designated victim; the exact policy is on `heap::Victim`).
 //! - **top**: the free end of the top region (the region grown last, or until one is grown the
 //!   first added), kept out of the bins and carved only when no other free chunk fits.
 //! - **realloc** (inline): in place when the block shrinks or its free successor has room,

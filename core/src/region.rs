@@ -155,6 +155,10 @@ impl<T: Tags, K: Tally> Heap<T, K> {
         if let Some(c) = self.top().chunk {
             name(c, t.size(c));
         }
+        let victim = self.victim();
+        if let Some(c) = victim.chunk {
+            name(c, victim.size);
+        }
         named
     }
 

@@ -2,12 +2,19 @@
 //!
 //! The model knows nothing of bins, tries or tags: it keeps every chunk of every region in an
 //! ordered map by payload address and predicts, for each request, the chunk the policy must
-//! pick: the smallest free chunk that fits, and among equal sizes the one filed into the free
-//! set earliest; the top (the free end of the top region: the region grown last, or until one
-//! is grown the first added) only when no other free chunk fits. Aligned requests over-ask by
-//! the worst leading fragment and split one off; a realloc shrinks or grows in place, except
-//! that a block of more than 2047 granules shrinking to at most 2047 moves to the best fit
-//! outside the top when there is one; regions are added, grown in place and removed. Every
+//! pick. The best fit is the smallest free chunk that fits other than the top and the victim,
+//! and among equal sizes the one filed into the free set earliest; the top (the free end of the
+//! top region: the region grown last, or until one is grown the first added) serves only when
+//! nothing else fits. The victim is the rest of the last chunk carved for a listed request
+//! (at most 2047 granules, aligned to at most the granule), kept out of the free set: such a
+//! request takes the earliest filed free chunk of exactly its size, else the victim if it
+//! fits (its rest stays the victim), else the best fit (its rest becomes the victim, the old
+//! one filed), else the top; any other request first files the victim if it fits, then takes
+//! the best fit. A free whose only free neighbour is the victim merges into it (unless that
+//! would end the top region). Aligned requests over-ask by the worst leading fragment and
+//! split one off; a realloc shrinks or grows in place, except that a block of more than 2047
+//! granules shrinking to at most 2047 moves to the best fit outside the top when there is one
+//! (the victim filed first if it fits); regions are added, grown in place and removed. Every
 //! result, the errors included, is what [`crate::InlineHeap`] and [`crate::DetachedHeap`] must
 //! return for the same request, given the [`Layout`] of their placement (the core's own size
 //! arithmetic: the model shares it, and decides only where each request goes) (with the
@@ -16,6 +23,7 @@
 
 extern crate alloc;
 
+use crate::bins::LIST_SIZES;
 use crate::heap::SHRINK_MOVE_MAX;
 use crate::layout::Layout;
 use crate::Error;
@@ -46,6 +54,8 @@ pub struct Model {
     /// The top region (its number): the region grown last, or until one is grown the first
     /// added; its free end is the top.
     top_region: Option<usize>,
+    /// The victim's payload address: a free chunk outside the free set (its stamp unused).
+    victim: Option<usize>,
     clock: u64,
 }
 
@@ -58,6 +68,7 @@ impl Model {
             regions: BTreeMap::new(),
             next_region: 0,
             top_region: None,
+            victim: None,
             clock: 0,
         }
     }
@@ -80,6 +91,34 @@ impl Model {
     /// The end of the region that starts at `base`.
     pub fn region_end(&self, base: usize) -> Option<usize> {
         self.regions.get(&base).map(|&(_, e)| e)
+    }
+
+    /// The victim's payload address, if there is one.
+    pub fn victim(&self) -> Option<usize> {
+        self.victim
+    }
+
+    /// Files the victim into the free set if it is the only chunk other than the top with at
+    /// least `want` granules.
+    fn file_victim_fitting(&mut self, want: usize) {
+        let only = self.best_fit(want).is_none();
+        if let Some(v) = self
+            .victim
+            .filter(|v| only && self.chunks[v].granules >= want)
+        {
+            self.victim = None;
+            self.file(v);
+        }
+    }
+
+    /// Whether the chunk at `at` ends the top region.
+    fn ends_top(&self, at: usize) -> bool {
+        let c = self.chunks[&at];
+        Some(c.region) == self.top_region
+            && self
+                .regions
+                .values()
+                .any(|&(id, end)| id == c.region && at + c.granules * self.geo.granule() == end)
     }
 
     fn file(&mut self, at: usize) {
@@ -123,8 +162,32 @@ impl Model {
         (pc.region == c.region && p + pc.granules * self.geo.granule() == at).then_some((p, pc))
     }
 
-    /// Frees (or files new space at) `at`, merging with free neighbours.
+    /// Frees (or files new space at) `at`, merging with free neighbours: into the victim when
+    /// it is the only free one (and the merged chunk would not end the top region).
     fn coalesce_and_file(&mut self, mut at: usize) {
+        let prev = self.prev_of(at).filter(|(_, pc)| pc.free).map(|(p, _)| p);
+        let next = self.next_of(at).filter(|(_, nc)| nc.free).map(|(n, _)| n);
+        if let Some(v) = self.victim {
+            let into_prev = prev == Some(v) && next.is_none() && !self.ends_top(at);
+            if into_prev || (next == Some(v) && prev.is_none()) {
+                let granules = self.chunks[&at].granules;
+                if into_prev {
+                    self.chunks.remove(&at);
+                    self.chunks.get_mut(&v).unwrap().granules += granules;
+                } else {
+                    let vc = self.chunks.remove(&v).unwrap();
+                    let c = self.chunks.get_mut(&at).unwrap();
+                    c.granules += vc.granules;
+                    c.free = true;
+                    self.victim = Some(at);
+                }
+                return;
+            }
+            if prev == Some(v) || next == Some(v) {
+                // Merged away below: no longer the victim.
+                self.victim = None;
+            }
+        }
         if let Some((p, pc)) = self.prev_of(at).filter(|(_, pc)| pc.free) {
             let c = self.chunks.remove(&at).unwrap();
             self.chunks.get_mut(&p).unwrap().granules = pc.granules + c.granules;
@@ -158,13 +221,15 @@ impl Model {
         }
     }
 
-    /// The smallest free chunk of at least `want` granules other than the top, the one filed
-    /// earliest among equals.
+    /// The smallest free chunk of at least `want` granules other than the top and the victim,
+    /// the one filed earliest among equals.
     fn best_fit(&self, want: usize) -> Option<usize> {
         let top = self.top();
         self.chunks
             .iter()
-            .filter(|&(&a, c)| c.free && c.granules >= want && Some(a) != top)
+            .filter(|&(&a, c)| {
+                c.free && c.granules >= want && Some(a) != top && Some(a) != self.victim
+            })
             .min_by_key(|(_, c)| (c.granules, c.stamp))
             .map(|(&a, _)| a)
     }
@@ -172,9 +237,53 @@ impl Model {
     /// Predicts and applies an allocation; returns the payload address.
     pub fn alloc(&mut self, size: usize, align: usize) -> Result<usize, Error> {
         let (need, want) = self.geo.request(size, align)?;
+        if need <= LIST_SIZES && self.geo.granule_aligned(align) {
+            return self.alloc_listed(need);
+        }
+        self.file_victim_fitting(want);
         let top_fits = self.top().filter(|t| self.chunks[t].granules >= want);
         let at = self.best_fit(want).or(top_fits).ok_or(Error::OutOfMemory)?;
         Ok(self.place(at, need, align))
+    }
+
+    /// An allocation of `need` granules (a listed size) at the granule's alignment: a chunk
+    /// of exactly that size, the victim, the best fit (its rest the new victim), the top.
+    fn alloc_listed(&mut self, need: usize) -> Result<usize, Error> {
+        let exact = self
+            .best_fit(need)
+            .filter(|b| self.chunks[b].granules == need);
+        if let Some(at) = exact {
+            return Ok(self.place(at, need, 1));
+        }
+        if let Some(v) = self.victim.filter(|v| self.chunks[v].granules >= need) {
+            self.victim = None;
+            self.chunks.get_mut(&v).unwrap().free = false;
+            self.victim = self.cut(v, need);
+            return Ok(v);
+        }
+        if let Some(at) = self.best_fit(need) {
+            self.chunks.get_mut(&at).unwrap().free = false;
+            if let Some(rest) = self.cut(at, need) {
+                if let Some(old) = self.victim.replace(rest) {
+                    self.file(old);
+                }
+            }
+            return Ok(at);
+        }
+        let top = self.top().filter(|t| self.chunks[t].granules >= need);
+        let at = top.ok_or(Error::OutOfMemory)?;
+        Ok(self.place(at, need, 1))
+    }
+
+    /// Cuts the in-use chunk at `at` down to `keep` granules if the rest can stand alone;
+    /// returns the rest, free and not filed.
+    fn cut(&mut self, at: usize, keep: usize) -> Option<usize> {
+        if self.chunks[&at].granules < keep + self.geo.min_chunk() {
+            return None;
+        }
+        let tail = self.split(at, keep);
+        self.chunks.get_mut(&tail).unwrap().free = true;
+        Some(tail)
     }
 
     /// Hands out the free chunk at `at` for `need` granules aligned to `align`: the leading
@@ -219,6 +328,7 @@ impl Model {
             && need <= SHRINK_MOVE_MAX
             && self.geo.granule_aligned(align)
         {
+            self.file_victim_fitting(need);
             if let Some(best) = self.best_fit(need) {
                 let new = self.place(best, need, align);
                 self.free(at);
@@ -245,6 +355,9 @@ impl Model {
         if !in_place {
             if let Some((n, nc)) = self.next_of(at).filter(|(_, nc)| nc.free) {
                 if have + nc.granules >= need {
+                    if self.victim == Some(n) {
+                        self.victim = None;
+                    }
                     self.chunks.remove(&n);
                     self.chunks.get_mut(&at).unwrap().granules += nc.granules;
                     in_place = true;
@@ -342,6 +455,9 @@ impl Model {
             .collect();
         if mine.len() != 1 || !mine[0].1.free {
             return Err(Error::RegionInUse);
+        }
+        if self.victim == Some(mine[0].0) {
+            self.victim = None;
         }
         self.chunks.remove(&mine[0].0);
         self.regions.remove(&base);

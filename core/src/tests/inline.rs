@@ -444,3 +444,47 @@ fn the_heaps_own_state_is_the_documented_size() {
         20
     );
 }
+
+#[test]
+fn the_victim_serves_listed_requests_before_the_best_fit() {
+    let mut a = Arena::new(1 << 16);
+    let mut h = InlineHeap::new();
+    // SAFETY: the arena outlives the heap and nothing else uses its memory.
+    unsafe { h.add_region(a.ptr(), a.len()).unwrap() };
+    // Chunk sizes in granules of 16 bytes (a size plus its 8-byte head, rounded up): 1000 B
+    // is 63, 552 B 35, 400 B 26, 392 B 25.
+    let x = h.alloc(1000, 16).unwrap();
+    let s1 = h.alloc(16, 16).unwrap();
+    let z = h.alloc(400, 16).unwrap();
+    let s2 = h.alloc(16, 16).unwrap();
+    // SAFETY: pointers come from this heap's arena; freed ones are not used again.
+    unsafe {
+        h.free(x, 1000).unwrap();
+        h.free(z, 400).unwrap();
+        // Only `x` fits: carved, and its rest (28 granules) becomes the victim.
+        let p1 = h.alloc(552, 16).unwrap();
+        assert_eq!(p1, x);
+        h.check().unwrap();
+        // Exact best fit would take `z` (26 granules); no chunk of exactly 25 is free, so the
+        // victim serves, right after `p1`.
+        let p2 = h.alloc(392, 16).unwrap();
+        assert_eq!(p2.as_ptr() as usize, x.as_ptr() as usize + 35 * 16);
+        h.check().unwrap();
+        // A chunk of exactly the size comes before the victim.
+        let p3 = h.alloc(400, 16).unwrap();
+        assert_eq!(p3, z);
+        // A free whose only free neighbour is the victim (its 3-granule rest) merges into it,
+        // and the victim serves the same request again from there.
+        h.free(p2, 392).unwrap();
+        h.check().unwrap();
+        let p4 = h.alloc(392, 16).unwrap();
+        assert_eq!(p4, p2);
+        h.check().unwrap();
+        for (p, size) in [(p1, 552), (p3, 400), (p4, 392), (s1, 16), (s2, 16)] {
+            h.free(p, size).unwrap();
+            h.check().unwrap();
+        }
+    }
+    assert_eq!(h.stats().in_use, 0);
+    assert_eq!(h.stats().free_chunks, 1);
+}

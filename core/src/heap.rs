@@ -60,8 +60,8 @@ pub(crate) struct Top<C> {
 /// oldest free chunk of exactly its size; the victim, if large enough (what is left of it
 /// stays the victim); the best fit among the binned chunks (its rest becomes the victim, and
 /// the old victim is filed into its bin); the top. Any other request (aligned above the
-/// granule, above the lists, a realloc's move) takes the best fit as always, and the victim
-/// only when nothing else but the top fits (it is filed first, and so is the best fit). A free whose only free neighbour is the victim merges
+/// granule, above the lists, a realloc's move) first files the victim if it fits, then takes
+/// the best fit as always. A free whose only free neighbour is the victim merges
 /// into it (unless the merged chunk would end the top region); with the victim and another free
 /// neighbour, the victim is filed first and the free merges as any other.
 ///
@@ -278,14 +278,14 @@ impl<T: Tags, K: Tally> Heap<T, K> {
         };
     }
 
-    /// Files the victim into its bin if it is the only chunk other than the top with at least
-    /// `want` granules, so that a request that does not take the victim as such (see
-    /// [`Victim`]) finds it among the binned chunks rather than taking the top or failing.
-    /// Only then: a victim too small could not be the answer, and a request that fails
-    /// leaves the heap as it was.
+    /// Files the victim into its bin if it has at least `want` granules, so that a request
+    /// that does not take the victim as such (see [`Victim`]) takes the best fit among all
+    /// the free chunks but the top, the victim included (the newest of its size). Only then: a
+    /// victim too small could not be the answer, and a request that fails leaves the heap as it
+    /// was.
     #[inline(always)]
-    fn file_victim_if_only_fit(&mut self, want: usize) {
-        if self.victim.size >= want && self.bins.largest(&self.tags).is_none_or(|l| l < want) {
+    fn file_victim_if_fits(&mut self, want: usize) {
+        if self.victim.size >= want {
             self.file_victim();
         }
     }
@@ -338,7 +338,7 @@ impl<T: Tags, K: Tally> Heap<T, K> {
     /// inlined here, costs the listed sizes' paths no register.
     #[inline(never)]
     fn alloc_unlisted(&mut self, need: usize) -> Option<T::Chunk> {
-        self.file_victim_if_only_fit(need);
+        self.file_victim_if_fits(need);
         self.take_best_counted(need)
             .or_else(|| self.alloc_top(need))
     }
@@ -394,7 +394,7 @@ impl<T: Tags, K: Tally> Heap<T, K> {
     #[inline(never)]
     fn shrink_target_slow(&mut self, need: usize) -> Option<T::Chunk> {
         self.tags.reserve(1).ok()?;
-        self.file_victim_if_only_fit(need);
+        self.file_victim_if_fits(need);
         self.take_best_counted(need)
     }
 
@@ -452,7 +452,7 @@ impl<T: Tags, K: Tally> Heap<T, K> {
     fn alloc_aligned_result(&mut self, size: usize, align: usize) -> Result<T::Chunk, Error> {
         let (need, want) = self.layout().request(size, align)?;
         self.tags.reserve(2)?;
-        self.file_victim_if_only_fit(want);
+        self.file_victim_if_fits(want);
         let (mut c, mut have) = match self.bins.take_best(&mut self.tags, want, |_, _, _| None) {
             Some(found) => found,
             None => self.take_top(want).ok_or(Error::OutOfMemory)?,

@@ -9,17 +9,17 @@
 //! (at most 2047 granules, aligned to at most the granule), kept out of the free set: such a
 //! request takes the earliest filed free chunk of exactly its size, else the victim if it
 //! fits (its rest stays the victim), else the best fit (its rest becomes the victim, the old
-//! one filed), else the top; any other request takes the best fit, and the victim (filed
-//! first) only when no other chunk but the top fits. A free whose only free neighbour is the
-//! victim merges into it (unless that would end the top region). Aligned requests over-ask by
-//! the worst leading fragment and split one off; a realloc shrinks or grows in place, except
-//! that a block of more than 2047 granules shrinking to at most 2047 moves to the best fit
-//! outside the top when there is one (the victim, filed first, when it is the only one);
-//! regions are added, grown in place and removed. Every result, the errors included, is what
-//! [`crate::InlineHeap`] and [`crate::DetachedHeap`] must return for the same request, given
-//! the [`Layout`] of their placement (the core's own size arithmetic: the model shares it, and
-//! decides only where each request goes) (with the detached heap's table never running out of
-//! records, and the inline heap never given a null region base).
+//! one filed), else the top; any other request first files the victim if it fits, then takes
+//! the best fit. A free whose only free neighbour is the victim merges into it (unless that
+//! would end the top region). Aligned requests over-ask by the worst leading fragment and
+//! split one off; a realloc shrinks or grows in place, except that a block of more than 2047
+//! granules shrinking to at most 2047 moves to the best fit outside the top when there is one
+//! (the victim filed first if it fits); regions are added, grown in place and removed. Every
+//! result, the errors included, is what [`crate::InlineHeap`] and [`crate::DetachedHeap`] must
+//! return for the same request, given the [`Layout`] of their placement (the core's own size
+//! arithmetic: the model shares it, and decides only where each request goes) (with the
+//! detached heap's table never running out of records, and the inline heap never given a null
+//! region base).
 
 extern crate alloc;
 
@@ -98,14 +98,9 @@ impl Model {
         self.victim
     }
 
-    /// Files the victim into the free set if it is the only chunk other than the top with at
-    /// least `want` granules.
-    fn file_victim_if_only_fit(&mut self, want: usize) {
-        let only = self.best_fit(want).is_none();
-        if let Some(v) = self
-            .victim
-            .filter(|v| only && self.chunks[v].granules >= want)
-        {
+    /// Files the victim into the free set if it has at least `want` granules.
+    fn file_victim_if_fits(&mut self, want: usize) {
+        if let Some(v) = self.victim.filter(|v| self.chunks[v].granules >= want) {
             self.victim = None;
             self.file(v);
         }
@@ -240,7 +235,7 @@ impl Model {
         if need <= LIST_SIZES && self.geo.granule_aligned(align) {
             return self.alloc_listed(need);
         }
-        self.file_victim_if_only_fit(want);
+        self.file_victim_if_fits(want);
         let top_fits = self.top().filter(|t| self.chunks[t].granules >= want);
         let at = self.best_fit(want).or(top_fits).ok_or(Error::OutOfMemory)?;
         Ok(self.place(at, need, align))
@@ -328,7 +323,7 @@ impl Model {
             && need <= SHRINK_MOVE_MAX
             && self.geo.granule_aligned(align)
         {
-            self.file_victim_if_only_fit(need);
+            self.file_victim_if_fits(need);
             if let Some(best) = self.best_fit(need) {
                 let new = self.place(best, need, align);
                 self.free(at);

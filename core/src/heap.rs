@@ -67,10 +67,10 @@ pub(crate) struct Top<C> {
 ///
 /// Why: exact best fit alone takes the smallest chunk that fits even when it lies far from the
 /// last allocation, and pays a bin operation for every rest. With the victim, the replays of
-/// real programs' traces ran 5 to 8 % faster (python-json from 1.09 to 1.11 × dlmalloc's time
-/// to 1.01 to 1.03 ×, wee-gcc-hello from 1.10 to 1.13 × to 1.04 to 1.05 ×) at footprints
-/// within 0.05 % of before (lower on two traces, higher on two) and nearly the same heap
-/// efficiency (98.78 → 98.71 %, talc's method), for 1 to 4 % of talc's random
+/// real programs' traces ran 4 to 8 % faster (python-json from 1.06 to 1.10 × dlmalloc's time
+/// to 0.98 to 1.05 ×, wee-gcc-hello from 1.12 to 1.13 × to 1.06 to 1.09 ×) at footprints no
+/// higher (android-systemui 1.13 → 1.12 × peak live, the others within 0.05 %) and nearly the
+/// same heap efficiency (98.78 → 98.72 %, talc's method), for up to 4 % of talc's random
 /// actions at 200 to 3000 B. A victim that kept exact best fit (taken only when it was the best
 /// fit) made the traces slower (see bench/README.md, "a designated victim").
 ///

@@ -508,6 +508,8 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
     #[inline(always)]
     pub fn pop_exact<T: Tags<Chunk = C>>(&mut self, t: &mut T, need: usize) -> Option<C> {
         let i = need - 1;
+        // The map word, which the search for the best fit reads next anyway, rather than the
+        // list's ends, a line of their own.
         if self.lists[(i / 64) & (MAP_WORDS - 1)] >> (i % 64) & 1 == 0 {
             return None;
         }

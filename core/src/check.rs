@@ -16,8 +16,9 @@ impl<T: Tags, K: Tally> Heap<T, K> {
     /// Verifies every invariant of the heap: each region is covered by whole, consistent chunks
     /// whose sizes add up to it; no two free chunks are adjacent; every free chunk is in the bin
     /// of its size and nothing else is, but the top, which is the free end of the top region
-    /// and in no bin, and the victim, in no bin and not ending the top region; the bins' map, lists and tries are consistent; the counters, where the
-    /// heap keeps them, agree with the chunks.
+    /// and in no bin, and the victim, in no bin and not ending the top region; the bins' map,
+    /// lists and tries are consistent; the counters, where the heap keeps them, agree with the
+    /// chunks.
     pub fn check(&self) -> Result<(), CheckError> {
         let t = self.tags();
         let top = self.top();
@@ -101,27 +102,27 @@ impl<T: Tags, K: Tally> Heap<T, K> {
                 ));
             }
         }
-        let victim = self.victim();
-        if let Some(v) = victim.chunk {
-            let at = t.addr(v);
-            if !t.is_free(v) || t.size(v) != victim.size {
-                return Err(CheckError::new(
-                    "the victim is not a free chunk of its size",
-                    at,
-                ));
+        let (with_victim, victim_size) = match self.victim().chunk {
+            Some((v, size)) => {
+                let at = t.addr(v);
+                if !t.is_free(v) || t.size(v) != size {
+                    return Err(CheckError::new(
+                        "the victim is not a free chunk of its size",
+                        at,
+                    ));
+                }
+                if top.chunk == Some(v) || at + t.layout().bytes_of(size) == top.end {
+                    return Err(CheckError::new("the victim ends the top region", at));
+                }
+                (1, size)
             }
-            if top.chunk == Some(v) || at + t.layout().bytes_of(victim.size) == top.end {
-                return Err(CheckError::new("the victim ends the top region", at));
-            }
-        } else if victim.size != 0 {
-            return Err(CheckError::new("a victim's size without a victim", 0));
-        }
+            None => (0, 0),
+        };
         let (binned, binned_granules) = check_bins(self.bins(), t, free_chunks)?;
         let with_top = usize::from(top.chunk.is_some());
-        let with_victim = usize::from(victim.chunk.is_some());
         // A victim also filed in a bin would be counted twice.
         if binned + with_top + with_victim != free_chunks
-            || binned_granules + top_size + victim.size != free
+            || binned_granules + top_size + victim_size != free
         {
             return Err(CheckError::new("a free chunk is missing from the bins", 0));
         }

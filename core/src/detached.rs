@@ -591,8 +591,8 @@ impl<S: RecordStore> DetachedHeap<S> {
     /// heap grows at) only when no other free chunk fits (for alignments above the granule,
     /// the best fit for the size plus the worst-case padding). A listed size at most
     /// granule-aligned that no chunk of exactly its size serves is carved from the victim
-    /// first, the rest of the chunk carved last for such a request (see the crate's glossary). Errors: `ZeroSize`,
-    /// `SizeOverflow`, `BadAlign`, `OutOfMemory`, `OutOfRecords`.
+    /// first, the rest of the chunk carved last for such a request (see the crate's glossary).
+    /// Errors: `ZeroSize`, `SizeOverflow`, `BadAlign`, `OutOfMemory`, `OutOfRecords`.
     ///
     /// # Time Complexity
     /// `O(1)` for sizes kept in lists (up to 2047 granules); `O(bits of a size)` otherwise

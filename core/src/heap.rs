@@ -74,24 +74,33 @@ pub(crate) struct Top<C> {
 /// actions at 200 to 3000 B. A victim that kept exact best fit (taken only when it was the best
 /// fit) made the traces slower (see bench/README.md, "a designated victim").
 ///
-/// Invariant: `chunk` is free, in no bin, not the top, and does not end the top region; `size`
-/// is its size in granules, 0 iff `chunk` is `None`.
+/// Invariant: the chunk is free, in no bin, not the top, and does not end the top region; the
+/// size beside it is its size in granules (kept so that no request reads the chunk's tag to
+/// know whether the victim serves it).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Victim<C> {
-    pub chunk: Option<C>,
-    pub size: usize,
+    pub chunk: Option<(C, usize)>,
 }
 
-impl<C: Copy> Victim<C> {
-    const NONE: Self = Victim {
-        chunk: None,
-        size: 0,
-    };
+impl<C: Copy + Eq> Victim<C> {
+    const NONE: Self = Victim { chunk: None };
 
-    /// The victim, if it has at least `need` granules.
+    /// The victim and its size, if it has at least `need` granules.
     #[inline(always)]
-    fn fitting(&self, need: usize) -> Option<C> {
-        self.chunk.filter(|_| self.size >= need)
+    fn fitting(&self, need: usize) -> Option<(C, usize)> {
+        self.chunk.filter(|&(_, size)| size >= need)
+    }
+
+    /// Whether `c` is the victim.
+    #[inline(always)]
+    fn is(&self, c: C) -> bool {
+        self.chunk.is_some_and(|(v, _)| v == c)
+    }
+
+    /// The victim's size in granules, 0 when there is none.
+    #[inline]
+    fn size(&self) -> usize {
+        self.chunk.map_or(0, |(_, size)| size)
     }
 }
 
@@ -247,10 +256,9 @@ impl<T: Tags, K: Tally> Heap<T, K> {
             // The victim, else the best fit among the lists, carved in one place: with a carve
             // for each, the compiler called the placement's carve out of line.
             let (c, have) = match self.victim.fitting(need) {
-                Some(v) => {
-                    let have = self.victim.size;
+                Some(found) => {
                     self.victim = Victim::NONE;
-                    (v, have)
+                    found
                 }
                 None => match self.bins.pop_listed(&mut self.tags, need) {
                     Some(found) => found,
@@ -269,12 +277,9 @@ impl<T: Tags, K: Tally> Heap<T, K> {
     /// filing the old one into its bin.
     #[inline(always)]
     fn set_victim(&mut self, c: T::Chunk, size: usize) {
-        if let Some(old) = self.victim.chunk {
-            self.bins.insert(&mut self.tags, old, self.victim.size);
-        }
+        self.file_victim();
         self.victim = Victim {
-            chunk: Some(c),
-            size,
+            chunk: Some((c, size)),
         };
     }
 
@@ -285,7 +290,7 @@ impl<T: Tags, K: Tally> Heap<T, K> {
     /// was.
     #[inline(always)]
     fn file_victim_if_fits(&mut self, want: usize) {
-        if self.victim.size >= want {
+        if self.victim.fitting(want).is_some() {
             self.file_victim();
         }
     }
@@ -293,9 +298,8 @@ impl<T: Tags, K: Tally> Heap<T, K> {
     /// Files the victim, if any, into its bin.
     #[inline(always)]
     fn file_victim(&mut self) {
-        if let Some(v) = self.victim.chunk {
-            self.bins.insert(&mut self.tags, v, self.victim.size);
-            self.victim = Victim::NONE;
+        if let Some((v, size)) = self.victim.chunk.take() {
+            self.bins.insert(&mut self.tags, v, size);
         }
     }
 
@@ -539,7 +543,7 @@ impl<T: Tags, K: Tally> Heap<T, K> {
         // The top is never a predecessor (it ends its region). A merge with the top as the
         // successor stays the top; one that ends the top region otherwise goes the slow way,
         // which keeps the merged chunk out of the bins.
-        let victim = self.victim.chunk;
+        let victim = self.victim.chunk.map(|(v, _)| v);
         match (self.tags.prev_if_free(c), self.tags.next_if_free(c, size)) {
             (None, None) if size <= LIST_SIZES => {
                 let m = self.tags.free_merged(c, None, None, size);
@@ -572,34 +576,30 @@ impl<T: Tags, K: Tally> Heap<T, K> {
     fn coalesce_and_file_slow(&mut self, c: T::Chunk, size: usize) {
         let prev = self.tags.prev_if_free(c);
         let next = self.tags.next_if_free(c, size);
-        if let Some(v) = self.victim.chunk {
-            let total = size + self.victim.size;
-            match (prev, next) {
+        if let Some((v, vsize)) = self.victim.chunk {
+            let total = size + vsize;
+            let merged = match (prev, next) {
+                // The victim grows by `c` and stays the victim (at its address).
                 (Some((p, _)), None) if p == v && !self.ends_top(c, size) => {
-                    // The victim grows by `c` and stays the victim (at its address).
-                    let m = self.tags.free_merged(c, Some(p), None, total);
-                    self.victim = Victim {
-                        chunk: Some(m),
-                        size: total,
-                    };
-                    return;
+                    Some(self.tags.free_merged(c, Some(p), None, total))
                 }
+                // The victim grows back over `c` (the victim never ends the top region, so
+                // neither does the merged chunk).
                 (None, Some((n, _))) if n == v => {
-                    // The victim grows back over `c` (the victim never ends the top region,
-                    // so neither does the merged chunk).
-                    let m = self.tags.free_merged(c, None, Some(n), total);
-                    self.victim = Victim {
-                        chunk: Some(m),
-                        size: total,
-                    };
-                    return;
+                    Some(self.tags.free_merged(c, None, Some(n), total))
                 }
-                _ if prev.is_some_and(|(p, _)| p == v) || next.is_some_and(|(n, _)| n == v) => {
-                    // Merged with another free neighbour too, or into the top: the victim is
-                    // filed first, and the merge goes on as for any free neighbours.
-                    self.file_victim();
-                }
-                _ => {}
+                _ => None,
+            };
+            if let Some(m) = merged {
+                self.victim = Victim {
+                    chunk: Some((m, total)),
+                };
+                return;
+            }
+            if prev.is_some_and(|(p, _)| p == v) || next.is_some_and(|(n, _)| n == v) {
+                // Merged with another free neighbour too, or into the top: the victim is filed
+                // first, and the merge goes on as for any free neighbours.
+                self.file_victim();
             }
         }
         let at_top = match next {
@@ -671,7 +671,7 @@ impl<T: Tags, K: Tally> Heap<T, K> {
         self.tally.unfiled();
         if self.top.chunk == Some(c) {
             self.top.chunk = None;
-        } else if self.victim.chunk == Some(c) {
+        } else if self.victim.is(c) {
             self.victim = Victim::NONE;
         } else {
             self.bins.remove(&mut self.tags, c, size);
@@ -746,7 +746,7 @@ impl<T: Tags> Heap<T, Counters> {
             .largest(&self.tags)
             .unwrap_or(0)
             .max(top)
-            .max(self.victim.size);
+            .max(self.victim.size());
         self.tally
             .to_stats(self.layout().shift(), largest, self.layout().head())
     }

@@ -155,9 +155,8 @@ impl<T: Tags, K: Tally> Heap<T, K> {
         if let Some(c) = self.top().chunk {
             name(c, t.size(c));
         }
-        let victim = self.victim();
-        if let Some(c) = victim.chunk {
-            name(c, victim.size);
+        if let Some((c, size)) = self.victim().chunk {
+            name(c, size);
         }
         named
     }

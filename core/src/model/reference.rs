@@ -93,11 +93,6 @@ impl Model {
         self.regions.get(&base).map(|&(_, e)| e)
     }
 
-    /// The victim's payload address, if there is one.
-    pub fn victim(&self) -> Option<usize> {
-        self.victim
-    }
-
     /// Files the victim into the free set if it has at least `want` granules.
     fn file_victim_if_fits(&mut self, want: usize) {
         if let Some(v) = self.victim.filter(|v| self.chunks[v].granules >= want) {
@@ -209,9 +204,7 @@ impl Model {
     }
 
     fn release_tail(&mut self, at: usize, keep: usize) {
-        if self.chunks[&at].granules >= keep + self.geo.min_chunk() {
-            let tail = self.split(at, keep);
-            self.chunks.get_mut(&tail).unwrap().free = false;
+        if let Some(tail) = self.cut(at, keep) {
             self.coalesce_and_file(tail);
         }
     }
@@ -251,7 +244,6 @@ impl Model {
             return Ok(self.place(at, need, 1));
         }
         if let Some(v) = self.victim.filter(|v| self.chunks[v].granules >= need) {
-            self.victim = None;
             self.chunks.get_mut(&v).unwrap().free = false;
             self.victim = self.cut(v, need);
             return Ok(v);

@@ -561,14 +561,13 @@ impl<T: Tags, K: Tally> Heap<T, K> {
         // The top is never a predecessor (it ends its region). A merge with the top as the
         // successor stays the top; one that ends the top region otherwise goes the slow way,
         // which keeps the merged chunk out of the bins.
-        let victim = self.victim.chunk.map(|(v, _)| v);
         match (self.tags.prev_if_free(c), self.tags.next_if_free(c, size)) {
             (None, None) if size <= LIST_SIZES => {
                 let m = self.tags.free_merged(c, None, None, size);
                 self.file_free(m, size);
             }
             (Some((p, ps)), None)
-                if size + ps <= LIST_SIZES && !self.ends_top(c, size) && Some(p) != victim =>
+                if size + ps <= LIST_SIZES && !self.ends_top(c, size) && !self.victim.is(p) =>
             {
                 self.bins.unlink_listed(&mut self.tags, p, ps);
                 let m = self.tags.free_merged(c, Some(p), None, size + ps);
@@ -579,7 +578,7 @@ impl<T: Tags, K: Tally> Heap<T, K> {
                 let m = self.tags.free_merged(c, None, Some(n), size + ns);
                 self.top.chunk = Some(m);
             }
-            (None, Some((n, ns))) if size + ns <= LIST_SIZES && Some(n) != victim => {
+            (None, Some((n, ns))) if size + ns <= LIST_SIZES && !self.victim.is(n) => {
                 self.bins.unlink_listed(&mut self.tags, n, ns);
                 let m = self.tags.free_merged(c, None, Some(n), size + ns);
                 self.bins.push_listed(&mut self.tags, m, size + ns);

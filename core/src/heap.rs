@@ -273,14 +273,18 @@ impl<T: Tags, K: Tally> Heap<T, K> {
         self.alloc_unlisted(need).ok_or_else(out_of_memory)
     }
 
-    /// Makes the free, unbinned chunk `tail` of `size` granules (the rest of the carve of `c`)
-    /// the victim and files the old one into its bin; returns `c`.
+    /// Makes the free, unbinned chunk `tail` of `size` granules (the rest of the carve of `c`
+    /// for a listed request) the victim and files the old one into its bin; returns `c`.
     ///
-    /// An old victim above the lists is filed out of line by a function that hands `c` back,
-    /// so that no value of the allocation lives across a call: with the filing inlined, its
-    /// calls of the size table and the tries made every allocation save and restore five
-    /// callee-saved registers (10 instructions more per allocation on every workload of
-    /// `bench/tools/profile.sh`: random-200 81.9 against 72.6, python-json 82.5 against 73.1).
+    /// The old victim is always listed here: the callers carve `c` from the victim itself
+    /// (and take it first) or from another chunk because the victim was smaller than the
+    /// listed request. So the filing is a list push, inline, with no call. A victim above the
+    /// lists (which [`Bins::insert`] would file through a call of the size table or the tries)
+    /// goes to a function of its own that hands `c` back, so that no value of the allocation
+    /// lives across a call either way: with `Bins::insert` inlined here, every allocation
+    /// saved and restored five callee-saved registers (10 instructions more per allocation on
+    /// every workload of `bench/tools/profile.sh`: random-200 81.9 against 72.6, python-json
+    /// 82.5 against 73.1).
     #[inline(always)]
     fn replace_victim(&mut self, c: T::Chunk, tail: T::Chunk, size: usize) -> T::Chunk {
         match self.victim.chunk.replace((tail, size)) {
@@ -294,9 +298,15 @@ impl<T: Tags, K: Tally> Heap<T, K> {
     }
 
     /// Files the free chunk `v` of `vsize` granules, above the lists, and returns `c`
-    /// untouched (see [`Heap::replace_victim`]).
+    /// untouched (see [`Heap::replace_victim`], whose callers never get here: the branch keeps
+    /// it right for any victim, and debug builds say so if one ever does).
     #[inline(never)]
+    #[cold]
     fn file_unlisted_passing(&mut self, v: T::Chunk, vsize: usize, c: T::Chunk) -> T::Chunk {
+        debug_assert!(
+            false,
+            "a victim of {vsize} granules replaced by a listed carve"
+        );
         self.bins.insert(&mut self.tags, v, vsize);
         c
     }

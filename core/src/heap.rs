@@ -67,8 +67,9 @@ pub(crate) struct Top<C> {
 ///
 /// Why: exact best fit alone takes the smallest chunk that fits even when it lies far from the
 /// last allocation, and pays a bin operation for every rest. With the victim, the replays of
-/// real programs' traces ran 4 to 8 % faster (python-json from 1.06 to 1.10 × dlmalloc's time
-/// to 0.98 to 1.05 ×, wee-gcc-hello from 1.12 to 1.13 × to 1.06 to 1.09 ×) at footprints no
+/// real programs' traces took 3 to 6 % less time (tagalloc's own ns/event, the two builds in
+/// turn: python-json 6.7 to 6.9 → 6.5, wee-gcc-hello 13.2 to 13.5 → 12.7 to 12.9; its
+/// simulated data-cache misses per call on python-json 0.72 → 0.62) at footprints no
 /// higher (android-systemui 1.13 → 1.12 × peak live, the others within 0.05 %) and nearly the
 /// same heap efficiency (98.78 → 98.72 %, talc's method), for up to 4 % of talc's random
 /// actions at 200 to 3000 B. A victim that kept exact best fit (taken only when it was the best

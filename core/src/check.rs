@@ -111,7 +111,7 @@ impl<T: Tags, K: Tally> Heap<T, K> {
                         at,
                     ));
                 }
-                if top.chunk == Some(v) || at + t.layout().bytes_of(size) == top.end {
+                if top.chunk == Some(v) || self.ends_top(v, size) {
                     return Err(CheckError::new("the victim ends the top region", at));
                 }
                 (1, size)

@@ -166,7 +166,7 @@ impl<T: Tags, K: Tally> Heap<T, K> {
 
     /// Whether the free chunk `c` of `size` granules ends the top region, so is the top.
     #[inline]
-    fn ends_top(&self, c: T::Chunk, size: usize) -> bool {
+    pub(crate) fn ends_top(&self, c: T::Chunk, size: usize) -> bool {
         self.end_of(c, size) == self.top.end
     }
 

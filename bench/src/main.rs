@@ -52,7 +52,10 @@ USAGE:
 
 SUBCOMMANDS (none: the default suite, the first four shortened, about a minute):
     micro               alloc+free of random 8..=512-byte blocks, 1000 live
-    random-actions      talc's random-actions benchmark (7 trials x 200 ms per size)
+    random-actions [ALLOCATOR...]
+                        talc's random-actions benchmark (7 trials x 200 ms per size);
+                        naming allocators (their keys: tagalloc_inline, talc, dlmalloc,
+                        rlsf, ...) runs only those, tagalloc's inline heap always
     efficiency          talc's heap-efficiency benchmark (300 rounds)
     replay [TRACE...]   replay allocation traces (files or directories; default: every
                         trace in ../shared/traces, else the bundled tests/data traces)
@@ -124,7 +127,8 @@ struct Args {
     plots: bool,
     at: Option<snapshot::At>,
     policy: Option<pool::Growing>,
-    /// `threads`: the thread counts and allocators named after it.
+    /// `threads`: the thread counts and allocators named after it; `random-actions`: the
+    /// allocators named after it.
     selection: Vec<String>,
     lib: Option<PathBuf>,
     install: bool,
@@ -223,7 +227,7 @@ fn parse_args() -> Result<Option<Args>, String> {
                 args.traces.push(v.into())
             }
             Value(v) if args.command.as_deref() == Some("plan") => args.problems.push(v.into()),
-            Value(v) if args.command.as_deref() == Some("threads") => {
+            Value(v) if matches!(args.command.as_deref(), Some("threads" | "random-actions")) => {
                 args.selection.push(v.string().map_err(e)?)
             }
             Value(v) if args.command.as_deref() == Some("device") && args.traces.is_empty() => {
@@ -567,7 +571,15 @@ fn run(args: &Args) -> Result<(), Failure> {
         }
     }
 
-    let threads_only = threads::Selection::parse(&args.selection).map_err(Failure::Input)?;
+    // The words after `threads` or `random-actions`, checked before anything runs.
+    let threads_only = if only("threads") {
+        threads::Selection::parse(&args.selection).map_err(Failure::Input)?
+    } else {
+        threads::Selection::default()
+    };
+    if only("random-actions") {
+        random_actions::peers(&args.selection).map_err(Failure::Input)?;
+    }
 
     let mut out_json = serde_json::Map::new();
     if let Some(set) = &traces {
@@ -618,6 +630,7 @@ fn run(args: &Args) -> Result<(), Failure> {
                 Mode::Quick => 5,
             }),
             warmup: Duration::from_millis(if mode == Mode::Quick { 1 } else { 2 }),
+            only: args.selection.clone(),
         };
         let bar = progress((opts.trials * 10 * random_actions::MAX_SIZES.len()) as u64);
         let (md, json) = random_actions::run(&opts, plots.as_deref(), &bar).map_err(run_err)?;

@@ -41,6 +41,9 @@ pub struct Options {
     pub duration: Duration,
     /// Warm-up before each trial (talc: 2 ms).
     pub warmup: Duration,
+    /// The allocators to run, by [`Peer::key`]; empty: all. tagalloc's inline heap always
+    /// runs, first: every ratio is taken against it.
+    pub only: Vec<String>,
 }
 
 /// talc's `generate_size`: biased towards small sizes.
@@ -175,13 +178,24 @@ impl Bench for Trial {
     }
 }
 
+/// The allocators a run with `only` (keys, [`Peer::key`]; empty: all) measures, tagalloc's
+/// inline heap first, or what is wrong with a key.
+pub fn peers(only: &[String]) -> Result<Vec<Peer>, String> {
+    let all: Vec<Peer> = Peer::HOST.iter().chain(&Peer::ADDRESSES).copied().collect();
+    let mut peers = Peer::named(&all, only).map_err(|e| format!("random-actions: {e}"))?;
+    if peers.first() != Some(&Peer::Inline) {
+        peers.insert(0, Peer::Inline);
+    }
+    Ok(peers)
+}
+
 /// Runs the benchmark; returns the markdown section and the JSON record.
 pub fn run(
     opts: &Options,
     plots: Option<&Path>,
     bar: &ProgressBar,
 ) -> Result<(String, Value), String> {
-    let peers: Vec<Peer> = Peer::HOST.iter().chain(&Peer::ADDRESSES).copied().collect();
+    let peers = peers(&opts.only)?;
     let mut arena = Arena::new(HEAP)?;
     let setup = Setup {
         wrap: true,
@@ -344,6 +358,7 @@ pub fn run(
         "max_sizes": MAX_SIZES,
         "results": peers.iter().enumerate().map(|(i, p)| json!({
             "allocator": p.name(),
+            "key": p.key(),
             "memory": if p.is_host() { "host" } else { "addresses" },
             "scores_per_200ms": cells[i].iter().map(|c| if c.0.is_finite() { Some(c.0) } else { None }).collect::<Vec<_>>(),
             "alloc_failures": cells[i].iter().map(|c| c.1).collect::<Vec<_>>(),

@@ -242,6 +242,42 @@ impl Peer {
         }
     }
 
+    /// A short name without spaces, for the command line: `random-actions talc` runs only
+    /// the allocators named (see [`Peer::named`]).
+    pub fn key(self) -> String {
+        match self {
+            Peer::Inline => "tagalloc_inline".into(),
+            Peer::InlineWithoutStats => "tagalloc_inline_nostats".into(),
+            Peer::Detached(g) => format!("tagalloc_detached_{g}"),
+            Peer::Glibc => "glibc".into(),
+            Peer::Talc => "talc".into(),
+            Peer::Rlsf => "rlsf".into(),
+            Peer::Dlmalloc => "dlmalloc".into(),
+            Peer::LinkedList => "linked_list_allocator".into(),
+            Peer::Buddy => "buddy_system_allocator".into(),
+            Peer::Offset(u) => format!("offset_allocator_{u}"),
+            Peer::Bump => "bump".into(),
+            Peer::BumpAddresses => "bump_addresses".into(),
+        }
+    }
+
+    /// The peers of `among` that `keys` name ([`Peer::key`]), in `among`'s order, or what is
+    /// wrong with a key. No keys: all of `among`.
+    pub fn named(among: &[Peer], keys: &[String]) -> Result<Vec<Peer>, String> {
+        if let Some(k) = keys.iter().find(|k| !among.iter().any(|p| p.key() == **k)) {
+            let known: Vec<String> = among.iter().map(|p| p.key()).collect();
+            return Err(format!(
+                "unknown allocator `{k}` (expected one of {})",
+                known.join(", ")
+            ));
+        }
+        Ok(among
+            .iter()
+            .copied()
+            .filter(|p| keys.is_empty() || keys.contains(&p.key()))
+            .collect())
+    }
+
     /// Whether the peer hands out real memory (and so needs an arena) rather than addresses.
     pub fn is_host(self) -> bool {
         !matches!(

@@ -81,6 +81,30 @@ fn random_actions() {
     );
 }
 
+/// Naming allocators runs only those, tagalloc's inline heap always (every ratio is taken
+/// against it), and as JSON each row carries the key it was named by; an unknown key is
+/// refused before anything runs, with the keys there are.
+#[test]
+fn random_actions_of_named_allocators() {
+    let out = bench_plain(&["--quick", "--json", "random-actions", "talc"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let keys: Vec<&str> = json["random_actions"]["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|r| r["key"].as_str().expect("key"))
+        .collect();
+    assert_eq!(keys, ["tagalloc_inline", "talc"]);
+    let out = bench_plain(&["--quick", "--no-plots", "random-actions", "tlac"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("unknown allocator `tlac`") && stderr.contains("dlmalloc"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn efficiency() {
     smoke(

@@ -52,10 +52,7 @@ USAGE:
 
 SUBCOMMANDS (none: the default suite, the first four shortened, about a minute):
     micro               alloc+free of random 8..=512-byte blocks, 1000 live
-    random-actions [ALLOCATOR...]
-                        talc's random-actions benchmark (7 trials x 200 ms per size);
-                        naming allocators (their keys: tagalloc_inline, talc, dlmalloc,
-                        rlsf, ...) runs only those, tagalloc's inline heap always
+    random-actions      talc's random-actions benchmark (7 trials x 200 ms per size)
     efficiency          talc's heap-efficiency benchmark (300 rounds)
     replay [TRACE...]   replay allocation traces (files or directories; default: every
                         trace in ../shared/traces, else the bundled tests/data traces)
@@ -103,6 +100,10 @@ OPTIONS:
     --out DIR           where the SVG charts go (default: target/tagalloc-bench);
                         for snapshot, the SVG file to write
     --no-plots          write no charts
+    --only KEY[,KEY...] random-actions, replay: only these allocators (keys such as
+                        talc, dlmalloc, rlsf, tagalloc_inline_nostats; a wrong one is
+                        refused with the list), and tagalloc's heap every ratio is
+                        taken against
     --at EVENT|peak     snapshot: after this many events, or when live bytes peak
                         (default: peak)
     --policy NAME       snapshot: the pool's growth, fixed-64k, fixed-2m (default) or
@@ -127,11 +128,12 @@ struct Args {
     plots: bool,
     at: Option<snapshot::At>,
     policy: Option<pool::Growing>,
-    /// `threads`: the thread counts and allocators named after it; `random-actions`: the
-    /// allocators named after it.
+    /// `threads`: the thread counts and allocators named after it.
     selection: Vec<String>,
     lib: Option<PathBuf>,
     install: bool,
+    /// `--only`: the allocators random-actions and replay run, by key (empty: all).
+    only: Vec<String>,
 }
 
 /// Why the tool stopped: bad input (exit code 2) or a failure while running (1).
@@ -158,6 +160,7 @@ fn parse_args() -> Result<Option<Args>, String> {
         selection: Vec::new(),
         lib: None,
         install: true,
+        only: Vec::new(),
     };
     let mut parser = lexopt::Parser::from_env();
     let e = |e: lexopt::Error| e.to_string();
@@ -199,6 +202,13 @@ fn parse_args() -> Result<Option<Args>, String> {
                     format!("unknown --policy `{v}` (expected {})", keys.join(", "))
                 })?);
             }
+            Long("only") => {
+                let v = parser.value().map_err(e)?.string().map_err(e)?;
+                args.only = v.split(',').map(str::to_string).collect();
+                if args.only.iter().any(String::is_empty) {
+                    return Err("--only takes allocator keys separated by commas".into());
+                }
+            }
             Long("lib") => args.lib = Some(parser.value().map_err(e)?.into()),
             Long("no-install") => args.install = false,
             Short('h') | Long("help") => return Ok(None),
@@ -227,7 +237,7 @@ fn parse_args() -> Result<Option<Args>, String> {
                 args.traces.push(v.into())
             }
             Value(v) if args.command.as_deref() == Some("plan") => args.problems.push(v.into()),
-            Value(v) if matches!(args.command.as_deref(), Some("threads" | "random-actions")) => {
+            Value(v) if args.command.as_deref() == Some("threads") => {
                 args.selection.push(v.string().map_err(e)?)
             }
             Value(v) if args.command.as_deref() == Some("device") && args.traces.is_empty() => {
@@ -235,6 +245,11 @@ fn parse_args() -> Result<Option<Args>, String> {
             }
             other => return Err(other.unexpected().to_string()),
         }
+    }
+    if !args.only.is_empty()
+        && !matches!(args.command.as_deref(), Some("random-actions" | "replay"))
+    {
+        return Err("--only belongs to the random-actions and replay subcommands".into());
     }
     let snapshot = args.command.as_deref() == Some("snapshot");
     if !snapshot && (args.at.is_some() || args.policy.is_some()) {
@@ -571,15 +586,13 @@ fn run(args: &Args) -> Result<(), Failure> {
         }
     }
 
-    // The words after `threads` or `random-actions`, checked before anything runs.
+    // The words after `threads` and the keys of `--only`, checked before anything runs.
     let threads_only = if only("threads") {
         threads::Selection::parse(&args.selection).map_err(Failure::Input)?
     } else {
         threads::Selection::default()
     };
-    if only("random-actions") {
-        random_actions::peers(&args.selection).map_err(Failure::Input)?;
-    }
+    tagalloc_bench::subjects::Peer::check_keys(&args.only).map_err(Failure::Input)?;
 
     let mut out_json = serde_json::Map::new();
     if let Some(set) = &traces {
@@ -630,7 +643,7 @@ fn run(args: &Args) -> Result<(), Failure> {
                 Mode::Quick => 5,
             }),
             warmup: Duration::from_millis(if mode == Mode::Quick { 1 } else { 2 }),
-            only: args.selection.clone(),
+            only: args.only.clone(),
         };
         let bar = progress((opts.trials * 10 * random_actions::MAX_SIZES.len()) as u64);
         let (md, json) = random_actions::run(&opts, plots.as_deref(), &bar).map_err(run_err)?;
@@ -662,10 +675,11 @@ fn run(args: &Args) -> Result<(), Failure> {
                 Mode::Quick => 1.0,
             })),
             plots: plots.clone(),
+            only: args.only.clone(),
         };
         let items: usize = prepared
             .iter()
-            .map(|p| (opts.runs + 1) * replay::peers(p).len())
+            .map(|p| (opts.runs + 1) * replay::peers(p, &opts.only).len())
             .sum();
         let bar = progress(items as u64);
         let mut md = format!(

@@ -41,8 +41,8 @@ pub struct Options {
     pub duration: Duration,
     /// Warm-up before each trial (talc: 2 ms).
     pub warmup: Duration,
-    /// The allocators to run, by [`Peer::key`]; empty: all. tagalloc's inline heap always
-    /// runs, first: every ratio is taken against it.
+    /// The allocators to run, by [`Peer::key`] (checked by the caller); empty: all.
+    /// tagalloc's inline heap always runs, first: every ratio is taken against it.
     pub only: Vec<String>,
 }
 
@@ -178,24 +178,14 @@ impl Bench for Trial {
     }
 }
 
-/// The allocators a run with `only` (keys, [`Peer::key`]; empty: all) measures, tagalloc's
-/// inline heap first, or what is wrong with a key.
-pub fn peers(only: &[String]) -> Result<Vec<Peer>, String> {
-    let all: Vec<Peer> = Peer::HOST.iter().chain(&Peer::ADDRESSES).copied().collect();
-    let mut peers = Peer::named(&all, only).map_err(|e| format!("random-actions: {e}"))?;
-    if peers.first() != Some(&Peer::Inline) {
-        peers.insert(0, Peer::Inline);
-    }
-    Ok(peers)
-}
-
 /// Runs the benchmark; returns the markdown section and the JSON record.
 pub fn run(
     opts: &Options,
     plots: Option<&Path>,
     bar: &ProgressBar,
 ) -> Result<(String, Value), String> {
-    let peers = peers(&opts.only)?;
+    let all: Vec<Peer> = Peer::HOST.iter().chain(&Peer::ADDRESSES).copied().collect();
+    let peers = Peer::selected(&all, &opts.only, Peer::Inline);
     let mut arena = Arena::new(HEAP)?;
     let setup = Setup {
         wrap: true,

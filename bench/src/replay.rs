@@ -344,6 +344,9 @@ pub struct Options {
     pub budget: Duration,
     /// Where SVG charts go, if anywhere.
     pub plots: Option<PathBuf>,
+    /// The allocators to run, by [`Peer::key`] (checked by the caller); empty: all. The
+    /// baseline (tagalloc's inline heap, or its detached heap for a device trace) always runs.
+    pub only: Vec<String>,
 }
 
 /// One allocator's figures for one trace.
@@ -381,18 +384,20 @@ pub fn arena_len(p: &Prepared) -> usize {
 }
 
 /// The allocators a prepared trace is replayed through: the address allocators for a device
-/// trace, the host and address allocators otherwise.
-pub fn peers(p: &Prepared) -> Vec<Peer> {
+/// trace, the host and address allocators otherwise; only those `only` names ([`Peer::key`];
+/// empty: all) and the baseline.
+pub fn peers(p: &Prepared, only: &[String]) -> Vec<Peer> {
     if p.device {
-        Peer::DEVICE.to_vec()
+        Peer::selected(&Peer::DEVICE, only, Peer::Detached(256))
     } else {
-        Peer::HOST.iter().chain(&Peer::ADDRESSES).copied().collect()
+        let all: Vec<Peer> = Peer::HOST.iter().chain(&Peer::ADDRESSES).copied().collect();
+        Peer::selected(&all, only, Peer::Inline)
     }
 }
 
 /// Replays one prepared trace through its allocators.
 pub fn run(p: &Prepared, opts: &Options, bar: &ProgressBar) -> Result<TraceResult, String> {
-    let peers = peers(p);
+    let peers = peers(p, &opts.only);
     let len = arena_len(p);
     let (mut arena, mut bump_arena) = if p.device {
         (None, None)
@@ -651,6 +656,7 @@ impl TraceResult {
                 let ns = report::median(&r.ns);
                 json!({
                     "allocator": r.peer.name(),
+                    "key": r.peer.key(),
                     "memory": if r.peer.is_host() { "host" } else { "addresses" },
                     "error": r.error,
                     "ns_per_event": if ns.is_finite() { Some(ns) } else { None },
@@ -875,6 +881,7 @@ mod tests {
             runs: 1,
             budget: Duration::from_secs(60),
             plots: None,
+            only: Vec::new(),
         };
         let r = run(&p, &opts, &ProgressBar::hidden()).unwrap();
         for pr in &r.results {

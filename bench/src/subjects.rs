@@ -242,8 +242,7 @@ impl Peer {
         }
     }
 
-    /// A short name without spaces, for the command line: `random-actions talc` runs only
-    /// the allocators named (see [`Peer::named`]).
+    /// A short name without spaces, for the command line (`--only talc,dlmalloc`).
     pub fn key(self) -> String {
         match self {
             Peer::Inline => "tagalloc_inline".into(),
@@ -261,21 +260,38 @@ impl Peer {
         }
     }
 
-    /// The peers of `among` that `keys` name ([`Peer::key`]), in `among`'s order, or what is
-    /// wrong with a key. No keys: all of `among`.
-    pub fn named(among: &[Peer], keys: &[String]) -> Result<Vec<Peer>, String> {
-        if let Some(k) = keys.iter().find(|k| !among.iter().any(|p| p.key() == **k)) {
-            let known: Vec<String> = among.iter().map(|p| p.key()).collect();
-            return Err(format!(
-                "unknown allocator `{k}` (expected one of {})",
-                known.join(", ")
-            ));
+    /// Every peer any benchmark runs.
+    fn all() -> impl Iterator<Item = Peer> {
+        Peer::HOST
+            .into_iter()
+            .chain(Peer::ADDRESSES)
+            .chain(Peer::DEVICE)
+    }
+
+    /// `Ok` if every key names a peer ([`Peer::key`]), else what is wrong, with the keys
+    /// there are.
+    pub fn check_keys(keys: &[String]) -> Result<(), String> {
+        match keys.iter().find(|k| !Peer::all().any(|p| p.key() == **k)) {
+            None => Ok(()),
+            Some(k) => {
+                let mut known: Vec<String> = Peer::all().map(Peer::key).collect();
+                known.dedup();
+                Err(format!(
+                    "--only: unknown allocator `{k}` (expected some of {})",
+                    known.join(", ")
+                ))
+            }
         }
-        Ok(among
+    }
+
+    /// The peers of `among` that `keys` name, in `among`'s order, and `baseline` first
+    /// whatever they name (every ratio is taken against it); no keys: all of `among`.
+    pub fn selected(among: &[Peer], keys: &[String], baseline: Peer) -> Vec<Peer> {
+        among
             .iter()
             .copied()
-            .filter(|p| keys.is_empty() || keys.contains(&p.key()))
-            .collect())
+            .filter(|&p| p == baseline || keys.is_empty() || keys.contains(&p.key()))
+            .collect()
     }
 
     /// Whether the peer hands out real memory (and so needs an arena) rather than addresses.

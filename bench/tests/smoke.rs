@@ -81,28 +81,48 @@ fn random_actions() {
     );
 }
 
-/// Naming allocators runs only those, tagalloc's inline heap always (every ratio is taken
-/// against it), and as JSON each row carries the key it was named by; an unknown key is
-/// refused before anything runs, with the keys there are.
+/// `--only` runs the allocators named and tagalloc's heap (every ratio is taken against it),
+/// in random actions and in replay, and as JSON each row carries its key; an unknown key, or
+/// `--only` where it means nothing, is refused before anything runs.
 #[test]
-fn random_actions_of_named_allocators() {
-    let out = bench_plain(&["--quick", "--json", "random-actions", "talc"]);
+fn only_the_allocators_named() {
+    let keys = |json: &serde_json::Value| -> Vec<String> {
+        json["results"]
+            .as_array()
+            .expect("results")
+            .iter()
+            .map(|r| r["key"].as_str().expect("key").to_string())
+            .collect()
+    };
+    let out = bench_plain(&["--quick", "--json", "random-actions", "--only", "talc"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    let keys: Vec<&str> = json["random_actions"]["results"]
-        .as_array()
-        .expect("results")
-        .iter()
-        .map(|r| r["key"].as_str().expect("key"))
-        .collect();
-    assert_eq!(keys, ["tagalloc_inline", "talc"]);
-    let out = bench_plain(&["--quick", "--no-plots", "random-actions", "tlac"]);
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = text(&out.stderr);
-    assert!(
-        stderr.contains("unknown allocator `tlac`") && stderr.contains("dlmalloc"),
-        "{stderr}"
-    );
+    assert_eq!(keys(&json["random_actions"]), ["tagalloc_inline", "talc"]);
+    let out = bench_plain(&["--quick", "--json", "replay", "--only", "dlmalloc,rlsf"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    for trace in json["replay"].as_array().expect("traces") {
+        assert_eq!(keys(trace), ["tagalloc_inline", "rlsf", "dlmalloc"]);
+    }
+    for (args, said) in [
+        (
+            &["--quick", "random-actions", "--only", "tlac"][..],
+            "unknown allocator `tlac`",
+        ),
+        (
+            &["--quick", "replay", "--only", "talc,"],
+            "separated by commas",
+        ),
+        (&["--quick", "micro", "--only", "talc"], "--only belongs"),
+    ] {
+        let out = bench_plain(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(
+            text(&out.stderr).contains(said),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
 }
 
 #[test]

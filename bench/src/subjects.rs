@@ -274,8 +274,7 @@ impl Peer {
         match keys.iter().find(|k| !Peer::all().any(|p| p.key() == **k)) {
             None => Ok(()),
             Some(k) => {
-                let mut known: Vec<String> = Peer::all().map(Peer::key).collect();
-                known.dedup();
+                let known: Vec<String> = Peer::all().map(Peer::key).collect();
                 Err(format!(
                     "--only: unknown allocator `{k}` (expected some of {})",
                     known.join(", ")
@@ -284,8 +283,9 @@ impl Peer {
         }
     }
 
-    /// The peers of `among` that `keys` name, in `among`'s order, and `baseline` first
-    /// whatever they name (every ratio is taken against it); no keys: all of `among`.
+    /// The peers of `among` that `keys` name, in `among`'s order, and `baseline` whatever they
+    /// name (every ratio is taken against it; the lists the benchmarks pass start with it);
+    /// no keys: all of `among`.
     pub fn selected(among: &[Peer], keys: &[String], baseline: Peer) -> Vec<Peer> {
         among
             .iter()

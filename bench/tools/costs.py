@@ -19,6 +19,12 @@ itself and sums by function name. Commands:
       function they were written in (inlined code counted where it was written, found from
       the line number in SRC_ROOT's files), and inclusive instructions and calls of every
       tagalloc function that stayed a function of its own.
+  instr CALLGRIND_OUT BINARY FUNC_REGEX [N]
+      Where the simulated cache misses are, instruction by instruction: CALLGRIND_OUT recorded
+      with `--cache-sim=yes --dump-instr=yes --compress-pos=no` from BINARY. Sums the self
+      costs of every function whose name matches FUNC_REGEX, by instruction; prints each
+      function's D1 read and write misses, then the N instructions (default 12) with the most
+      D1 misses, with their executions and their disassembly (objdump).
 """
 
 import re
@@ -238,6 +244,72 @@ def paths(path, root):
         print("%-60s %10d %14d %10.1f" % (fn[:60], c, i, i / c if c else 0))
 
 
+def instr(path, binary, pattern, n=12):
+    import subprocess
+
+    pat = re.compile(pattern)
+    table = {}
+    events = []
+    fn = None
+    pending = False
+    by_fn = defaultdict(lambda: [0, 0])
+    by_addr = defaultdict(lambda: [0, 0, 0])  # Ir, D1mr, D1mw
+    with open(path) as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if line.startswith("positions:") and "instr" not in line:
+                sys.exit("instr: the file has no instruction positions (record with --dump-instr=yes)")
+            if line.startswith("events:"):
+                events = line.split()[1:]
+                continue
+            if not line or line.startswith("#"):
+                continue
+            if line.startswith("0x"):
+                if pending:
+                    pending = False
+                    continue
+                if fn is None or not pat.search(fn):
+                    continue
+                parts = line.split()
+                cost = dict(zip(events, map(int, parts[2:])))
+                addr = int(parts[0], 16)
+                d1r, d1w = cost.get("D1mr", 0), cost.get("D1mw", 0)
+                a = by_addr[addr]
+                a[0] += cost.get("Ir", 0)
+                a[1] += d1r
+                a[2] += d1w
+                by_fn[fn][0] += d1r
+                by_fn[fn][1] += d1w
+                continue
+            if line[0] in "+-*" or line[0].isdigit():
+                sys.exit("instr: compressed positions (record with --compress-pos=no)")
+            key, _, rest = line.partition("=")
+            if key == "fn":
+                fn = names("fn", rest, table)
+            elif key == "cfn":
+                names("fn", rest, table)
+            elif key in ("fl", "fi", "fe", "cfi", "cfl"):
+                names("fl", rest, table)
+            elif key == "calls":
+                pending = True
+    if "D1mr" not in events:
+        sys.exit("instr: no cache events in the file (record with --cache-sim=yes)")
+    print("%10s %10s  function" % ("D1 reads", "D1 writes"))
+    for f_, (r, w) in sorted(by_fn.items(), key=lambda kv: -sum(kv[1])):
+        print("%10d %10d  %s" % (r, w, f_[:100]))
+    print()
+    print("%-10s %10s %10s %10s  instruction" % ("address", "executed", "D1 reads", "D1 writes"))
+    for addr, (ir, r, w) in sorted(by_addr.items(), key=lambda kv: -(kv[1][1] + kv[1][2]))[:n]:
+        dis = subprocess.run(
+            ["objdump", "-d", "--no-show-raw-insn", "-C", binary,
+             "--start-address=%#x" % addr, "--stop-address=%#x" % (addr + 16)],
+            capture_output=True, text=True,
+        ).stdout.splitlines()
+        mine = [d for d in dis if d.strip().startswith("%x:" % addr)]
+        text = mine[0].split(":", 1)[1].strip() if mine else "?"
+        print("%-10s %10d %10d %10d  %s" % (hex(addr), ir, r, w, text))
+
+
 def main():
     args = sys.argv[1:]
     if args[:1] == ["calls"]:
@@ -247,6 +319,8 @@ def main():
         misses(args[1], args[2])
     elif args[:1] == ["paths"]:
         paths(args[1], args[2])
+    elif args[:1] == ["instr"] and len(args) in (4, 5):
+        instr(args[1], args[2], args[3], int(args[4]) if len(args) == 5 else 12)
     else:
         sys.exit(__doc__)
 

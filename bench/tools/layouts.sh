@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # How much of a speed ratio between allocators is code layout: links the bench N times, each
 # time with lld placing every function (and every other input section) in an order shuffled by
-# a different seed, and runs talc's random actions for tagalloc's inline heap and the named
-# peers in each binary, in turn.
+# a different seed, and runs talc's random actions (or replays of traces) for tagalloc's inline
+# heap and the named peers in each binary, in turn.
 #
 # Why: where the linker puts a hot loop (its split across cache lines and fetch blocks, which
 # branches share a predictor slot) moves a program's speed by several percent with no change

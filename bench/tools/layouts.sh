@@ -19,8 +19,8 @@
 #   --layouts N   shuffled layouts (default 8; seeds 1..N), after the usual, unshuffled one
 #   --runs T      in each layout, random-actions trials per size and allocator (default 7,
 #                 talc's), or with --replay timed runs of each trace (default 9)
-#   --replay T,.. replay these traces (names in ../shared/traces, or paths; budget 1 s a run)
-#                 instead of running random actions
+#   --replay T,.. replay these traces (names in ../shared/traces, or paths from the
+#                 repository's root; budget 1 s a run) instead of running random actions
 #   --out DIR     where each layout's JSON goes (default target/layouts/runs)
 #   ALLOCATOR     peers by key, as `tagalloc-bench --only` takes them (default: talc)
 #

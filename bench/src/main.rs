@@ -586,12 +586,8 @@ fn run(args: &Args) -> Result<(), Failure> {
         }
     }
 
-    // The words after `threads` and the keys of `--only`, checked before anything runs.
-    let threads_only = if only("threads") {
-        threads::Selection::parse(&args.selection).map_err(Failure::Input)?
-    } else {
-        threads::Selection::default()
-    };
+    let threads_only = threads::Selection::parse(&args.selection).map_err(Failure::Input)?;
+    // The keys of `--only`, checked before anything runs.
     tagalloc_bench::subjects::Peer::check_keys(&args.only).map_err(Failure::Input)?;
 
     let mut out_json = serde_json::Map::new();

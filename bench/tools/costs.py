@@ -46,16 +46,16 @@ def names(kind, rest, table):
     return table[key]
 
 
-def read_callgrind(path):
-    """Self cost (Ir) by function and by (function, file, line); call arcs with their
-    inclusive cost and count."""
+def records(path, header):
+    """The cost lines of a callgrind file, names resolved, as `(fn, file, positions, costs,
+    call)`: `positions` the line's position fields as written (as many as the file's
+    `positions:` names), `costs` its event counts, `call` `(callee, count)` for the inclusive
+    cost of a call and `None` for the function's own cost. Fills `header` with the file's
+    `events` and `positions` lists as they are read."""
     table = {}
-    self_ir = defaultdict(int)
-    by_line = defaultdict(int)
-    arcs = defaultdict(lambda: [0, 0])  # (caller, callee) -> [calls, inclusive Ir]
-    fn = file = fl = None
-    callee = None
+    fn = file = fl = callee = None
     pending = None
+    npos = 1
     with open(path) as f:
         for line in f:
             line = line.rstrip("\n")
@@ -63,15 +63,15 @@ def read_callgrind(path):
                 continue
             if line[0].isdigit() or line[0] in "+-*":
                 parts = line.split()
-                ir = int(parts[1]) if len(parts) > 1 else 0
-                if pending is not None:
-                    arc = arcs[(fn, callee)]
-                    arc[0] += pending
-                    arc[1] += ir
-                    pending = None
-                else:
-                    self_ir[fn] += ir
-                    by_line[(fn, file, parts[0])] += ir
+                costs = [int(x) for x in parts[npos:]]
+                call, pending = (None, None) if pending is None else ((callee, pending), None)
+                yield fn, file, parts[:npos], costs, call
+                continue
+            head = re.match(r"([a-z]+):\s*(.*)$", line)
+            if head:
+                if head.group(1) in ("events", "positions"):
+                    header[head.group(1)] = head.group(2).split()
+                    npos = len(header.get("positions", ["line"]))
                 continue
             key, _, rest = line.partition("=")
             if key == "fl":
@@ -87,6 +87,23 @@ def read_callgrind(path):
                 callee = names("fn", rest, table)
             elif key == "calls":
                 pending = int(rest.split()[0])
+
+
+def read_callgrind(path):
+    """Self cost (Ir) by function and by (function, file, line); call arcs with their
+    inclusive cost and count."""
+    self_ir = defaultdict(int)
+    by_line = defaultdict(int)
+    arcs = defaultdict(lambda: [0, 0])  # (caller, callee) -> [calls, inclusive Ir]
+    for fn, file, pos, costs, call in records(path, {}):
+        ir = costs[0] if costs else 0
+        if call is not None:
+            arc = arcs[(fn, call[0])]
+            arc[0] += call[1]
+            arc[1] += ir
+        else:
+            self_ir[fn] += ir
+            by_line[(fn, file, pos[0])] += ir
     return self_ir, by_line, arcs
 
 
@@ -248,50 +265,25 @@ def instr(path, binary, pattern, n=12):
     import subprocess
 
     pat = re.compile(pattern)
-    table = {}
-    events = []
-    fn = None
-    pending = False
+    header = {}
     by_fn = defaultdict(lambda: [0, 0])
     by_addr = defaultdict(lambda: [0, 0, 0])  # Ir, D1mr, D1mw
-    with open(path) as f:
-        for line in f:
-            line = line.rstrip("\n")
-            if line.startswith("positions:") and "instr" not in line:
-                sys.exit("instr: the file has no instruction positions (record with --dump-instr=yes)")
-            if line.startswith("events:"):
-                events = line.split()[1:]
-                continue
-            if not line or line.startswith("#"):
-                continue
-            if line.startswith("0x"):
-                if pending:
-                    pending = False
-                    continue
-                if fn is None or not pat.search(fn):
-                    continue
-                parts = line.split()
-                cost = dict(zip(events, map(int, parts[2:])))
-                addr = int(parts[0], 16)
-                d1r, d1w = cost.get("D1mr", 0), cost.get("D1mw", 0)
-                a = by_addr[addr]
-                a[0] += cost.get("Ir", 0)
-                a[1] += d1r
-                a[2] += d1w
-                by_fn[fn][0] += d1r
-                by_fn[fn][1] += d1w
-                continue
-            if line[0] in "+-*" or line[0].isdigit():
-                sys.exit("instr: compressed positions (record with --compress-pos=no)")
-            key, _, rest = line.partition("=")
-            if key == "fn":
-                fn = names("fn", rest, table)
-            elif key == "cfn":
-                names("fn", rest, table)
-            elif key in ("fl", "fi", "fe", "cfi", "cfl"):
-                names("fl", rest, table)
-            elif key == "calls":
-                pending = True
+    for fn, _, pos, costs, call in records(path, header):
+        if header.get("positions", [None])[0] != "instr":
+            sys.exit("instr: the file has no instruction positions (record with --dump-instr=yes)")
+        if not pos[0].startswith("0x"):
+            sys.exit("instr: compressed positions (record with --compress-pos=no)")
+        if call is not None or fn is None or not pat.search(fn):
+            continue
+        cost = dict(zip(header["events"], costs))
+        d1r, d1w = cost.get("D1mr", 0), cost.get("D1mw", 0)
+        a = by_addr[int(pos[0], 16)]
+        a[0] += cost.get("Ir", 0)
+        a[1] += d1r
+        a[2] += d1w
+        by_fn[fn][0] += d1r
+        by_fn[fn][1] += d1w
+    events = header.get("events", [])
     if "D1mr" not in events:
         sys.exit("instr: no cache events in the file (record with --cache-sim=yes)")
     print("%10s %10s  function" % ("D1 reads", "D1 writes"))

@@ -100,6 +100,8 @@ OPTIONS:
     --out DIR           where the SVG charts go (default: target/tagalloc-bench);
                         for snapshot, the SVG file to write
     --no-plots          write no charts
+    --sizes N[,N...]    random-actions: only these maximum sizes in bytes (default
+                        talc's 200,1000,3000,10000,30000; each from 17 to 100000)
     --only KEY[,KEY...] random-actions, replay: only these allocators (keys such as
                         talc, dlmalloc, rlsf, tagalloc_inline_nostats; a wrong one is
                         refused with the list), and tagalloc's heap every ratio is
@@ -132,6 +134,8 @@ struct Args {
     selection: Vec<String>,
     lib: Option<PathBuf>,
     install: bool,
+    /// `--sizes`: random-actions' maximum sizes (empty: talc's five).
+    sizes: Vec<usize>,
     /// `--only`: the allocators random-actions and replay run, by key (empty: all).
     only: Vec<String>,
 }
@@ -160,6 +164,7 @@ fn parse_args() -> Result<Option<Args>, String> {
         selection: Vec::new(),
         lib: None,
         install: true,
+        sizes: Vec::new(),
         only: Vec::new(),
     };
     let mut parser = lexopt::Parser::from_env();
@@ -209,6 +214,10 @@ fn parse_args() -> Result<Option<Args>, String> {
                     return Err("--only takes allocator keys separated by commas".into());
                 }
             }
+            Long("sizes") => {
+                let v = parser.value().map_err(e)?.string().map_err(e)?;
+                args.sizes = random_actions::parse_sizes(&v)?;
+            }
             Long("lib") => args.lib = Some(parser.value().map_err(e)?.into()),
             Long("no-install") => args.install = false,
             Short('h') | Long("help") => return Ok(None),
@@ -250,6 +259,9 @@ fn parse_args() -> Result<Option<Args>, String> {
         && !matches!(args.command.as_deref(), Some("random-actions" | "replay"))
     {
         return Err("--only belongs to the random-actions and replay subcommands".into());
+    }
+    if !args.sizes.is_empty() && args.command.as_deref() != Some("random-actions") {
+        return Err("--sizes belongs to the random-actions subcommand".into());
     }
     let snapshot = args.command.as_deref() == Some("snapshot");
     if !snapshot && (args.at.is_some() || args.policy.is_some()) {
@@ -639,9 +651,14 @@ fn run(args: &Args) -> Result<(), Failure> {
                 Mode::Quick => 5,
             }),
             warmup: Duration::from_millis(if mode == Mode::Quick { 1 } else { 2 }),
+            sizes: if args.sizes.is_empty() {
+                random_actions::MAX_SIZES.to_vec()
+            } else {
+                args.sizes.clone()
+            },
             only: args.only.clone(),
         };
-        let bar = progress((opts.trials * 10 * random_actions::MAX_SIZES.len()) as u64);
+        let bar = progress((opts.trials * 10 * opts.sizes.len()) as u64);
         let (md, json) = random_actions::run(&opts, plots.as_deref(), &bar).map_err(run_err)?;
         bar.finish_and_clear();
         emit(md, "random_actions", json);

@@ -41,9 +41,40 @@ pub struct Options {
     pub duration: Duration,
     /// Warm-up before each trial (talc: 2 ms).
     pub warmup: Duration,
+    /// The maximum request sizes, in bytes (talc's: [`MAX_SIZES`]); each within
+    /// [`SIZE_RANGE`].
+    pub sizes: Vec<usize>,
     /// The allocators to run, by [`Peer::key`] (checked by the caller); empty: all.
     /// tagalloc's inline heap always runs, first: every ratio is taken against it.
     pub only: Vec<String>,
+}
+
+/// The maximum sizes `--sizes` accepts: `generate_size` draws a cap from `16..max`, so the
+/// smallest is 17; at the largest, 300 live blocks reallocated to three times it stay well
+/// inside the arena.
+pub const SIZE_RANGE: std::ops::RangeInclusive<usize> = 17..=100_000;
+
+/// Parses `--sizes`' value: maximum sizes in bytes, separated by commas, each in
+/// [`SIZE_RANGE`], none twice.
+pub fn parse_sizes(v: &str) -> Result<Vec<usize>, String> {
+    let mut sizes = Vec::new();
+    for part in v.split(',') {
+        let n: usize = part.trim().parse().map_err(|_| {
+            format!("--sizes takes maximum sizes in bytes separated by commas, not `{part}`")
+        })?;
+        if !SIZE_RANGE.contains(&n) {
+            return Err(format!(
+                "--sizes: {n} is outside {}..={} bytes",
+                SIZE_RANGE.start(),
+                SIZE_RANGE.end()
+            ));
+        }
+        if sizes.contains(&n) {
+            return Err(format!("--sizes: {n} is named twice"));
+        }
+        sizes.push(n);
+    }
+    Ok(sizes)
 }
 
 /// talc's `generate_size`: biased towards small sizes.
@@ -193,14 +224,14 @@ pub fn run(
     };
     let scale = TALC_DURATION.as_secs_f64() / opts.duration.as_secs_f64();
     // [peer][size] -> (mean score per 200 ms, failures)
-    let mut cells = vec![vec![(f64::NAN, 0u64, 0u64); MAX_SIZES.len()]; peers.len()];
-    let mut totals = vec![vec![(Counts::default(), 0u32); MAX_SIZES.len()]; peers.len()];
+    let mut cells = vec![vec![(f64::NAN, 0u64, 0u64); opts.sizes.len()]; peers.len()];
+    let mut totals = vec![vec![(Counts::default(), 0u32); opts.sizes.len()]; peers.len()];
     let mut notes = Vec::new();
     // Trials outermost and every allocator in turn within one, so that a drift of the machine's
     // speed (load, frequency) over the run reaches all allocators alike rather than whichever
     // ran in its slow stretch.
     for t in 0..opts.trials {
-        for (j, &max) in MAX_SIZES.iter().enumerate() {
+        for (j, &max) in opts.sizes.iter().enumerate() {
             for (i, &peer) in peers.iter().enumerate() {
                 bar.set_message(format!("random actions: {} ≤{max} B", peer.name()));
                 bar.inc(1);
@@ -240,7 +271,7 @@ pub fn run(
         let mut columns: Vec<(String, bool)> =
             vec![("allocator".into(), false), ("memory".into(), false)];
         columns.extend(
-            MAX_SIZES
+            opts.sizes
                 .iter()
                 .map(|m| (format!("max {m} B{suffix}"), true)),
         );
@@ -266,7 +297,7 @@ pub fn run(
                 notes.push(format!(
                     "- {}, max {} B: {} allocations and {} reallocs failed over {} trials",
                     peer.name(),
-                    MAX_SIZES[j],
+                    opts.sizes[j],
                     cell.1,
                     cell.2,
                     opts.trials
@@ -305,7 +336,8 @@ pub fn run(
             .enumerate()
             .map(|(i, p)| plot::Series {
                 name: p.name(),
-                points: MAX_SIZES
+                points: opts
+                    .sizes
                     .iter()
                     .zip(&cells[i])
                     .filter(|(_, c)| c.0.is_finite())
@@ -314,7 +346,7 @@ pub fn run(
                 value: None,
             })
             .collect();
-        let sizes: Vec<f64> = MAX_SIZES.iter().map(|&m| m as f64).collect();
+        let sizes: Vec<f64> = opts.sizes.iter().map(|&m| m as f64).collect();
         let notes = [format!(
             "Mean of {} of {} ms{} each, ≥ {MIN_LIVE} live blocks, one {} arena for all. \
              tagalloc detached and offset-allocator move a block without copying it; the bump \
@@ -345,7 +377,7 @@ pub fn run(
         "duration_ms": opts.duration.as_millis() as u64,
         "warmup_ms": opts.warmup.as_millis() as u64,
         "heap_bytes": HEAP,
-        "max_sizes": MAX_SIZES,
+        "max_sizes": opts.sizes,
         "results": peers.iter().enumerate().map(|(i, p)| json!({
             "allocator": p.name(),
             "key": p.key(),

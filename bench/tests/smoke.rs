@@ -126,6 +126,54 @@ fn only_the_allocators_named() {
 }
 
 #[test]
+fn only_the_sizes_named() {
+    let out = bench_plain(&[
+        "--quick",
+        "--json",
+        "random-actions",
+        "--only",
+        "talc",
+        "--sizes",
+        "100,4000",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let ra = &json["random_actions"];
+    assert_eq!(ra["max_sizes"], serde_json::json!([100, 4000]));
+    for r in ra["results"].as_array().expect("results") {
+        let scores = r["scores_per_200ms"].as_array().expect("scores");
+        assert_eq!(scores.len(), 2, "{r}");
+        assert!(
+            scores.iter().all(|s| s.as_f64().is_some_and(|s| s > 0.0)),
+            "{r}"
+        );
+    }
+    for (args, said) in [
+        (
+            &["--quick", "random-actions", "--sizes", "16"][..],
+            "outside 17..=100000",
+        ),
+        (
+            &["--quick", "random-actions", "--sizes", "200,x"],
+            "not `x`",
+        ),
+        (
+            &["--quick", "random-actions", "--sizes", "200,200"],
+            "named twice",
+        ),
+        (&["--quick", "replay", "--sizes", "200"], "--sizes belongs"),
+    ] {
+        let out = bench_plain(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(
+            text(&out.stderr).contains(said),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+}
+
+#[test]
 fn efficiency() {
     smoke(
         &["--quick", "efficiency"],

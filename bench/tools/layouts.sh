@@ -14,18 +14,20 @@
 # each ratio shows how much of it is layout, and its median is a figure no single layout
 # decides.
 #
-# Usage: bench/tools/layouts.sh [--layouts N] [--runs T] [--replay TRACE[,TRACE...]]
+# Usage: bench/tools/layouts.sh [--layouts N] [--runs T] [--sizes S] [--replay TRACE[,...]]
 #                               [--out DIR] [ALLOCATOR...]
 #   --layouts N   shuffled layouts (default 8; seeds 1..N), after the usual, unshuffled one
 #   --runs T      in each layout, random-actions trials per size and allocator (default 7,
 #                 talc's), or with --replay timed runs of each trace (default 9)
+#   --sizes S     random actions at these maximum sizes only (as random-actions --sizes
+#                 takes them; default talc's five)
 #   --replay T,.. replay these traces (names in ../shared/traces, or paths from the
 #                 repository's root; budget 1 s a run) instead of running random actions
 #   --out DIR     where each layout's JSON goes (default target/layouts/runs)
 #   ALLOCATOR     peers by key, as `tagalloc-bench --only` takes them (default: talc)
 #
 # Output: a markdown table on stdout, one row per layout. Random actions: each peer's score ÷
-# tagalloc's at 200 / 1000 / 3000 / 10000 / 30000 B (above 1: the peer made more calls), and
+# tagalloc's at each maximum size (above 1: the peer made more calls), and
 # every allocator's own score in millions of calls per 200 ms. Replay: each peer's ns/event ÷
 # tagalloc's per trace (above 1: tagalloc took less time), and every allocator's ns/event.
 # Then the median, lowest and highest over the shuffled layouts. Builds go to target/layouts
@@ -39,6 +41,7 @@ cd "$root"
 layouts=8
 runs=
 replay=
+sizes=
 out=target/layouts/runs
 peers=()
 while [ $# -gt 0 ]; do
@@ -46,6 +49,7 @@ while [ $# -gt 0 ]; do
         --layouts) layouts=$2; shift 2 ;;
         --runs) runs=$2; shift 2 ;;
         --replay) replay=$2; shift 2 ;;
+        --sizes) sizes=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
         -*) sed -n '2,/^set/p' "$0" | sed 's/^# \{0,1\}//;$d' >&2; exit 2 ;;
         *) peers+=("$1"); shift ;;
@@ -79,28 +83,17 @@ export CARGO_TARGET_DIR="$root/target/layouts"
 export RUSTFLAGS="-C linker=$root/bench/tools/shuffle-link"
 bin="$CARGO_TARGET_DIR/release/tagalloc-bench"
 
-# Links the bench with sections shuffled by seed $1 (0: not shuffled). Only the binary is
-# removed, so cargo links it again from the same compiled crates.
-link() {
-    rm -f "$bin"
-    for f in "$CARGO_TARGET_DIR"/release/deps/tagalloc_bench-*; do
-        case $f in *.d | *.rlib | *.rmeta) ;; *) [ -f "$f" ] && rm -f "$f" ;; esac
-    done
-    if [ "$1" = 0 ]; then
-        env -u TAGALLOC_LAYOUT_SEED cargo build --release -p tagalloc-bench >&2
-    else
-        TAGALLOC_LAYOUT_SEED=$1 cargo build --release -p tagalloc-bench >&2
-    fi
-}
+# relink_bench: the bench linked again with its sections shuffled by a seed.
+. "$root/bench/tools/relink.sh"
 
 for seed in $(seq 0 "$layouts"); do
-    link "$seed"
+    relink_bench "$seed"
     echo "layouts.sh: layout $seed of $layouts, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
     if [ -n "$replay" ]; then
         "$bin" replay "${traces[@]}" --only "$only" --runs "$runs" --budget 1 --json \
             --no-plots >"$out/layout-$seed.json"
     else
-        "$bin" random-actions --only "$only" --runs "$runs" --json --no-plots \
+        "$bin" random-actions --only "$only" ${sizes:+--sizes "$sizes"} --runs "$runs" --json --no-plots \
             >"$out/layout-$seed.json"
     fi
 done

@@ -10,6 +10,7 @@ pub mod cold;
 pub mod device;
 pub mod efficiency;
 pub mod heapmap;
+pub mod machine;
 pub mod micro;
 pub mod plan;
 pub mod plan_trace;

@@ -39,6 +39,7 @@ use tagalloc_bench::{
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
+use tagalloc_bench::machine::{load_average, Machine};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Value};
@@ -602,6 +603,7 @@ fn run(args: &Args) -> Result<(), Failure> {
     // The keys of `--only`, checked before anything runs.
     tagalloc_bench::subjects::Peer::check_keys(&args.only).map_err(Failure::Input)?;
 
+    let machine = Machine::at_start();
     let mut out_json = serde_json::Map::new();
     if let Some(set) = &traces {
         out_json.insert("traces".into(), set.json.clone());
@@ -621,6 +623,7 @@ fn run(args: &Args) -> Result<(), Failure> {
                 Mode::Quick => " (--quick smoke run: figures are not meaningful)",
             }
         );
+        println!("**Machine:** {}.\n", machine.describe());
         if let Some(set) = &traces {
             let warning = if set.fallback { "WARNING: " } else { "" };
             println!("**{warning}Traces replayed:** {}.\n", set.origin);
@@ -847,6 +850,7 @@ fn run(args: &Args) -> Result<(), Failure> {
     if let Some(dir) = charts {
         out_json.insert("plots_dir".into(), json!(dir.display().to_string()));
     }
+    out_json.insert("machine".into(), machine.json());
     if args.json {
         let text = serde_json::to_string_pretty(&Value::Object(out_json))
             .map_err(|e| Failure::Run(e.to_string()))?;
@@ -854,6 +858,12 @@ fn run(args: &Args) -> Result<(), Failure> {
     } else if let Some(dir) = charts {
         // `pool` and planning write tables only; `snapshot` names its picture in its section.
         println!("Charts: {}", dir.display());
+    }
+    if !args.json {
+        println!(
+            "Load average (1, 5, 15 min) at the end: {}.",
+            load_average()
+        );
     }
     eprintln!("finished in {:.1} s", started.elapsed().as_secs_f64());
     Ok(())

@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use indicatif::ProgressBar;
 use serde_json::{json, Value};
 
+use crate::machine::load_average;
 use crate::plot::{self, Group, Grouped};
 use crate::report::{self, median, ratio, ratio_header, Better, Table};
 
@@ -700,14 +701,6 @@ pub fn runner_main(args: &[std::ffi::OsString]) -> u8 {
             1
         }
     }
-}
-
-/// The load average (1, 5, 15 minutes), as the kernel reports it.
-fn load_average() -> String {
-    fs::read_to_string("/proc/loadavg")
-        .ok()
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(", "))
-        .unwrap_or_else(|| "unknown".into())
 }
 
 /// Runs the benchmark: markdown and JSON.

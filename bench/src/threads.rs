@@ -44,6 +44,7 @@ use tagalloc::{GlobalHeap, SpinLock};
 use tagalloc_host::{FutexLock, HostAllocator};
 
 use crate::clock::thread_cpu;
+use crate::machine::{load_average, logical_cpus};
 use crate::plot;
 use crate::report::{self, Better, Table};
 use crate::subjects::Arena;
@@ -614,14 +615,6 @@ fn one(
     }
 }
 
-/// The load average (1, 5 and 15 minutes) from `/proc/loadavg`, or why not.
-fn load_average() -> String {
-    match std::fs::read_to_string("/proc/loadavg") {
-        Ok(s) => s.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
-        Err(e) => format!("unknown ({e})"),
-    }
-}
-
 /// The seed of round `r`: the same for every allocator and thread count in the round.
 fn seed(round: usize) -> u64 {
     0x7468_7265_6164_7300 ^ (round as u64).wrapping_mul(0x2545_F491_4F6C_DD1D)
@@ -653,7 +646,7 @@ pub fn run(
 ) -> Result<(String, Value), String> {
     let load_start = load_average();
     eprintln!("tagalloc-bench threads: load average at the start {load_start}");
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let cores = logical_cpus();
     let mut arena = Arena::new(ARENA)?;
     let all = Contender::ALL;
     let mut cells: Vec<Vec<Cell>> = vec![vec![Cell::default(); THREADS.len()]; all.len()];

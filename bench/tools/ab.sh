@@ -123,6 +123,10 @@ for build in ("base", "new"):
                 for j, m in enumerate(ra["max_sizes"])
             }
 sizes = list(ratios["base", 1, 0])
+m = json.load(open(f"{d}/new-1-0.json")).get("machine", {})
+family = f" (family {m['family']}, model {m['model']})" if m.get("family") is not None else ""
+machine = f"{m.get('cpu', 'unknown')}{family}, {m.get('logical_cpus', '?')} logical processors"
+
 pairs = [(r, s) for r in range(1, rounds + 1) for s in range(layouts + 1)]
 
 
@@ -133,7 +137,8 @@ def spread(xs):
 print(f"tagalloc's score ÷ {peer}'s (above 1: tagalloc made more calls), median (lowest–highest)")
 print(f"over {len(pairs)} runs of each build ({rounds} rounds × {layouts + 1} layouts); base is")
 print(f"{rev[:12]}, new this tree; new ÷ base is taken run by run (the same round and layout")
-print("seed, one after the other) and is above 1 where new is faster.\n")
+print("seed, one after the other) and is above 1 where new is faster.")
+print(f"Machine: {machine}.\n")
 print(f"| max size | base | new | new ÷ base | runs where new is ahead |")
 print("|---|---|---|---|---|")
 for m in sizes:

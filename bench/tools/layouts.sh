@@ -118,6 +118,9 @@ for seed in range(n + 1):
             cols[t["trace"]] = {r["key"]: r["ns_per_event"] for r in t["results"]}
     layouts.append(cols)
 names = list(layouts[0])
+m = json.load(open(f"{out}/layout-0.json")).get("machine", {})
+family = f" (family {m['family']}, model {m['model']})" if m.get("family") is not None else ""
+print(f"Machine: {m.get('cpu', 'unknown')}{family}, {m.get('logical_cpus', '?')} logical processors.\n")
 keys = list(layouts[0][names[0]])
 base, peers = keys[0], keys[1:]
 assert base == "tagalloc_inline", keys

@@ -8,7 +8,7 @@
 use serde_json::{json, Value};
 
 /// The processor, as the kernel describes it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cpu {
     /// The model name (`model name` in `/proc/cpuinfo`), or "unknown".
     pub name: String,
@@ -90,10 +90,13 @@ impl Machine {
 
     /// The report's line: processor, logical processors, load at the start.
     pub fn describe(&self) -> String {
+        let cpus = match self.cpus {
+            0 => "logical processors unknown".to_string(),
+            n => format!("{n} logical processors"),
+        };
         format!(
-            "{}, {} logical processors; load average (1, 5, 15 min) {} at the start",
+            "{}, {cpus}; load average (1, 5, 15 min) {} at the start",
             self.cpu.describe(),
-            self.cpus,
             self.load_start
         )
     }

@@ -32,14 +32,14 @@
 //! Run: `cargo run --release -p tagalloc-bench [-- SUBCOMMAND] [OPTIONS]`
 
 use tagalloc_bench::{
-    cold, device, efficiency, micro, plan, plan_trace, pool, programs, random_actions, replay,
-    snapshot, threads,
+    cold, device, efficiency,
+    machine::{load_average, Machine},
+    micro, plan, plan_trace, pool, programs, random_actions, replay, snapshot, threads,
 };
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-use tagalloc_bench::machine::{load_average, Machine};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Value};

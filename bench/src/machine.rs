@@ -88,15 +88,21 @@ impl Machine {
         }
     }
 
+    /// The processor and how many logical processors the run had: "AMD EPYC (family 25,
+    /// model 17), 2 logical processors". Also in the JSON, so that the tools which read it
+    /// (`layouts.sh`, `ab.sh`) print the same words.
+    pub fn processor(&self) -> String {
+        match self.cpus {
+            0 => format!("{}, logical processors unknown", self.cpu.describe()),
+            n => format!("{}, {n} logical processors", self.cpu.describe()),
+        }
+    }
+
     /// The report's line: processor, logical processors, load at the start.
     pub fn describe(&self) -> String {
-        let cpus = match self.cpus {
-            0 => "logical processors unknown".to_string(),
-            n => format!("{n} logical processors"),
-        };
         format!(
-            "{}, {cpus}; load average (1, 5, 15 min) {} at the start",
-            self.cpu.describe(),
+            "{}; load average (1, 5, 15 min) {} at the start",
+            self.processor(),
             self.load_start
         )
     }
@@ -108,6 +114,7 @@ impl Machine {
             "family": self.cpu.family_model.map(|f| f.0),
             "model": self.cpu.family_model.map(|f| f.1),
             "logical_cpus": self.cpus,
+            "processor": self.processor(),
             "load_start": self.load_start,
             "load_end": load_average(),
         })
@@ -127,6 +134,29 @@ mod tests {
         assert_eq!(cpu.name, "AMD EPYC");
         assert_eq!(cpu.family_model, Some((25, 17)));
         assert_eq!(cpu.describe(), "AMD EPYC (family 25, model 17)");
+    }
+
+    #[test]
+    fn the_processor_line_names_the_count_or_says_it_is_unknown() {
+        let cpu = Cpu::parse("cpu family\t: 25\nmodel\t\t: 17\nmodel name\t: AMD EPYC\n");
+        let machine = |cpus| Machine {
+            cpu: cpu.clone(),
+            cpus,
+            load_start: "0.50, 0.40, 0.30".into(),
+        };
+        assert_eq!(
+            machine(2).processor(),
+            "AMD EPYC (family 25, model 17), 2 logical processors"
+        );
+        assert_eq!(
+            machine(0).describe(),
+            "AMD EPYC (family 25, model 17), logical processors unknown; load average \
+             (1, 5, 15 min) 0.50, 0.40, 0.30 at the start"
+        );
+        assert_eq!(
+            machine(2).json()["processor"],
+            "AMD EPYC (family 25, model 17), 2 logical processors"
+        );
     }
 
     #[test]

@@ -123,9 +123,7 @@ for build in ("base", "new"):
                 for j, m in enumerate(ra["max_sizes"])
             }
 sizes = list(ratios["base", 1, 0])
-m = json.load(open(f"{d}/new-1-0.json")).get("machine", {})
-family = f" (family {m['family']}, model {m['model']})" if m.get("family") is not None else ""
-machine = f"{m.get('cpu', 'unknown')}{family}, {m.get('logical_cpus', '?')} logical processors"
+machine = json.load(open(f"{d}/new-1-0.json"))["machine"]["processor"]
 
 pairs = [(r, s) for r in range(1, rounds + 1) for s in range(layouts + 1)]
 

@@ -76,6 +76,10 @@ if [ -n "$replay" ]; then
     done
 fi
 case $layouts in '' | *[!0-9]*) echo "layouts.sh: --layouts takes a number" >&2; exit 2 ;; esac
+if [ -n "$replay" ] && [ -n "$sizes" ]; then
+    echo "layouts.sh: --sizes is for random actions, not with --replay" >&2
+    exit 2
+fi
 case $runs in '' | *[!0-9]* | 0) echo "layouts.sh: --runs takes a positive number" >&2; exit 2 ;; esac
 mkdir -p "$out"
 
@@ -118,9 +122,7 @@ for seed in range(n + 1):
             cols[t["trace"]] = {r["key"]: r["ns_per_event"] for r in t["results"]}
     layouts.append(cols)
 names = list(layouts[0])
-m = json.load(open(f"{out}/layout-0.json")).get("machine", {})
-family = f" (family {m['family']}, model {m['model']})" if m.get("family") is not None else ""
-print(f"Machine: {m.get('cpu', 'unknown')}{family}, {m.get('logical_cpus', '?')} logical processors.\n")
+print(f"Machine: {json.load(open(f'{out}/layout-0.json'))['machine']['processor']}.\n")
 keys = list(layouts[0][names[0]])
 base, peers = keys[0], keys[1:]
 assert base == "tagalloc_inline", keys

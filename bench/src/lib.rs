@@ -1,5 +1,5 @@
 //! The benchmark tool's pieces as a library, so that the examples (the callgrind profile in
-//! `examples/profile.rs`) drive the same allocator adapters, workloads and trace preparation as
+//! `examples/profile.rs`, the hardware counters in `examples/counters.rs`) drive the same allocator adapters, workloads and trace preparation as
 //! the `tagalloc-bench` binary instead of copies of them. The binary (`src/main.rs`) is the
 //! command line over these modules; its documentation lists the benchmarks.
 
@@ -7,6 +7,7 @@ pub mod arena_source;
 pub mod bump;
 pub mod clock;
 pub mod cold;
+pub mod counters;
 pub mod device;
 pub mod efficiency;
 pub mod heapmap;

@@ -1,0 +1,172 @@
+//! talc's random actions under the processor's own counters (Linux `perf_event_open`): cycles,
+//! instructions, branch misses, L1 data misses and the rest, per action, for each allocator
+//! in turn, run the way the timed benchmark runs them (no probe, every call inlined).
+//!
+//! Why: simulated caches and instruction counts (callgrind, cachegrind) can show two
+//! allocators level where the timed benchmark shows one slower; what the time is spent on then
+//! (mispredicted branches on the real predictor, misses the simulator does not model, stalls)
+//! only the hardware can say (`tagalloc_bench::counters`). Where the machine has no counters
+//! (a virtual machine that exposes none), each refused event is named with the kernel's
+//! reason, and the run reports time and the kernel's software events alone.
+//!
+//! Usage: `counters ALLOCATOR[,ALLOCATOR...] MAX[,MAX...] [--actions N] [--rounds R]`
+//! (ALLOCATOR: tagalloc, tagalloc-nostats, talc, dlmalloc, rlsf; MAX: talc's maximum size in
+//! bytes). Each round runs every size and allocator once: a fresh heap over a 128 MiB arena,
+//! 100,000 uncounted actions, then `N` counted ones (default 10,000,000), then every live block
+//! freed. Prints one line per run, then the medians per size and allocator.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use tagalloc_bench::counters::{Counters, EVENTS};
+use tagalloc_bench::random_actions::{self, Actions};
+use tagalloc_bench::subjects::{with_subject, Arena, Bench, Peer, Setup, Space, Subject};
+
+/// The seed of every run's counted actions (the warm-up draws from another).
+const SEED: u64 = 0x7A1C_0000;
+/// Actions run before the counters start, so that the heap holds a realistic set of blocks.
+const WARMUP: usize = 100_000;
+
+/// One counted run.
+struct Run<'c> {
+    max: usize,
+    actions: usize,
+    counters: &'c Counters,
+    out: Option<(f64, Vec<Option<f64>>)>,
+}
+
+impl Bench for Run<'_> {
+    type Out = Result<(), String>;
+    fn run<S: Subject>(&mut self, mut s: S, _base: usize) -> Result<(), String> {
+        let mut warm = Actions::new(self.max, SEED ^ 0x5741_524d);
+        for _ in 0..WARMUP {
+            warm.step(&mut s);
+        }
+        warm.free_all(&mut s);
+        let mut run = Actions::new(self.max, SEED);
+        let start = Instant::now();
+        self.counters.start();
+        for _ in 0..self.actions {
+            run.step(&mut s);
+        }
+        self.counters.stop();
+        let ns = start.elapsed().as_nanos() as f64;
+        let counts = self.counters.read().into_iter().map(|(_, v)| v).collect();
+        self.out = Some((ns, counts));
+        run.free_all(&mut s);
+        s.check()
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn run() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let usage = "usage: counters ALLOCATOR[,...] MAX[,...] [--actions N] [--rounds R]";
+    let (Some(who), Some(sizes)) = (args.first(), args.get(1)) else {
+        return Err(usage.into());
+    };
+    let (mut actions, mut rounds) = (10_000_000usize, 3usize);
+    for pair in args[2..].chunks(2) {
+        let n = pair
+            .get(1)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| format!("{}: a number, please ({usage})", pair[0]))?;
+        match pair[0].as_str() {
+            "--actions" => actions = n,
+            "--rounds" => rounds = n,
+            other => return Err(format!("unknown option {other} ({usage})")),
+        }
+    }
+    let peers = who
+        .split(',')
+        .map(|w| {
+            Ok((
+                w,
+                match w {
+                    "tagalloc" => Peer::Inline,
+                    "tagalloc-nostats" => Peer::InlineWithoutStats,
+                    "talc" => Peer::Talc,
+                    "dlmalloc" => Peer::Dlmalloc,
+                    "rlsf" => Peer::Rlsf,
+                    _ => return Err(format!("{w}: not an allocator ({usage})")),
+                },
+            ))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let sizes = sizes
+        .split(',')
+        .map(|s| s.parse().ok().filter(|&m: &usize| m > 16))
+        .collect::<Option<Vec<usize>>>()
+        .ok_or("MAX: sizes above 16 bytes, please")?;
+    let (counters, refused) = Counters::open(&EVENTS);
+    for (e, why) in &refused {
+        println!("refused: {}: {why}", e.name);
+    }
+    let mut results: Vec<(usize, &str, f64, Vec<Option<f64>>)> = Vec::new();
+    let header: Vec<&str> = EVENTS.iter().map(|e| e.name).collect();
+    println!("per action: size allocator ns {}", header.join(" "));
+    for _ in 0..rounds {
+        for &max in &sizes {
+            for &(name, peer) in &peers {
+                let mut arena = Arena::new(random_actions::HEAP)?;
+                let mut run = Run {
+                    max,
+                    actions,
+                    counters: &counters,
+                    out: None,
+                };
+                let setup = Setup {
+                    wrap: false,
+                    max_allocs: 1 << 20,
+                };
+                with_subject(peer, Space::Host(&mut arena), setup, &mut run)??;
+                let (ns, counts) = run.out.ok_or("no result")?;
+                let per = |v: f64| v / actions as f64;
+                let cells: Vec<String> = counts
+                    .iter()
+                    .map(|c| c.map_or("-".into(), |v| format!("{:.3}", per(v))))
+                    .collect();
+                println!("{max} {name} {:.2} {}", per(ns), cells.join(" "));
+                results.push((max, name, ns, counts));
+            }
+        }
+    }
+    println!("\nmedians per action:");
+    println!("| size | allocator | ns | {} |", header.join(" | "));
+    println!("|---|---|{}", "--:|".repeat(header.len() + 1));
+    for &max in &sizes {
+        for &(name, _) in &peers {
+            let mine: Vec<_> = results
+                .iter()
+                .filter(|r| r.0 == max && r.1 == name)
+                .collect();
+            let ns = median(mine.iter().map(|r| r.2).collect()) / actions as f64;
+            let cells: Vec<String> = (0..EVENTS.len())
+                .map(|i| {
+                    let v: Vec<f64> = mine.iter().filter_map(|r| r.3[i]).collect();
+                    if v.is_empty() {
+                        "-".into()
+                    } else {
+                        format!("{:.3}", median(v) / actions as f64)
+                    }
+                })
+                .collect();
+            println!("| {max} | {name} | {ns:.2} | {} |", cells.join(" | "));
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("counters: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

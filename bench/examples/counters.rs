@@ -19,6 +19,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use tagalloc_bench::counters::{Counters, EVENTS};
+use tagalloc_bench::example_options;
 use tagalloc_bench::random_actions::{self, Actions};
 use tagalloc_bench::subjects::{with_subject, Arena, Bench, Peer, Setup, Space, Subject};
 
@@ -70,31 +71,21 @@ fn run() -> Result<(), String> {
         return Err(usage.into());
     };
     let (mut actions, mut rounds) = (10_000_000usize, 3usize);
-    for pair in args[2..].chunks(2) {
-        let n = pair
-            .get(1)
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| format!("{}: a number, please ({usage})", pair[0]))?;
-        match pair[0].as_str() {
+    for (name, n) in example_options(&args[2..], &["--actions", "--rounds"], usage)? {
+        match name {
             "--actions" => actions = n,
-            "--rounds" => rounds = n,
-            other => return Err(format!("unknown option {other} ({usage})")),
+            _ => rounds = n,
         }
+    }
+    if actions == 0 || rounds == 0 {
+        return Err(format!("--actions and --rounds: at least 1 ({usage})"));
     }
     let peers = who
         .split(',')
         .map(|w| {
-            Ok((
-                w,
-                match w {
-                    "tagalloc" => Peer::Inline,
-                    "tagalloc-nostats" => Peer::InlineWithoutStats,
-                    "talc" => Peer::Talc,
-                    "dlmalloc" => Peer::Dlmalloc,
-                    "rlsf" => Peer::Rlsf,
-                    _ => return Err(format!("{w}: not an allocator ({usage})")),
-                },
-            ))
+            Peer::by_example_name(w)
+                .map(|p| (w, p))
+                .ok_or_else(|| format!("{w}: not an allocator ({usage})"))
         })
         .collect::<Result<Vec<_>, String>>()?;
     let sizes = sizes
@@ -162,11 +153,5 @@ fn run() -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("counters: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    tagalloc_bench::example_exit("counters", run())
 }

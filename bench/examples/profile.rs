@@ -25,6 +25,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use tagalloc_bench::example_options;
 use tagalloc_bench::random_actions::{self, Actions};
 use tagalloc_bench::replay::{self, Prepared};
 use tagalloc_bench::subjects::{with_subject, Arena, Bench, Peer, Setup, Space, Subject};
@@ -245,25 +246,13 @@ fn run() -> Result<(), String> {
     };
     let mut actions = 300_000;
     let mut events = None;
-    for pair in args[2..].chunks(2) {
-        let n = pair
-            .get(1)
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| format!("{}: a number, please ({usage})", pair[0]))?;
-        match pair[0].as_str() {
+    for (name, n) in example_options(&args[2..], &["--actions", "--events"], usage)? {
+        match name {
             "--actions" => actions = n,
-            "--events" => events = Some(n),
-            other => return Err(format!("unknown option {other} ({usage})")),
+            _ => events = Some(n),
         }
     }
-    let peer = match who.as_str() {
-        "tagalloc" => Peer::Inline,
-        "tagalloc-nostats" => Peer::InlineWithoutStats,
-        "talc" => Peer::Talc,
-        "dlmalloc" => Peer::Dlmalloc,
-        "rlsf" => Peer::Rlsf,
-        _ => return Err(usage.into()),
-    };
+    let peer = Peer::by_example_name(who).ok_or(usage)?;
     let (work, len) = match what.strip_prefix("random-") {
         None if what.starts_with("path-") => {
             let path = Path::parse(what).ok_or("path-exact|tree|aligned|end, please")?;
@@ -309,11 +298,5 @@ fn run() -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("profile: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    tagalloc_bench::example_exit("profile", run())
 }

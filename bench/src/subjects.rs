@@ -199,6 +199,24 @@ pub enum Peer {
 }
 
 impl Peer {
+    /// The names the examples (`examples/profile.rs`, `examples/counters.rs`) take on their
+    /// command lines, with the allocators they name.
+    pub const EXAMPLE_NAMES: [(&'static str, Peer); 5] = [
+        ("tagalloc", Peer::Inline),
+        ("tagalloc-nostats", Peer::InlineWithoutStats),
+        ("talc", Peer::Talc),
+        ("dlmalloc", Peer::Dlmalloc),
+        ("rlsf", Peer::Rlsf),
+    ];
+
+    /// The allocator an example's command line names (see [`Peer::EXAMPLE_NAMES`]).
+    pub fn by_example_name(name: &str) -> Option<Peer> {
+        Peer::EXAMPLE_NAMES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|&(_, p)| p)
+    }
+
     /// The host allocators, tagalloc's first (every ratio is taken against it).
     pub const HOST: [Peer; 9] = [
         Peer::Inline,

@@ -19,7 +19,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use tagalloc_bench::counters::{Counters, EVENTS};
-use tagalloc_bench::example_options;
+use tagalloc_bench::example_cli;
 use tagalloc_bench::random_actions::{self, Actions};
 use tagalloc_bench::subjects::{with_subject, Arena, Bench, Peer, Setup, Space, Subject};
 
@@ -71,7 +71,7 @@ fn run() -> Result<(), String> {
         return Err(usage.into());
     };
     let (mut actions, mut rounds) = (10_000_000usize, 3usize);
-    for (name, n) in example_options(&args[2..], &["--actions", "--rounds"], usage)? {
+    for (name, n) in example_cli::options(&args[2..], &["--actions", "--rounds"], usage)? {
         match name {
             "--actions" => actions = n,
             _ => rounds = n,
@@ -153,5 +153,5 @@ fn run() -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    tagalloc_bench::example_exit("counters", run())
+    example_cli::exit("counters", run())
 }

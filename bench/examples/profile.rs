@@ -25,7 +25,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tagalloc_bench::example_options;
+use tagalloc_bench::example_cli;
 use tagalloc_bench::random_actions::{self, Actions};
 use tagalloc_bench::replay::{self, Prepared};
 use tagalloc_bench::subjects::{with_subject, Arena, Bench, Peer, Setup, Space, Subject};
@@ -246,7 +246,7 @@ fn run() -> Result<(), String> {
     };
     let mut actions = 300_000;
     let mut events = None;
-    for (name, n) in example_options(&args[2..], &["--actions", "--events"], usage)? {
+    for (name, n) in example_cli::options(&args[2..], &["--actions", "--events"], usage)? {
         match name {
             "--actions" => actions = n,
             _ => events = Some(n),
@@ -298,5 +298,5 @@ fn run() -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    tagalloc_bench::example_exit("profile", run())
+    example_cli::exit("profile", run())
 }

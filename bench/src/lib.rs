@@ -1,7 +1,8 @@
 //! The benchmark tool's pieces as a library, so that the examples (the callgrind profile in
-//! `examples/profile.rs`, the hardware counters in `examples/counters.rs`) drive the same allocator adapters, workloads and trace preparation as
-//! the `tagalloc-bench` binary instead of copies of them. The binary (`src/main.rs`) is the
-//! command line over these modules; its documentation lists the benchmarks.
+//! `examples/profile.rs`, the hardware counters in `examples/counters.rs`) drive the same
+//! allocator adapters, workloads and trace preparation as the `tagalloc-bench` binary instead
+//! of copies of them. The binary (`src/main.rs`) is the command line over these modules; its
+//! documentation lists the benchmarks.
 
 pub mod arena_source;
 pub mod bump;
@@ -10,6 +11,7 @@ pub mod cold;
 pub mod counters;
 pub mod device;
 pub mod efficiency;
+pub mod example_cli;
 pub mod heapmap;
 pub mod machine;
 pub mod micro;
@@ -25,73 +27,3 @@ pub mod snapshot;
 pub mod style;
 pub mod subjects;
 pub mod threads;
-
-/// An example's exit: success, or its error on standard error after the example's name, and
-/// failure.
-pub fn example_exit(name: &str, result: Result<(), String>) -> std::process::ExitCode {
-    match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("{name}: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
-}
-
-/// An example's options after its positional arguments: `--name N` pairs, each name one of
-/// `known` and each value a number; the pairs in order, or an error that ends with `usage`.
-pub fn example_options<'a>(
-    args: &'a [String],
-    known: &[&str],
-    usage: &str,
-) -> Result<Vec<(&'a str, usize)>, String> {
-    args.chunks(2)
-        .map(|pair| {
-            let name = pair[0].as_str();
-            if !known.contains(&name) {
-                return Err(format!("unknown option {name} ({usage})"));
-            }
-            let n = pair
-                .get(1)
-                .and_then(|v| v.parse().ok())
-                .ok_or_else(|| format!("{name}: a number, please ({usage})"))?;
-            Ok((name, n))
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::subjects::Peer;
-
-    fn strings(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| s.to_string()).collect()
-    }
-
-    #[test]
-    fn example_options_are_pairs_of_a_known_name_and_a_number() {
-        let known = ["--actions", "--rounds"];
-        let args = strings(&["--rounds", "2", "--actions", "10"]);
-        assert_eq!(
-            example_options(&args, &known, "U"),
-            Ok(vec![("--rounds", 2), ("--actions", 10)])
-        );
-        for (bad, why) in [
-            (&["--runs", "2"][..], "unknown option --runs (U)"),
-            (&["--rounds"][..], "--rounds: a number, please (U)"),
-            (&["--rounds", "two"][..], "--rounds: a number, please (U)"),
-            (&["--rounds", "-1"][..], "--rounds: a number, please (U)"),
-        ] {
-            assert_eq!(example_options(&strings(bad), &known, "U"), Err(why.into()));
-        }
-    }
-
-    #[test]
-    fn every_example_name_names_its_allocator_once() {
-        for (name, peer) in Peer::EXAMPLE_NAMES {
-            assert_eq!(Peer::by_example_name(name), Some(peer));
-        }
-        assert_eq!(Peer::by_example_name("glibc"), None);
-    }
-}

@@ -33,7 +33,7 @@ use tagalloc_tests::trace;
 
 /// The seed of the random-actions benchmark's first counted trial, so that the profile and
 /// the timings draw the same stream.
-const SEED: u64 = 0x7A1C_0000;
+const SEED: u64 = random_actions::FIRST_SEED;
 
 /// Calls made, by kind.
 #[derive(Default)]

@@ -38,7 +38,6 @@ pub fn options<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::subjects::Peer;
 
     fn strings(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()
@@ -60,16 +59,5 @@ mod tests {
         ] {
             assert_eq!(options(&strings(bad), &known, "U"), Err(why.into()));
         }
-    }
-
-    #[test]
-    fn every_example_name_names_its_allocator_once() {
-        for (i, (name, peer)) in Peer::EXAMPLE_NAMES.into_iter().enumerate() {
-            assert_eq!(Peer::by_example_name(name), Some(peer));
-            assert!(Peer::EXAMPLE_NAMES[..i]
-                .iter()
-                .all(|&(n, p)| n != name && p != peer));
-        }
-        assert_eq!(Peer::by_example_name("glibc"), None);
     }
 }

@@ -104,6 +104,17 @@ struct Counts {
     realloc_failures: u64,
 }
 
+/// The seed of the first counted trial (trial `t` draws from `FIRST_SEED + t`), which the
+/// examples (`examples/profile.rs`, `examples/counters.rs`) use too, so that they draw the
+/// timed benchmark's stream.
+pub const FIRST_SEED: u64 = 0x7A1C_0000;
+
+/// The seed of the warm-up before a run seeded with `seed`: another stream, so that the
+/// counted actions do not replay the warm-up's.
+pub const fn warmup_seed(seed: u64) -> u64 {
+    seed ^ 0x5741_524d
+}
+
 /// What one random action did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {
@@ -204,7 +215,7 @@ impl Trial {
 impl Bench for Trial {
     type Out = Counts;
     fn run<S: Subject>(&mut self, mut s: S, _base: usize) -> Counts {
-        self.actions(&mut s, self.seed ^ 0x5741_524d, self.warmup);
+        self.actions(&mut s, warmup_seed(self.seed), self.warmup);
         self.actions(&mut s, self.seed, self.duration)
     }
 }
@@ -238,7 +249,7 @@ pub fn run(
                 let space = Space::for_peer(peer, &mut arena, HEAP);
                 let mut trial = Trial {
                     max,
-                    seed: 0x7A1C_0000 + t as u64,
+                    seed: FIRST_SEED + t as u64,
                     warmup: opts.warmup,
                     duration: opts.duration,
                 };

@@ -947,3 +947,19 @@ impl Subject for AddressBump {
         self.0.base() + block
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_example_name_names_its_allocator_once() {
+        for (i, (name, peer)) in Peer::EXAMPLE_NAMES.into_iter().enumerate() {
+            assert_eq!(Peer::by_example_name(name), Some(peer));
+            assert!(Peer::EXAMPLE_NAMES[..i]
+                .iter()
+                .all(|&(n, p)| n != name && p != peer));
+        }
+        assert_eq!(Peer::by_example_name("glibc"), None);
+    }
+}

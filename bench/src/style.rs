@@ -99,6 +99,12 @@ const LOOKS: &[(&str, Look)] = &[
         look(VERMILLION, Shape::Square, false, true),
     ),
     ("talc", look(BLUE, Shape::TriangleUp, false, false)),
+    // talc built with its `counters` feature (the bench's `talc-counters`): talc in another
+    // configuration, so its colour, dashed, as for the heap without statistics.
+    (
+        "talc, with its counters",
+        look(BLUE, Shape::TriangleUp, false, true),
+    ),
     ("rlsf", look(SKY_BLUE, Shape::Square, false, false)),
     ("dlmalloc", look(BLUISH_GREEN, Shape::Diamond, false, false)),
     (
@@ -216,7 +222,8 @@ mod tests {
     /// One colour per allocator across all charts: no two allocators share a colour, except
     /// configurations of one (tagalloc's inline heap alone, without statistics and behind a
     /// lock; the host pool as `HostAllocator` and as the preload library; granules of the
-    /// detached heap and of offset-allocator) and the references.
+    /// detached heap and of offset-allocator; talc with and without its counters) and the
+    /// references.
     #[test]
     fn no_two_allocators_share_a_colour() {
         fn family(n: &str) -> &str {
@@ -226,6 +233,8 @@ mod tests {
                 "tagalloc host pool"
             } else if n.starts_with("tagalloc detached") {
                 "tagalloc detached"
+            } else if n.starts_with("talc") {
+                "talc"
             } else if n.starts_with("offset-allocator") {
                 "offset-allocator"
             } else if n.starts_with("bump") {

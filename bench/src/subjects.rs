@@ -249,6 +249,7 @@ impl Peer {
             Peer::InlineWithoutStats => "tagalloc inline, no statistics".into(),
             Peer::Detached(g) => format!("tagalloc detached ({g} B)"),
             Peer::Glibc => "glibc malloc".into(),
+            Peer::Talc if cfg!(feature = "talc-counters") => "talc, with its counters".into(),
             Peer::Talc => "talc".into(),
             Peer::Rlsf => "rlsf".into(),
             Peer::Dlmalloc => "dlmalloc".into(),
@@ -961,5 +962,14 @@ mod tests {
                 .all(|&(n, p)| n != name && p != peer));
         }
         assert_eq!(Peer::by_example_name("glibc"), None);
+    }
+
+    /// A talc row says when talc keeps its counters (the `talc-counters` build), so that no
+    /// table of that build reads as talc as it ships.
+    #[test]
+    fn the_talc_row_says_whether_talc_counts() {
+        let name = Peer::Talc.name();
+        assert_eq!(name.contains("counters"), cfg!(feature = "talc-counters"));
+        assert_eq!(Peer::Talc.key(), "talc");
     }
 }

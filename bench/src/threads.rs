@@ -156,6 +156,7 @@ impl Contender {
             Contender::GlobalSpin => "tagalloc GlobalHeap",
             Contender::GlobalFutex => "tagalloc GlobalHeap (futex)",
             Contender::Host => "tagalloc HostAllocator",
+            Contender::Talc if cfg!(feature = "talc-counters") => "talc, with its counters",
             Contender::Talc => "talc",
             Contender::Rlsf => "rlsf",
             Contender::Glibc => "glibc malloc",

@@ -48,6 +48,7 @@ fn stamp() -> u64 {
             t
         }
     }
+    // Elsewhere `run` refuses before anything is timed.
     #[cfg(not(target_arch = "x86_64"))]
     {
         0
@@ -146,6 +147,11 @@ fn run() -> Result<(), String> {
     let (Some(who), Some(sizes)) = (args.first(), args.get(1)) else {
         return Err(usage.into());
     };
+    if !cfg!(target_arch = "x86_64") {
+        return Err(
+            "this times calls with x86-64's time stamp counter, which this target has not".into(),
+        );
+    }
     let (mut actions, mut rounds) = (2_000_000usize, 3usize);
     for (name, n) in example_cli::options(&args[2..], &["--actions", "--rounds"], usage)? {
         match name {

@@ -19,10 +19,9 @@ use std::process::ExitCode;
 use tagalloc_bench::example_cli;
 use tagalloc_bench::random_actions::{self, Actions};
 use tagalloc_bench::report::median;
-use tagalloc_bench::subjects::{with_subject, Arena, Bench, Peer, Setup, Space, Subject};
+use tagalloc_bench::subjects::{Bench, Subject};
 
 const SEED: u64 = random_actions::FIRST_SEED;
-const WARMUP: usize = 100_000;
 
 /// Time stamp counter ticks and calls, per kind of call.
 #[derive(Clone, Copy, Default)]
@@ -120,11 +119,7 @@ struct Run {
 impl Bench for Run {
     type Out = Result<(), String>;
     fn run<S: Subject>(&mut self, mut s: S, _base: usize) -> Result<(), String> {
-        let mut warm = Actions::new(self.max, random_actions::warmup_seed(SEED));
-        for _ in 0..WARMUP {
-            warm.step(&mut s);
-        }
-        warm.free_all(&mut s);
+        example_cli::warm_up(&mut s, self.max);
         let mut tally = Tally::default();
         let mut timed = Timed {
             s,
@@ -144,89 +139,56 @@ impl Bench for Run {
 fn run() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let usage = "usage: call_times ALLOCATOR[,...] MAX[,...] [--actions N] [--rounds R]";
-    let (Some(who), Some(sizes)) = (args.first(), args.get(1)) else {
-        return Err(usage.into());
-    };
     if !cfg!(target_arch = "x86_64") {
         return Err(
             "this times calls with x86-64's time stamp counter, which this target has not".into(),
         );
     }
-    let (mut actions, mut rounds) = (2_000_000usize, 3usize);
-    for (name, n) in example_cli::options(&args[2..], &["--actions", "--rounds"], usage)? {
-        match name {
-            "--actions" => actions = n,
-            _ => rounds = n,
-        }
-    }
-    if actions == 0 || rounds == 0 {
-        return Err(format!("--actions and --rounds: at least 1 ({usage})"));
-    }
-    let peers = who
-        .split(',')
-        .map(|w| {
-            Peer::by_example_name(w)
-                .map(|p| (w, p))
-                .ok_or_else(|| format!("{w}: not an allocator ({usage})"))
-        })
-        .collect::<Result<Vec<_>, String>>()?;
-    let sizes = sizes
-        .split(',')
-        .map(|s| s.parse().ok().filter(|&m: &usize| m > 16))
-        .collect::<Option<Vec<usize>>>()
-        .ok_or("MAX: sizes above 16 bytes, please")?;
+    let a = example_cli::actions_args(&args, usage, 2_000_000)?;
     let mut results: Vec<(usize, &str, Tally)> = Vec::new();
     println!("ticks per call: size allocator {}", KINDS.join(" / "));
-    for _ in 0..rounds {
-        for &max in &sizes {
-            for &(name, peer) in &peers {
-                let mut arena = Arena::new(random_actions::HEAP)?;
-                let mut run = Run {
-                    max,
-                    actions,
-                    out: Tally::default(),
-                };
-                let setup = Setup {
-                    wrap: false,
-                    max_allocs: 1 << 20,
-                };
-                with_subject(peer, Space::Host(&mut arena), setup, &mut run)??;
-                let t = run.out;
-                let cells: Vec<String> = (0..KINDS.len())
-                    .map(|k| per_call(t.ticks[k], t.calls[k]))
-                    .collect();
-                println!("{max} {name} {}", cells.join(" / "));
-                results.push((max, name, t));
-            }
-        }
+    for (max, name, peer) in a.runs() {
+        let mut run = Run {
+            max,
+            actions: a.actions,
+            out: Tally::default(),
+        };
+        example_cli::run_on_fresh_arena(peer, &mut run)?;
+        let t = run.out;
+        let cells: Vec<String> = (0..KINDS.len())
+            .map(|k| per_call(t.ticks[k], t.calls[k]))
+            .collect();
+        println!("{max} {name} {}", cells.join(" / "));
+        results.push((max, name, t));
     }
-    println!("\nmedians of {rounds} rounds, ticks per call (calls in the last round):");
+    println!(
+        "\nmedians of {} rounds, ticks per call (calls in the last round):",
+        a.rounds
+    );
     println!("| size | allocator | {} |", KINDS.join(" | "));
     println!("|---|---|{}", "--:|".repeat(KINDS.len()));
-    for &max in &sizes {
-        for &(name, _) in &peers {
-            let mine: Vec<&Tally> = results
-                .iter()
-                .filter(|r| r.0 == max && r.1 == name)
-                .map(|r| &r.2)
-                .collect();
-            let cells: Vec<String> = (0..KINDS.len())
-                .map(|k| {
-                    let v: Vec<f64> = mine
-                        .iter()
-                        .filter(|t| t.calls[k] > 0)
-                        .map(|t| t.ticks[k] as f64 / t.calls[k] as f64)
-                        .collect();
-                    let calls = mine.last().map_or(0, |t| t.calls[k]);
-                    if v.is_empty() {
-                        "-".into()
-                    } else {
-                        format!("{:.1} ({calls})", median(&v))
-                    }
-                })
-                .collect();
-            println!("| {max} | {name} | {} |", cells.join(" | "));
-        }
+    for (max, name, _) in a.cells() {
+        let mine: Vec<&Tally> = results
+            .iter()
+            .filter(|r| r.0 == max && r.1 == name)
+            .map(|r| &r.2)
+            .collect();
+        let cells: Vec<String> = (0..KINDS.len())
+            .map(|k| {
+                let v: Vec<f64> = mine
+                    .iter()
+                    .filter(|t| t.calls[k] > 0)
+                    .map(|t| t.ticks[k] as f64 / t.calls[k] as f64)
+                    .collect();
+                let calls = mine.last().map_or(0, |t| t.calls[k]);
+                if v.is_empty() {
+                    "-".into()
+                } else {
+                    format!("{:.1} ({calls})", median(&v))
+                }
+            })
+            .collect();
+        println!("| {max} | {name} | {} |", cells.join(" | "));
     }
     Ok(())
 }

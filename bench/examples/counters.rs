@@ -22,12 +22,10 @@ use tagalloc_bench::counters::{Counters, EVENTS};
 use tagalloc_bench::example_cli;
 use tagalloc_bench::random_actions::{self, Actions};
 use tagalloc_bench::report::median;
-use tagalloc_bench::subjects::{with_subject, Arena, Bench, Peer, Setup, Space, Subject};
+use tagalloc_bench::subjects::{Bench, Subject};
 
 /// The seed of every run's counted actions: the timed benchmark's first trial's.
 const SEED: u64 = random_actions::FIRST_SEED;
-/// Actions run before the counters start, so that the heap holds a realistic set of blocks.
-const WARMUP: usize = 100_000;
 
 /// One counted run.
 struct Run<'c> {
@@ -40,11 +38,7 @@ struct Run<'c> {
 impl Bench for Run<'_> {
     type Out = Result<(), String>;
     fn run<S: Subject>(&mut self, mut s: S, _base: usize) -> Result<(), String> {
-        let mut warm = Actions::new(self.max, random_actions::warmup_seed(SEED));
-        for _ in 0..WARMUP {
-            warm.step(&mut s);
-        }
-        warm.free_all(&mut s);
+        example_cli::warm_up(&mut s, self.max);
         let mut run = Actions::new(self.max, SEED);
         let start = Instant::now();
         self.counters.start();
@@ -63,32 +57,7 @@ impl Bench for Run<'_> {
 fn run() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let usage = "usage: counters ALLOCATOR[,...] MAX[,...] [--actions N] [--rounds R]";
-    let (Some(who), Some(sizes)) = (args.first(), args.get(1)) else {
-        return Err(usage.into());
-    };
-    let (mut actions, mut rounds) = (10_000_000usize, 3usize);
-    for (name, n) in example_cli::options(&args[2..], &["--actions", "--rounds"], usage)? {
-        match name {
-            "--actions" => actions = n,
-            _ => rounds = n,
-        }
-    }
-    if actions == 0 || rounds == 0 {
-        return Err(format!("--actions and --rounds: at least 1 ({usage})"));
-    }
-    let peers = who
-        .split(',')
-        .map(|w| {
-            Peer::by_example_name(w)
-                .map(|p| (w, p))
-                .ok_or_else(|| format!("{w}: not an allocator ({usage})"))
-        })
-        .collect::<Result<Vec<_>, String>>()?;
-    let sizes = sizes
-        .split(',')
-        .map(|s| s.parse().ok().filter(|&m: &usize| m > 16))
-        .collect::<Option<Vec<usize>>>()
-        .ok_or("MAX: sizes above 16 bytes, please")?;
+    let a = example_cli::actions_args(&args, usage, 10_000_000)?;
     let (counters, refused) = Counters::open(&EVENTS);
     for (e, why) in &refused {
         println!("refused: {}: {why}", e.name);
@@ -96,54 +65,43 @@ fn run() -> Result<(), String> {
     let mut results: Vec<(usize, &str, f64, Vec<Option<f64>>)> = Vec::new();
     let header: Vec<&str> = EVENTS.iter().map(|e| e.name).collect();
     println!("per action: size allocator ns {}", header.join(" "));
-    for _ in 0..rounds {
-        for &max in &sizes {
-            for &(name, peer) in &peers {
-                let mut arena = Arena::new(random_actions::HEAP)?;
-                let mut run = Run {
-                    max,
-                    actions,
-                    counters: &counters,
-                    out: None,
-                };
-                let setup = Setup {
-                    wrap: false,
-                    max_allocs: 1 << 20,
-                };
-                with_subject(peer, Space::Host(&mut arena), setup, &mut run)??;
-                let (ns, counts) = run.out.ok_or("no result")?;
-                let per = |v: f64| v / actions as f64;
-                let cells: Vec<String> = counts
-                    .iter()
-                    .map(|c| c.map_or("-".into(), |v| format!("{:.3}", per(v))))
-                    .collect();
-                println!("{max} {name} {:.2} {}", per(ns), cells.join(" "));
-                results.push((max, name, ns, counts));
-            }
-        }
+    for (max, name, peer) in a.runs() {
+        let mut run = Run {
+            max,
+            actions: a.actions,
+            counters: &counters,
+            out: None,
+        };
+        example_cli::run_on_fresh_arena(peer, &mut run)?;
+        let (ns, counts) = run.out.ok_or("no result")?;
+        let per = |v: f64| v / a.actions as f64;
+        let cells: Vec<String> = counts
+            .iter()
+            .map(|c| c.map_or("-".into(), |v| format!("{:.3}", per(v))))
+            .collect();
+        println!("{max} {name} {:.2} {}", per(ns), cells.join(" "));
+        results.push((max, name, ns, counts));
     }
     println!("\nmedians per action:");
     println!("| size | allocator | ns | {} |", header.join(" | "));
     println!("|---|---|{}", "--:|".repeat(header.len() + 1));
-    for &max in &sizes {
-        for &(name, _) in &peers {
-            let mine: Vec<_> = results
-                .iter()
-                .filter(|r| r.0 == max && r.1 == name)
-                .collect();
-            let ns = median(&mine.iter().map(|r| r.2).collect::<Vec<_>>()) / actions as f64;
-            let cells: Vec<String> = (0..EVENTS.len())
-                .map(|i| {
-                    let v: Vec<f64> = mine.iter().filter_map(|r| r.3[i]).collect();
-                    if v.is_empty() {
-                        "-".into()
-                    } else {
-                        format!("{:.3}", median(&v) / actions as f64)
-                    }
-                })
-                .collect();
-            println!("| {max} | {name} | {ns:.2} | {} |", cells.join(" | "));
-        }
+    for (max, name, _) in a.cells() {
+        let mine: Vec<_> = results
+            .iter()
+            .filter(|r| r.0 == max && r.1 == name)
+            .collect();
+        let ns = median(&mine.iter().map(|r| r.2).collect::<Vec<_>>()) / a.actions as f64;
+        let cells: Vec<String> = (0..EVENTS.len())
+            .map(|i| {
+                let v: Vec<f64> = mine.iter().filter_map(|r| r.3[i]).collect();
+                if v.is_empty() {
+                    "-".into()
+                } else {
+                    format!("{:.3}", median(&v) / a.actions as f64)
+                }
+            })
+            .collect();
+        println!("| {max} | {name} | {ns:.2} | {} |", cells.join(" | "));
     }
     Ok(())
 }

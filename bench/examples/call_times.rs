@@ -55,19 +55,19 @@ fn stamp() -> u64 {
 }
 
 /// A subject whose calls are timed one by one.
-struct Timed<'t, S> {
+struct Timed<S> {
     s: S,
-    tally: &'t mut Tally,
+    tally: Tally,
 }
 
-impl<S: Subject> Timed<'_, S> {
+impl<S: Subject> Timed<S> {
     fn count(&mut self, kind: usize, start: u64) {
         self.tally.ticks[kind] += stamp() - start;
         self.tally.calls[kind] += 1;
     }
 }
 
-impl<S: Subject> Subject for Timed<'_, S> {
+impl<S: Subject> Subject for Timed<S> {
     type Block = S::Block;
 
     fn alloc(&mut self, size: usize, align: usize) -> Option<S::Block> {
@@ -120,19 +120,17 @@ impl Bench for Run {
     type Out = Result<(), String>;
     fn run<S: Subject>(&mut self, mut s: S, _base: usize) -> Result<(), String> {
         example_cli::warm_up(&mut s, self.max);
-        let mut tally = Tally::default();
         let mut timed = Timed {
             s,
-            tally: &mut tally,
+            tally: Tally::default(),
         };
         let mut run = Actions::new(self.max, SEED);
         for _ in 0..self.actions {
             run.step(&mut timed);
         }
         run.free_all(&mut timed.s);
-        let r = timed.s.check();
-        self.out = tally;
-        r
+        self.out = timed.tally;
+        timed.s.check()
     }
 }
 
@@ -153,7 +151,7 @@ fn run() -> Result<(), String> {
             actions: a.actions,
             out: Tally::default(),
         };
-        example_cli::run_on_fresh_arena(peer, &mut run)?;
+        example_cli::run_on_fresh_arena(peer, random_actions::HEAP, &mut run)?;
         let t = run.out;
         let cells: Vec<String> = (0..KINDS.len())
             .map(|k| per_call(t.ticks[k], t.calls[k]))

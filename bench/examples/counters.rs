@@ -72,7 +72,7 @@ fn run() -> Result<(), String> {
             counters: &counters,
             out: None,
         };
-        example_cli::run_on_fresh_arena(peer, &mut run)?;
+        example_cli::run_on_fresh_arena(peer, random_actions::HEAP, &mut run)?;
         let (ns, counts) = run.out.ok_or("no result")?;
         let per = |v: f64| v / a.actions as f64;
         let cells: Vec<String> = counts

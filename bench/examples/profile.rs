@@ -28,7 +28,7 @@ use std::process::ExitCode;
 use tagalloc_bench::example_cli;
 use tagalloc_bench::random_actions::{self, Actions};
 use tagalloc_bench::replay::{self, Prepared};
-use tagalloc_bench::subjects::{with_subject, Arena, Bench, Peer, Setup, Space, Subject};
+use tagalloc_bench::subjects::{Bench, Peer, Subject};
 use tagalloc_tests::trace;
 
 /// The seed of the random-actions benchmark's first counted trial, so that the profile and
@@ -278,17 +278,12 @@ fn run() -> Result<(), String> {
             (Workload::Trace(p), len)
         }
     };
-    let mut arena = Arena::new(len)?;
     let mut profile = Profile {
         work: &work,
         calls: Calls::default(),
         failed: 0,
     };
-    let setup = Setup {
-        wrap: false,
-        max_allocs: 1 << 20,
-    };
-    with_subject(peer, Space::Host(&mut arena), setup, &mut profile)??;
+    example_cli::run_on_fresh_arena(peer, len, &mut profile)?;
     let c = &profile.calls;
     println!(
         "{who} {what}: alloc {} free {} realloc {} failed {}",

@@ -124,13 +124,13 @@ pub fn warm_up<S: Subject>(s: &mut S, max: usize) {
     warm.free_all(s);
 }
 
-/// Runs `bench` once on `peer` over a fresh arena of the random-actions benchmark's size, as
-/// the timed benchmark sets its subjects up.
-pub fn run_on_fresh_arena<B>(peer: Peer, bench: &mut B) -> Result<(), String>
+/// Runs `bench` once on `peer` (a host allocator, [`Peer::EXAMPLE_NAMES`]) over a fresh arena
+/// of `len` bytes. The setup's bump and offset-allocator settings do not reach those peers.
+pub fn run_on_fresh_arena<B>(peer: Peer, len: usize, bench: &mut B) -> Result<(), String>
 where
     B: Bench<Out = Result<(), String>>,
 {
-    let mut arena = Arena::new(random_actions::HEAP)?;
+    let mut arena = Arena::new(len)?;
     let setup = Setup {
         wrap: false,
         max_allocs: 1 << 20,

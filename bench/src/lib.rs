@@ -1,5 +1,6 @@
 //! The benchmark tool's pieces as a library, so that the examples (the callgrind profile in
-//! `examples/profile.rs`, the hardware counters in `examples/counters.rs`) drive the same
+//! `examples/profile.rs`, the hardware counters in `examples/counters.rs`, the calls' latencies
+//! in `examples/call_times.rs`) drive the same
 //! allocator adapters, workloads and trace preparation as the `tagalloc-bench` binary instead
 //! of copies of them. The binary (`src/main.rs`) is the command line over these modules; its
 //! documentation lists the benchmarks.

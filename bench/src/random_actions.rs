@@ -105,7 +105,7 @@ struct Counts {
 }
 
 /// The seed of the first counted trial (trial `t` draws from `FIRST_SEED + t`), which the
-/// examples (`examples/profile.rs`, `examples/counters.rs`) use too, so that they draw the
+/// examples (`examples/profile.rs`, `examples/counters.rs`, `examples/call_times.rs`) use too, so that they draw the
 /// timed benchmark's stream.
 pub const FIRST_SEED: u64 = 0x7A1C_0000;
 

@@ -217,6 +217,15 @@ impl Peer {
             .map(|&(_, p)| p)
     }
 
+    /// talc's name in every table and chart: it says when talc keeps its own counters (the
+    /// bench's `talc-counters` feature), so that no table of that build reads as talc as it
+    /// ships.
+    pub const TALC_NAME: &'static str = if cfg!(feature = "talc-counters") {
+        "talc, with its counters"
+    } else {
+        "talc"
+    };
+
     /// The host allocators, tagalloc's first (every ratio is taken against it).
     pub const HOST: [Peer; 9] = [
         Peer::Inline,
@@ -249,8 +258,7 @@ impl Peer {
             Peer::InlineWithoutStats => "tagalloc inline, no statistics".into(),
             Peer::Detached(g) => format!("tagalloc detached ({g} B)"),
             Peer::Glibc => "glibc malloc".into(),
-            Peer::Talc if cfg!(feature = "talc-counters") => "talc, with its counters".into(),
-            Peer::Talc => "talc".into(),
+            Peer::Talc => Peer::TALC_NAME.into(),
             Peer::Rlsf => "rlsf".into(),
             Peer::Dlmalloc => "dlmalloc".into(),
             Peer::LinkedList => "linked_list_allocator".into(),

@@ -156,8 +156,7 @@ impl Contender {
             Contender::GlobalSpin => "tagalloc GlobalHeap",
             Contender::GlobalFutex => "tagalloc GlobalHeap (futex)",
             Contender::Host => "tagalloc HostAllocator",
-            Contender::Talc if cfg!(feature = "talc-counters") => "talc, with its counters",
-            Contender::Talc => "talc",
+            Contender::Talc => crate::subjects::Peer::TALC_NAME,
             Contender::Rlsf => "rlsf",
             Contender::Glibc => "glibc malloc",
         }

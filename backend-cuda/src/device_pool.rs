@@ -62,6 +62,7 @@ use crate::addr_hash::AddrMap;
 use crate::driver::{DevicePtr, Driver};
 use crate::error::DriverError;
 use crate::pending::{Batch, SlotRef, Slots, StreamState};
+use crate::snapshot::{BlockState, SnapshotBlock, SnapshotRegion};
 use crate::source::{DeviceSource, Regions, DEVICE_GRANULE};
 
 /// The heap a device pool allocates from: detached tags in a growable table.
@@ -809,6 +810,48 @@ impl<D: Driver> DevicePool<D> {
             events: self.events,
             counters: self.counters,
         }
+    }
+
+    /// Every region the pool holds and every chunk in it, in address order, with what the
+    /// pool knows of each (see [`SnapshotRegion`]).
+    ///
+    /// # Time Complexity
+    /// `O(chunks + regions)`, and a hash lookup per chunk in use.
+    pub fn snapshot(&self) -> Vec<SnapshotRegion<D::Stream>> {
+        let regions = core::cell::RefCell::new(Vec::new());
+        self.pool.visit(
+            |addr, size| {
+                regions.borrow_mut().push(SnapshotRegion {
+                    addr,
+                    size,
+                    blocks: Vec::new(),
+                })
+            },
+            |addr, size, free| {
+                let mut block = SnapshotBlock {
+                    addr,
+                    size,
+                    state: BlockState::Free,
+                    requested: None,
+                    stream: None,
+                };
+                if !free {
+                    block.state = BlockState::Allocated;
+                    if let Some(Entry::Pending(slot)) = self.index.get(&addr) {
+                        block.state = BlockState::Pending;
+                        let s = &self.slots.slots[*slot as usize];
+                        block.stream = self.streams.get(s.stream as usize).map(|st| st.stream);
+                    } else if let Some(b) = self.by_addr.get(&addr) {
+                        block.requested = Some(b.size);
+                        block.stream = Some(b.stream);
+                    }
+                }
+                if let Some(r) = regions.borrow_mut().last_mut() {
+                    r.blocks.push(block);
+                }
+            },
+        );
+        regions.into_inner()
     }
 
     /// The error for a refused request, with the source's driver error if it met one.

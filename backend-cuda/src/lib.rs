@@ -95,6 +95,7 @@ pub mod fake;
 mod pending;
 mod registry;
 mod shared_device;
+pub mod snapshot;
 pub mod source;
 #[cfg(feature = "torch-model")]
 pub mod torch_model;
@@ -110,4 +111,5 @@ pub use error::{code, code_name, DriverError};
 pub use fake::{FakeConfig, FakeDriver};
 pub use registry::PoolRegistry;
 pub use shared_device::SharedDevicePool;
+pub use snapshot::{BlockState, SnapshotBlock, SnapshotRegion};
 pub use source::{DeviceSource, Regions};

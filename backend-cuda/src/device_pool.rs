@@ -82,12 +82,26 @@ pub struct DeviceConfig {
     /// The most frees one event covers: a stream's open batch is fenced when it reaches this.
     pub batch: usize,
     /// The most pool calls (allocations and frees, on any stream) an open batch waits before
-    /// it is fenced: the sooner its event is recorded, the sooner it completes and the memory
-    /// serves every stream.
+    /// it is fenced, and between two polls of every stream's oldest fenced batch: the sooner
+    /// an event is recorded and seen complete, the sooner the memory serves every stream; the
+    /// later, the fewer driver calls.
     pub batch_age: u64,
+    /// The share of the reserved bytes that pending blocks may hold before the pool, rather
+    /// than grow, waits for the oldest batches' events (`cuEventSynchronize`): pending memory
+    /// never dominates the pool. Greater than 0, at most 1 (1: never wait while the pool can
+    /// grow).
+    pub max_pending: f64,
 }
 
 impl DeviceConfig {
+    /// The default [`DeviceConfig::batch`].
+    pub const BATCH: usize = 64;
+    /// The default [`DeviceConfig::batch_age`].
+    pub const BATCH_AGE: u64 = 128;
+    /// The default [`DeviceConfig::max_pending`]: pending blocks at most a tenth of the pool
+    /// before a miss waits rather than grows (figures in `bench/README.md`).
+    pub const MAX_PENDING: f64 = 0.1;
+
     /// Plain device allocations ([`Regions::PLAIN`]), regions doubling from 64 MiB to 1 GiB
     /// (a request larger than that gets a region its size): few driver calls for a large
     /// workload, little held for a small one; a region wholly free after a trim goes back.
@@ -98,8 +112,9 @@ impl DeviceConfig {
             cap: 1 << 30,
         }),
         granule: DEVICE_GRANULE,
-        batch: 64,
-        batch_age: 16,
+        batch: DeviceConfig::BATCH,
+        batch_age: DeviceConfig::BATCH_AGE,
+        max_pending: DeviceConfig::MAX_PENDING,
     };
 
     /// Virtual-memory growth ([`Regions::VMM`]): one region grown by 64 MiB chunks, trimmed by
@@ -110,8 +125,9 @@ impl DeviceConfig {
             .growth(Growth::Fixed(64 << 20))
             .release_above(64 << 20),
         granule: DEVICE_GRANULE,
-        batch: 64,
-        batch_age: 16,
+        batch: DeviceConfig::BATCH,
+        batch_age: DeviceConfig::BATCH_AGE,
+        max_pending: DeviceConfig::MAX_PENDING,
     };
 }
 
@@ -168,6 +184,8 @@ pub enum DeviceError {
     Driver(DriverError),
     /// The pool could not be set up (a bad granule).
     Setup(Error),
+    /// A [`DeviceConfig`] field out of its range: the field, and what it must be.
+    Config(&'static str),
 }
 
 impl fmt::Display for DeviceError {
@@ -186,6 +204,7 @@ impl fmt::Display for DeviceError {
             }
             DeviceError::Driver(e) => write!(f, "device pool: {e}"),
             DeviceError::Setup(e) => write!(f, "device pool: cannot set up: {e}"),
+            DeviceError::Config(what) => write!(f, "device pool: bad configuration: {what}"),
         }
     }
 }
@@ -229,7 +248,11 @@ pub struct DeviceCounters {
     pub event_queries: u64,
     /// Batches returned to the heap after their event completed.
     pub batches_released: u64,
-    /// Host synchronisations: switching to several streams, and running out of memory.
+    /// Waits for one stream (`cuStreamSynchronize`), when pending blocks held more than
+    /// [`DeviceConfig::max_pending`] of the pool and it would otherwise have grown.
+    pub stream_waits: u64,
+    /// Other host synchronisations (of a stream or the context): switching to several
+    /// streams, and running out of memory.
     pub synchronizations: u64,
     /// Allocations that ran out, synchronised, and tried again.
     pub exhaustion_retries: u64,
@@ -283,8 +306,11 @@ pub struct DevicePool<D: Driver> {
     /// Spare batch vectors.
     spare: Vec<Vec<SlotRef>>,
     batch_age: u64,
+    max_pending: f64,
     /// Allocations and frees in multi-stream mode, to age open batches by.
     clock: u64,
+    /// The clock at the last poll of every stream.
+    polled: u64,
     counters: DeviceCounters,
 }
 
@@ -304,6 +330,11 @@ impl<D: Driver> DevicePool<D> {
     /// (or [`DevicePool::reserve_now`]). Errors: a bad granule, or a region configuration the
     /// driver refuses (see [`DeviceSource::new`]).
     pub fn new(driver: D, config: DeviceConfig) -> Result<DevicePool<D>, DeviceError> {
+        if !(config.max_pending > 0.0 && config.max_pending <= 1.0) {
+            return Err(DeviceError::Config(
+                "max_pending must be greater than 0 and at most 1",
+            ));
+        }
         let heap = DetachedHeap::growable(config.granule).map_err(DeviceError::Setup)?;
         let source = DeviceSource::new(driver, config.regions)?;
         Ok(DevicePool {
@@ -321,7 +352,9 @@ impl<D: Driver> DevicePool<D> {
             by_addr: AddrMap::default(),
             spare: Vec::new(),
             batch_age: config.batch_age.max(1),
+            max_pending: config.max_pending,
             clock: 0,
+            polled: 0,
             counters: DeviceCounters::default(),
         })
     }
@@ -404,7 +437,10 @@ impl<D: Driver> DevicePool<D> {
         stream: D::Stream,
     ) -> Result<DeviceBlock<D::Stream>, DeviceError> {
         self.clock += 1;
-        self.fence_aged()?;
+        if self.clock - self.polled >= self.batch_age {
+            self.poll_all()?;
+            self.fence_all()?;
+        }
         let si = self.stream_index(stream);
         let new = |chunk: Block| DeviceBlock {
             ptr: DevicePtr(chunk.addr as u64),
@@ -432,10 +468,17 @@ impl<D: Driver> DevicePool<D> {
             Err(_) => {}
         }
         if self.slots.count > 0 {
-            self.fence_all()?;
+            // A miss: what the device has passed goes back to the heap; every open batch is
+            // fenced; then, while pending blocks hold more than their share of the pool, the
+            // oldest batch is waited for rather than the pool grown.
             self.poll_all()?;
             if let Ok(chunk) = self.pool.alloc_cached(size, self.granule) {
                 return Ok(new(chunk));
+            }
+            while self.over_pending_share() && self.wait_fullest()? {
+                if let Ok(chunk) = self.pool.alloc_cached(size, self.granule) {
+                    return Ok(new(chunk));
+                }
             }
             if let Some(b) = self.take_pending(si, need, usize::MAX, size) {
                 return Ok(b);
@@ -470,6 +513,7 @@ impl<D: Driver> DevicePool<D> {
         state.fit.remove(&key);
         let stream = state.stream;
         let slot = self.slots.remove(key.1);
+        self.streams[si].bytes -= slot.usable;
         self.tag = self.tag.wrapping_add(1).max(1);
         self.index.insert(slot.block.addr, Entry::Reused(self.tag));
         self.counters.reused_pending += 1;
@@ -547,13 +591,10 @@ impl<D: Driver> DevicePool<D> {
                 state.open = v;
             }
         }
-        if state.open.is_empty() {
-            state.opened = self.clock;
-        }
         state.open.push(r);
+        state.bytes += self.slots.get(r).map_or(0, |s| s.usable);
         if state.open.len() >= self.batch {
             self.fence(si)?;
-            self.poll(si)?;
         }
         Ok(())
     }
@@ -644,24 +685,37 @@ impl<D: Driver> DevicePool<D> {
         Ok(())
     }
 
-    /// Fences the open batches that have waited `batch_age` pool calls, and polls those
-    /// streams.
-    fn fence_aged(&mut self) -> Result<(), DeviceError> {
-        for si in 0..self.streams.len() {
-            let st = &self.streams[si];
-            if !st.open.is_empty() && self.clock - st.opened >= self.batch_age {
-                self.fence(si)?;
-                self.poll(si)?;
-            }
-        }
-        Ok(())
+    /// Whether pending blocks hold more than [`DeviceConfig::max_pending`] of the reserved
+    /// bytes.
+    fn over_pending_share(&self) -> bool {
+        let reserved = self.pool.stats().reserved;
+        self.slots.bytes as f64 > self.max_pending * reserved as f64
     }
 
-    fn fence_all(&mut self) -> Result<(), DeviceError> {
-        for si in 0..self.streams.len() {
-            self.fence(si)?;
+    /// Waits for the stream whose frees hold the most pending bytes (`cuStreamSynchronize`)
+    /// and returns all its batches, fenced and open, to the heap: one call for everything
+    /// the stream freed, no event recorded. `false` when nothing is pending.
+    #[cold]
+    fn wait_fullest(&mut self) -> Result<bool, DeviceError> {
+        let fullest = (0..self.streams.len())
+            .filter(|&i| self.streams[i].bytes > 0)
+            .max_by_key(|&i| self.streams[i].bytes);
+        let Some(si) = fullest else {
+            return Ok(false);
+        };
+        let stream = self.streams[si].stream;
+        // SAFETY: `stream` allocated from (or was named to) this pool, so it is live as long
+        // as the pool uses it (see `alloc`).
+        unsafe { self.driver().stream_synchronize(stream)? };
+        self.counters.stream_waits += 1;
+        while let Some(batch) = self.streams[si].fenced.pop_front() {
+            self.release(si, batch.slots);
+            self.idle_events.push(batch.event);
+            self.counters.batches_released += 1;
         }
-        Ok(())
+        let open = std::mem::take(&mut self.streams[si].open);
+        self.release(si, open);
+        Ok(true)
     }
 
     /// Returns stream `si`'s completed batches to the heap, oldest first, stopping at the first
@@ -675,7 +729,7 @@ impl<D: Driver> DevicePool<D> {
                 break;
             }
             if let Some(batch) = self.streams[si].fenced.pop_front() {
-                self.release(batch.slots);
+                self.release(si, batch.slots);
                 self.idle_events.push(batch.event);
                 self.counters.batches_released += 1;
             }
@@ -683,21 +737,25 @@ impl<D: Driver> DevicePool<D> {
         Ok(())
     }
 
+    /// Polls every stream's fenced batches, oldest first (one query for a stream whose
+    /// oldest batch has not completed).
     fn poll_all(&mut self) -> Result<(), DeviceError> {
+        self.polled = self.clock;
         for si in 0..self.streams.len() {
             self.poll(si)?;
         }
         Ok(())
     }
 
-    /// Counts one batch done for each slot of `slots`, and returns those it was the last wait
-    /// of to the heap.
-    fn release(&mut self, mut slots: Vec<SlotRef>) {
+    /// Counts one batch of stream `si` done for each slot of `slots`, and returns those it
+    /// was the last wait of to the heap.
+    fn release(&mut self, si: usize, mut slots: Vec<SlotRef>) {
         for &r in &slots {
             let Some(s) = self.slots.get_mut(r) else {
                 continue; // taken back by its stream since
             };
             s.waits -= 1;
+            self.streams[si].bytes -= s.usable;
             if s.waits > 0 {
                 continue;
             }
@@ -724,12 +782,20 @@ impl<D: Driver> DevicePool<D> {
         self.counters.synchronizations += 1;
         for si in 0..self.streams.len() {
             while let Some(batch) = self.streams[si].fenced.pop_front() {
-                self.release(batch.slots);
+                self.release(si, batch.slots);
                 self.idle_events.push(batch.event);
                 self.counters.batches_released += 1;
             }
             let open = std::mem::take(&mut self.streams[si].open);
-            self.release(open);
+            self.release(si, open);
+        }
+        Ok(())
+    }
+
+    /// Fences every stream's open batch.
+    fn fence_all(&mut self) -> Result<(), DeviceError> {
+        for si in 0..self.streams.len() {
+            self.fence(si)?;
         }
         Ok(())
     }
@@ -882,10 +948,18 @@ impl<D: Driver> DevicePool<D> {
         let mut refs = vec![0usize; self.slots.slots.len()];
         for st in &self.streams {
             let batches = st.fenced.iter().map(|b| &b.slots).chain([&st.open]);
+            let mut waiting = 0;
             for r in batches.flatten() {
-                if self.slots.get(*r).is_some() {
+                if let Some(s) = self.slots.get(*r) {
                     refs[r.slot as usize] += 1;
+                    waiting += s.usable;
                 }
+            }
+            if waiting != st.bytes {
+                return Err(format!(
+                    "stream {:?}'s batches hold {waiting} bytes, it counts {}",
+                    st.stream, st.bytes
+                ));
             }
         }
         let (mut count, mut bytes, mut fit) = (0, 0, 0);

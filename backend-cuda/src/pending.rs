@@ -138,8 +138,9 @@ pub(crate) struct StreamState<S, E> {
     pub(crate) fit: BTreeSet<(usize, u32)>,
     /// Frees since the last event recorded on this stream.
     pub(crate) open: Vec<SlotRef>,
-    /// The pool's clock when the open batch got its first free.
-    pub(crate) opened: u64,
+    /// Bytes of the live slots in this stream's batches, open and fenced: what waiting for the
+    /// stream would return (or let go on to their other streams' waits).
+    pub(crate) bytes: usize,
     /// Batches with an event recorded, oldest first.
     pub(crate) fenced: VecDeque<Batch<E>>,
 }
@@ -150,7 +151,7 @@ impl<S, E> StreamState<S, E> {
             stream,
             fit: BTreeSet::new(),
             open: Vec::new(),
-            opened: 0,
+            bytes: 0,
             fenced: VecDeque::new(),
         }
     }

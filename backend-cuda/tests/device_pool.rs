@@ -137,8 +137,13 @@ fn another_stream_reuses_only_after_the_event() {
     let gpu = fake(1 << 30);
     let st = streams(&gpu, 2);
     let (s, t) = (st[0], st[1]);
-    // Fence at every free, so the event exists before the test completes it.
-    let mut pool = DevicePool::new(&gpu, plain(4 * MIB, None, 1)).unwrap();
+    // Fence at every free, so the event exists before the test completes it; never wait for
+    // a stream while the pool can grow.
+    let config = DeviceConfig {
+        max_pending: 1.0,
+        ..plain(4 * MIB, None, 1)
+    };
+    let mut pool = DevicePool::new(&gpu, config).unwrap();
     let a = pool.alloc(4 * MIB, s).unwrap();
     let t0 = pool.alloc(256, t).unwrap(); // a second region: T is in use
     let before = gpu.calls();
@@ -444,7 +449,12 @@ fn out_of_memory_reuses_completed_frees_then_synchronises_then_reports() {
     let gpu = fake(8 * MIB);
     let st = streams(&gpu, 2);
     let (s, t) = (st[0], st[1]);
-    let mut pool = DevicePool::new(&gpu, plain(2 * MIB, None, 1)).unwrap();
+    // Never wait for a stream while the pool can grow: the exhaustion path is what is tested.
+    let config = DeviceConfig {
+        max_pending: 1.0,
+        ..plain(2 * MIB, None, 1)
+    };
+    let mut pool = DevicePool::new(&gpu, config).unwrap();
     let mut on_s: Vec<_> = (0..3).map(|_| pool.alloc(2 * MIB, s).unwrap()).collect();
     let t0 = pool.alloc(2 * MIB, t).unwrap();
     assert_eq!(gpu.outstanding().device_bytes, 8 * MIB);
@@ -683,4 +693,168 @@ fn random_three_streams_short_of_memory() {
     for seed in 21..=24 {
         random_run(plain(4 * MIB, None, 2), 48 * MIB, seed, 1500);
     }
+}
+
+/// The pattern of PyTorch's four-stream run (`../shared/traces/torch-multistream.trace.gz`):
+/// side streams take turns, each allocating two inputs, a small buffer and an output, the
+/// output handed to the main stream with `record_stream`, all freed on the side stream; the
+/// device runs between `LAG` and `2 × LAG` operations behind the host.
+#[test]
+fn four_side_streams_with_record_stream_keep_pending_bounded() {
+    const LAG: usize = 64;
+    let gpu = fake(16 << 30);
+    let main = gpu.default_stream();
+    let side = streams(&gpu, 4);
+    let mut pool = DevicePool::new(&gpu, DeviceConfig::VMM).unwrap();
+    let mut rng = Rng(7);
+    let workspace: Vec<_> = side
+        .iter()
+        .map(|&s| pool.alloc(32 * MIB, s).unwrap())
+        .collect();
+    let (mut live, mut peak_live) = (32 * MIB * 4, 0);
+    let (mut ops, mut mark) = (0, None);
+    let step = |ops: &mut usize, mark: &mut Option<tagalloc_cuda::fake::FakeMark>| {
+        *ops += 1;
+        if *ops % LAG == 0 {
+            if let Some(m) = *mark {
+                gpu.complete_until(m);
+            }
+            *mark = Some(gpu.mark());
+        }
+    };
+    for turn in 0..400 {
+        let s = side[turn % 4];
+        let a = (4 + rng.below(60) as usize) * MIB;
+        let mut blocks = Vec::new();
+        for size in [a, a, 8192, 2 * a] {
+            let reserved = pool.stats().pool.reserved;
+            blocks.push(pool.alloc(size, s).unwrap());
+            live += size;
+            peak_live = peak_live.max(live);
+            let st = pool.stats();
+            if st.pool.reserved > reserved {
+                assert!(
+                    st.pending_bytes as f64 <= DeviceConfig::MAX_PENDING * st.pool.reserved as f64,
+                    "turn {turn}: grew with {} pending of {} reserved",
+                    st.pending_bytes,
+                    st.pool.reserved
+                );
+            }
+            step(&mut ops, &mut mark);
+            pool.check().unwrap_or_else(|e| panic!("turn {turn}: {e}"));
+        }
+        pool.record_stream(&blocks[3], main).unwrap();
+        for b in blocks {
+            live -= b.size();
+            pool.free(b).unwrap();
+            step(&mut ops, &mut mark);
+            pool.check().unwrap_or_else(|e| panic!("turn {turn}: {e}"));
+        }
+    }
+    let st = pool.stats();
+    assert!(
+        st.pool.peak_reserved as f64 <= 2.5 * peak_live as f64,
+        "peak reserved {} against peak live {peak_live}",
+        st.pool.peak_reserved
+    );
+    for b in workspace {
+        pool.free(b).unwrap();
+    }
+    pool.trim().unwrap();
+    pool.check().unwrap();
+    drop(pool);
+    destroy(&gpu, side);
+    assert_eq!(gpu.outstanding(), Outstanding::default());
+}
+
+#[test]
+fn a_stream_that_frees_and_never_allocates_again_gives_its_memory_back() {
+    let gpu = fake(1 << 30);
+    let st = streams(&gpu, 2);
+    let (s, t) = (st[0], st[1]);
+    let mut pool = DevicePool::new(&gpu, plain(256 * MIB, None, 64)).unwrap();
+    let on_s: Vec<_> = (0..8).map(|_| pool.alloc(4 * MIB, s).unwrap()).collect();
+    let t0 = pool.alloc(256, t).unwrap();
+    for b in on_s {
+        pool.free(b).unwrap();
+    }
+    assert_eq!(pool.stats().pending_bytes, 32 * MIB);
+    let before = gpu.calls();
+    // T keeps allocating small blocks from the heap; the device is never behind. S's batch is
+    // fenced at the next periodic poll, and the one after finds its event complete.
+    let mut calls = 0;
+    // (T's own freed block is pending too, for T to take again.)
+    while pool.stats().pending_bytes >= 32 * MIB {
+        let b = pool.alloc(4096, t).unwrap();
+        pool.free(b).unwrap();
+        gpu.complete_all();
+        calls += 2;
+        assert!(
+            calls <= 2 * DeviceConfig::BATCH_AGE + 2,
+            "still pending after {calls} calls"
+        );
+        pool.check().unwrap();
+    }
+    assert_eq!(
+        gpu.calls().since(&before).synchronizations(),
+        0,
+        "never waited"
+    );
+    // The memory is in the heap for every stream: T takes S's 32 MiB without growing.
+    let reserved = pool.stats().pool.reserved;
+    let big = pool.alloc(32 * MIB, t).unwrap();
+    assert_eq!(pool.stats().pool.reserved, reserved);
+    for b in [t0, big] {
+        pool.free(b).unwrap();
+    }
+    drop(pool);
+    destroy(&gpu, st);
+    assert_eq!(gpu.outstanding(), Outstanding::default());
+}
+
+#[test]
+fn pending_beyond_its_share_waits_for_the_fullest_stream_instead_of_growing() {
+    let gpu = fake(1 << 30);
+    let st = streams(&gpu, 2);
+    let (s, t) = (st[0], st[1]);
+    let mut pool = DevicePool::new(&gpu, plain(16 * MIB, None, 64)).unwrap();
+    let t0 = pool.alloc(256, t).unwrap();
+    let a = pool.alloc(8 * MIB, s).unwrap();
+    pool.free(a).unwrap();
+    // 8 MiB pending of 16 reserved: over a tenth. T's 12 MiB misses; rather than grow, the
+    // pool waits for S (the device never finished S's work by itself here).
+    let before = gpu.calls();
+    let b = pool.alloc(12 * MIB, t).unwrap();
+    assert_eq!(calls(&gpu, &before, Call::StreamSynchronize), 1);
+    assert_eq!(pool.stats().pool.reserved, 16 * MIB, "did not grow");
+    assert_eq!(pool.stats().counters.stream_waits, 1);
+    assert_eq!(pool.stats().pending_bytes, 0);
+    pool.check().unwrap();
+    // With nothing pending, a miss grows the pool and waits for nothing.
+    let before = gpu.calls();
+    let c = pool.alloc(12 * MIB, t).unwrap();
+    assert_eq!(gpu.calls().since(&before).synchronizations(), 0);
+    assert_eq!(pool.stats().pool.reserved, 32 * MIB);
+    for x in [t0, b, c] {
+        pool.free(x).unwrap();
+    }
+    drop(pool);
+    destroy(&gpu, st);
+    assert_eq!(gpu.outstanding(), Outstanding::default());
+}
+
+#[test]
+fn a_pending_share_out_of_range_is_refused() {
+    let gpu = fake(1 << 30);
+    for bad in [0.0, -1.0, 1.5, f64::NAN, f64::INFINITY] {
+        let config = DeviceConfig {
+            max_pending: bad,
+            ..DeviceConfig::VMM
+        };
+        match DevicePool::new(&gpu, config) {
+            Err(DeviceError::Config(what)) => assert!(what.contains("max_pending"), "{what}"),
+            other => panic!("{bad}: {other:?}"),
+        }
+    }
+    assert_eq!(gpu.outstanding(), Outstanding::default());
 }

@@ -90,7 +90,12 @@ fn shared_torch_cs336() {
 #[test]
 fn synthetic_three_streams() {
     let trace = synthetic_trace(4000, 3, 60, 7);
-    for config in [DeviceConfig::PLAIN, DeviceConfig::VMM] {
+    // Never waiting for a stream while the pool can grow: events alone bring memory back.
+    let never_wait = |c| DeviceConfig {
+        max_pending: 1.0,
+        ..c
+    };
+    for config in [DeviceConfig::PLAIN, DeviceConfig::VMM].map(never_wait) {
         let r = replay_checked(&trace, config, 1, 16);
         assert!(r.stats.multi_stream);
         assert_eq!(r.stats.streams, 3);
@@ -103,18 +108,32 @@ fn synthetic_three_streams() {
         );
         // One synchronisation when the second stream appears; none while memory lasts.
         assert_eq!(r.calls.synchronizations(), 1, "{}", r.calls);
-        // Batches, not an event per free: with the default batch age (16 pool calls) this
-        // trace records about one event per four frees.
+        // Batches, not an event per free.
         assert!(
             r.calls.get(Call::EventRecord) * 3 <= trace.stats().frees as u64,
             "batches, not one event per free: {}",
             r.calls
         );
     }
+    // With the default share, misses wait for a stream rather than grow the pool: less
+    // memory, a few waits.
+    for config in [DeviceConfig::PLAIN, DeviceConfig::VMM] {
+        let eager = replay_checked(&trace, never_wait(config), 1, 16);
+        let r = replay_checked(&trace, config, 1, 16);
+        assert!(r.stats.counters.stream_waits > 0, "{:?}", r.stats.counters);
+        assert!(
+            r.stats.pool.peak_reserved <= eager.stats.pool.peak_reserved,
+            "{} against {}",
+            r.stats.pool.peak_reserved,
+            eager.stats.pool.peak_reserved
+        );
+    }
 }
 
 /// Without the device ever catching up by itself, a small card (twice the trace's peak) runs
-/// out while blocks wait for their events: the pool then synchronises and carries on.
+/// out while blocks wait for their events, when the pool never waits while it can grow: it
+/// then synchronises and carries on. With the default share it waits for a stream first and
+/// never runs out.
 #[test]
 fn synthetic_streams_on_a_small_card() {
     let trace = synthetic_trace(3000, 2, 40, 11);
@@ -133,7 +152,11 @@ fn synthetic_streams_on_a_small_card() {
             .release_above(2 << 20),
         ..DeviceConfig::VMM
     };
-    let mut replay = DeviceReplay::new(&trace, config, fake, 1, 0).unwrap();
+    let never_wait = DeviceConfig {
+        max_pending: 1.0,
+        ..config
+    };
+    let mut replay = DeviceReplay::new(&trace, never_wait, fake, 1, 0).unwrap();
     let r = replay.run().unwrap_or_else(|e| panic!("{e}"));
     println!("{r}");
     assert!(
@@ -141,5 +164,15 @@ fn synthetic_streams_on_a_small_card() {
         "{:?}",
         r.stats.counters
     );
+    replay.drain().unwrap();
+    let mut replay = DeviceReplay::new(&trace, config, fake, 1, 0).unwrap();
+    let r = replay.run().unwrap_or_else(|e| panic!("{e}"));
+    println!("{r}");
+    assert_eq!(
+        r.stats.counters.exhaustion_retries, 0,
+        "{:?}",
+        r.stats.counters
+    );
+    assert!(r.stats.counters.stream_waits > 0, "{:?}", r.stats.counters);
     replay.drain().unwrap();
 }

@@ -18,34 +18,47 @@
 //!    heap were freed on it and may still be in use there), and from then on a block freed on
 //!    S is *pending* (see `pending.rs`): S may take it again at once (best fit among S's
 //!    pending blocks), and it joins S's open batch of frees. One event recorded on S fences a
-//!    whole batch: when it reaches `batch` frees, when it has waited `batch_age` pool calls
-//!    (the sooner an event is recorded, the sooner it completes), or when some allocation
-//!    misses; when it has completed, the batch's blocks go back to the heap, where they merge
-//!    with their free neighbours and serve every stream. Events on one stream complete in
-//!    order, so only each stream's oldest batch is queried (when a batch is fenced, and on a
-//!    miss).
+//!    whole batch; when it has completed, the batch's blocks go back to the heap, where they
+//!    merge with their free neighbours and serve every stream. Events on one stream complete
+//!    in order, so only each stream's oldest batch is queried.
 //! 3. **`record_stream(block, T)`** marks a block as used by stream T too: its free then waits
 //!    for a batch on each of its streams (an event on T as well as on S), and S may not take it
 //!    back before.
 //!
-//! An allocation on S tries, in order: a pending block of S that fits closely (at most 1/8
-//! larger); a free chunk of the heap; then, if anything is pending, it fences every open batch,
-//! returns the completed ones to the heap and tries the heap again, then any pending block of S
-//! that fits; then the pool grows (its own trim-and-retry included); and when that runs out,
-//! it synchronises the context (`cuCtxSynchronize`: every pending block is then free for all),
-//! returns everything pending to the heap and tries once more before it reports the pool's
-//! error, with its figures.
+//! **When memory comes back.** Once `batch_age` pool calls (allocations and frees, any
+//! stream) have passed since the last poll, the next allocation polls every stream's oldest fenced batches and then fences every open
+//! batch; so a block goes back to the heap at most two periods after the device has passed
+//! its free, whether or not its stream allocates again, for at most one record and one query
+//! per stream and period. A batch is also fenced when it reaches `batch` frees.
 //!
-//! Why not one event per free (PyTorch records one per stream a block was used on, at its
-//! free)? A training step frees thousands of blocks; an event per free is a driver call and an
-//! event object per free. One per batch costs a record per batch and a query or two per
-//! batch (when it is fenced, and on misses until it completes). The batch age trades calls for
-//! memory: on a generated three-stream trace (`tagalloc-bench --quick device`) the default of
-//! 16 records about one event per four frees; 64 records a third as many and holds more
-//! memory while blocks wait. Why not one free list per stream (PyTorch's per-stream pools)?
-//! Memory freed on one stream would never serve another, and a stream's segments would never
-//! merge with another's: pending blocks return to one shared heap as soon as their event
-//! completes.
+//! **What waits is bounded.** An allocation on S tries, in order: a pending block of S that
+//! fits closely (at most 1/8 larger); a free chunk of the heap; then, if anything is pending,
+//! it polls every stream and tries the heap again; then, while pending blocks hold more than
+//! `max_pending` of the reserved bytes (a tenth by default), it waits for the stream whose
+//! batches hold the most pending bytes (`cuStreamSynchronize`: one call returns everything
+//! that stream freed, no event needed) and tries the heap again; then any pending block of S
+//! that fits; then the pool grows (its own trim-and-retry included); and when that runs out,
+//! it synchronises the context (`cuCtxSynchronize`), returns everything pending to the heap
+//! and tries once more before it reports the pool's error, with its figures. So the pool
+//! grows only while pending blocks hold at most `max_pending` of it: they never dominate it.
+//!
+//! Why this design. PyTorch's caching allocator records an event per stream a block was
+//! used on, at its free, queries them on every allocation, and keeps a free list per stream:
+//! memory freed on one stream never serves another, segments of different streams never
+//! merge, and it waits only when the device is out of memory. `cudaMallocAsync` pools reuse
+//! across streams by making the allocating stream wait on the device for the freeing
+//! stream's event (`cudaMemPoolReuseAllowInternalDependencies`), and RMM's stream-ordered
+//! resource (`stream_ordered_memory_resource::get_block`) keeps a free list per stream and,
+//! before it grows, takes another stream's block (the allocating stream waits for that
+//! stream's event, or that stream is synchronised), then synchronises and merges other
+//! streams' whole lists until a block fits. Here one heap serves every stream, so a block is
+//! free for all once the device has passed it; a batch of frees shares one event; and, as
+//! RMM does before it grows, a miss with too much pending waits for a stream (the fullest)
+//! and takes back everything it freed, which on a GPU that keeps up costs nothing (its work is
+//! done) and otherwise throttles the host to the device, as the next synchronising call of a
+//! training loop would. A device-side wait (`cuStreamWaitEvent`, as `cudaMallocAsync` does)
+//! would avoid the host wait; it is not built. Figures: `bench/README.md` (`tagalloc-bench
+//! device`).
 //!
 //! # Blocks
 //!
@@ -267,6 +280,8 @@ pub struct DeviceStats {
     pub pending_blocks: usize,
     /// Their bytes.
     pub pending_bytes: usize,
+    /// The most bytes ever pending at once.
+    pub peak_pending_bytes: usize,
     /// Streams the pool has seen.
     pub streams: usize,
     /// Whether several streams have allocated.
@@ -871,6 +886,7 @@ impl<D: Driver> DevicePool<D> {
             pool: self.pool.stats(),
             pending_blocks: self.slots.count,
             pending_bytes: self.slots.bytes,
+            peak_pending_bytes: self.slots.peak,
             streams: self.streams.len(),
             multi_stream: self.mode == Mode::Multi,
             events: self.events,

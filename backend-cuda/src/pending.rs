@@ -53,6 +53,8 @@ pub(crate) struct Slots {
     /// Live slots, and their bytes.
     pub(crate) count: usize,
     pub(crate) bytes: usize,
+    /// The most `bytes` ever reached.
+    pub(crate) peak: usize,
 }
 
 impl Slots {
@@ -76,6 +78,7 @@ impl Slots {
         };
         self.count += 1;
         self.bytes += usable;
+        self.peak = self.peak.max(self.bytes);
         match self.vacant.pop() {
             Some(i) => {
                 let s = &mut self.slots[i as usize];

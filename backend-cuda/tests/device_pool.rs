@@ -715,7 +715,7 @@ fn four_side_streams_with_record_stream_keep_pending_bounded() {
     let (mut ops, mut mark) = (0, None);
     let step = |ops: &mut usize, mark: &mut Option<tagalloc_cuda::fake::FakeMark>| {
         *ops += 1;
-        if *ops % LAG == 0 {
+        if (*ops).is_multiple_of(LAG) {
             if let Some(m) = *mark {
                 gpu.complete_until(m);
             }

@@ -46,8 +46,16 @@ pub struct Options {
 /// One trace operation on a dense slot.
 #[derive(Clone, Copy)]
 enum Op {
-    Alloc { slot: u32, size: usize, stream: u8 },
-    Free { slot: u32 },
+    Alloc {
+        slot: u32,
+        size: usize,
+        stream: u8,
+    },
+    /// `used`: the stream `record_stream` named for the block before its free (`u=`).
+    Free {
+        slot: u32,
+        used: Option<u8>,
+    },
 }
 
 /// A trace ready to replay.
@@ -59,6 +67,8 @@ pub struct Prepared {
     streams: usize,
     /// The index of each op's trace event, for the device's progress.
     event_of: Vec<u32>,
+    /// Frees that carry `u=`.
+    uses: usize,
 }
 
 /// Turns a trace into operations on dense slots. Errors: more than 255 streams.
@@ -100,11 +110,15 @@ pub fn prepare(trace: &Trace) -> Result<Prepared, String> {
                 ops.push(Op::Alloc { slot, size, stream });
                 event_of.push(i as u32);
             }
-            Event::Free { id, .. } => {
+            Event::Free { id, used, .. } => {
                 let slot = slot_of
                     .remove(&id)
                     .ok_or(format!("{}: free of {id}", trace.name))?;
-                ops.push(Op::Free { slot });
+                let used = match used {
+                    Some(u) => Some(stream_index(Some(u), &mut stream_of)?),
+                    None => None,
+                };
+                ops.push(Op::Free { slot, used });
                 event_of.push(i as u32);
                 free_slots.push(slot);
             }
@@ -112,7 +126,7 @@ pub fn prepare(trace: &Trace) -> Result<Prepared, String> {
                 let slot = *slot_of
                     .get(&id)
                     .ok_or(format!("{}: resize of {id}", trace.name))?;
-                ops.push(Op::Free { slot });
+                ops.push(Op::Free { slot, used: None });
                 ops.push(Op::Alloc {
                     slot,
                     size: new_size,
@@ -122,6 +136,10 @@ pub fn prepare(trace: &Trace) -> Result<Prepared, String> {
             }
         }
     }
+    let uses = ops
+        .iter()
+        .filter(|o| matches!(o, Op::Free { used: Some(_), .. }))
+        .count();
     Ok(Prepared {
         name: trace.name.clone(),
         stats: trace.stats(),
@@ -129,6 +147,7 @@ pub fn prepare(trace: &Trace) -> Result<Prepared, String> {
         slots: slots as usize,
         streams: stream_of.len() + 1,
         event_of,
+        uses,
     })
 }
 
@@ -137,6 +156,8 @@ trait Subject {
     type Handle: Copy;
     fn alloc(&mut self, size: usize, stream: u8) -> Result<Option<Self::Handle>, String>;
     fn free(&mut self, h: Self::Handle) -> Result<(), String>;
+    /// PyTorch's `record_stream`: `h` is used on `stream` too.
+    fn record_stream(&mut self, h: &Self::Handle, stream: u8) -> Result<(), String>;
     fn check(&self) -> Result<(), String>;
     /// Peak reserved bytes, and a line of the allocator's own figures.
     fn figures(&self) -> (u64, String);
@@ -167,6 +188,11 @@ impl Subject for Tagalloc {
         self.pool.free(h).map_err(|e| e.to_string())
     }
 
+    fn record_stream(&mut self, h: &Self::Handle, stream: u8) -> Result<(), String> {
+        let s = self.streams[stream as usize];
+        self.pool.record_stream(h, s).map_err(|e| e.to_string())
+    }
+
     fn check(&self) -> Result<(), String> {
         self.pool.check()
     }
@@ -177,12 +203,15 @@ impl Subject for Tagalloc {
             s.pool.peak_reserved as u64,
             format!(
                 "{} region(s) obtained, {} growths; {} events recorded, {} blocks reused on \
-                 their stream, {} synchronisations",
+                 their stream, {} waits for a stream instead of growing, {} other \
+                 synchronisations; peak pending {}",
                 s.pool.regions_obtained,
                 s.pool.grown,
                 s.counters.events_recorded,
                 s.counters.reused_pending,
-                s.counters.synchronizations
+                s.counters.stream_waits,
+                s.counters.synchronizations,
+                report::bytes(s.peak_pending_bytes as u64)
             ),
         )
     }
@@ -205,6 +234,12 @@ impl Subject for Torch {
     #[inline]
     fn free(&mut self, h: Self::Handle) -> Result<(), String> {
         self.model.free(h).map_err(|e| e.to_string())
+    }
+
+    fn record_stream(&mut self, h: &Self::Handle, stream: u8) -> Result<(), String> {
+        let s = self.streams[stream as usize];
+        // SAFETY: the run's streams live as long as its driver, so past every free.
+        unsafe { self.model.record_stream(*h, s) }.map_err(|e| e.to_string())
     }
 
     fn check(&self) -> Result<(), String> {
@@ -295,8 +330,13 @@ fn replay<S: Subject>(
                     .map_err(|e| format!("{}: op {i}: {e}", p.name))?;
                 slots[slot as usize] = h;
             }
-            Op::Free { slot } => {
+            Op::Free { slot, used } => {
                 if let Some(h) = slots[slot as usize].take() {
+                    if let Some(u) = used {
+                        subject
+                            .record_stream(&h, u)
+                            .map_err(|e| format!("{}: op {i}: {e}", p.name))?;
+                    }
                     subject
                         .free(h)
                         .map_err(|e| format!("{}: op {i}: {e}", p.name))?;
@@ -334,9 +374,25 @@ fn replay<S: Subject>(
     })
 }
 
+/// The fake card a trace replays on: the default 16 GiB card, or, for a trace whose peak
+/// live bytes need more, one with four times its peak (rounded up to a GiB), so a trace
+/// recorded on an 80 GB card replays as it ran.
+fn card(p: &Prepared) -> FakeConfig {
+    let default = FakeConfig::default();
+    let need = (p.stats.peak_live_bytes as usize)
+        .saturating_mul(4)
+        .next_multiple_of(1 << 30);
+    let total_memory = default.total_memory.max(need);
+    FakeConfig {
+        total_memory,
+        address_space: default.address_space.max(total_memory.saturating_mul(4)),
+        ..default
+    }
+}
+
 /// One run of allocator `which` on a fresh fake card.
 fn run_one(which: Which, p: &Prepared, check: bool) -> Result<Run, String> {
-    let driver = Arc::new(FakeDriver::new(FakeConfig::default()).map_err(|e| e.to_string())?);
+    let driver = Arc::new(FakeDriver::new(card(p)).map_err(|e| e.to_string())?);
     let s = streams(&driver, p.streams)?;
     let config = match which {
         Which::Plain => DeviceConfig::PLAIN,
@@ -403,9 +459,9 @@ fn markdown(p: &Prepared, results: &[Result_], runs: usize) -> String {
     let mut out = format!(
         "## Device pool against PyTorch's caching allocator\n\n### {}\n\n{} events ({} \
          alloc, {} free, {} realloc) on {}, peak live {} in {} blocks. Every allocator on a \
-         fresh 16 GiB fake CUDA card; ns/event: median of {} (all three in turn) of the \
+         fresh {} fake CUDA card; ns/event: median of {} (all three in turn) of the \
          replay thread's CPU time (the wall time beside it), the allocator's host \
-         bookkeeping plus the fake driver's for its calls.{}\n\n",
+         bookkeeping plus the fake driver's for its calls.{}{}\n\n",
         p.name,
         report::count(p.stats.events as u64),
         report::count(p.stats.allocs as u64),
@@ -414,11 +470,21 @@ fn markdown(p: &Prepared, results: &[Result_], runs: usize) -> String {
         report::plural(p.streams, "stream"),
         report::bytes(live),
         report::count(p.stats.peak_live_count as u64),
+        report::bytes(card(p).total_memory as u64),
         report::plural(runs, "run"),
         if p.streams > 1 {
             format!(
                 " Several streams: the fake device completes the work recorded up to the \
                  previous checkpoint every {LAG} events."
+            )
+        } else {
+            String::new()
+        },
+        if p.uses > 0 {
+            format!(
+                " {} frees carry `u=` (`record_stream` to another stream), replayed as \
+                 `record_stream` before the free.",
+                report::count(p.uses as u64)
             )
         } else {
             String::new()
@@ -433,6 +499,8 @@ fn markdown(p: &Prepared, results: &[Result_], runs: usize) -> String {
         ("frees", true),
         ("maps", true),
         ("unmaps", true),
+        ("event records", true),
+        ("event queries", true),
         ("synchronisations", true),
         ("all driver calls", true),
         (&report::ratio_header("PyTorch model", Better::Lower), true),
@@ -456,6 +524,8 @@ fn markdown(p: &Prepared, results: &[Result_], runs: usize) -> String {
             report::count(c.frees()),
             report::count(c.get(Call::MemMap)),
             report::count(c.get(Call::MemUnmap)),
+            report::count(c.get(Call::EventRecord)),
+            report::count(c.get(Call::EventQuery)),
             report::count(c.synchronizations()),
             report::count(c.total()),
             report::ratio(c.total() as f64, torch_calls),

@@ -48,6 +48,10 @@ pub trait StreamAllocator {
     /// Frees what [`StreamAllocator::alloc`] handed out.
     fn free(&mut self, block: Self::Block) -> Result<(), Self::Error>;
 
+    /// Marks `block` as used on `stream` too (PyTorch's `record_stream`), before its free.
+    fn record_stream(&mut self, block: &Self::Block, stream: FakeStream)
+        -> Result<(), Self::Error>;
+
     /// Checks the allocator's invariants.
     fn check(&self) -> Result<(), String>;
 
@@ -211,7 +215,15 @@ impl<'t, A: StreamAllocator> Replay<'t, A> {
         let allocator = make(Arc::clone(&driver)).map_err(ReplayError::Setup)?;
         let mut streams = HashMap::default();
         for event in &trace.events {
-            if let Some(s) = event.stream().filter(|&s| s != 0) {
+            let used = match *event {
+                Event::Free { used, .. } => used,
+                _ => None,
+            };
+            for s in [event.stream(), used]
+                .into_iter()
+                .flatten()
+                .filter(|&s| s != 0)
+            {
                 if let Entry::Vacant(v) = streams.entry(s) {
                     v.insert(driver.stream_create().map_err(setup)?);
                 }
@@ -240,7 +252,12 @@ impl<'t, A: StreamAllocator> Replay<'t, A> {
     }
 
     fn stream(&self, event: &Event) -> FakeStream {
-        match event.stream() {
+        self.stream_of(event.stream())
+    }
+
+    /// The fake stream of a trace's stream number (none, or 0: the default stream).
+    fn stream_of(&self, s: Option<u32>) -> FakeStream {
+        match s {
             Some(s) if s != 0 => self.streams[&s],
             _ => self.driver.default_stream(),
         }
@@ -302,8 +319,12 @@ impl<'t, A: StreamAllocator> Replay<'t, A> {
                 let b = self.allocator.alloc(size, stream).map_err(fail)?;
                 self.live.insert(id, b);
             }
-            Event::Free { id, .. } => {
+            Event::Free { id, used, .. } => {
                 if let Some(b) = self.live.remove(&id).ok_or_else(not_live)? {
+                    if used.is_some() {
+                        let u = self.stream_of(used);
+                        self.allocator.record_stream(&b, u).map_err(fail)?;
+                    }
                     self.allocator.free(b).map_err(fail)?;
                 }
             }

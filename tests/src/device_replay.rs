@@ -77,6 +77,14 @@ impl StreamAllocator for DevicePool<Arc<FakeDriver>> {
         DevicePool::free(self, block).map_err(Box::new)
     }
 
+    fn record_stream(
+        &mut self,
+        block: &Self::Block,
+        stream: FakeStream,
+    ) -> Result<(), Self::Error> {
+        DevicePool::record_stream(self, block, stream).map_err(Box::new)
+    }
+
     fn check(&self) -> Result<(), String> {
         DevicePool::check(self)
     }
@@ -155,6 +163,7 @@ pub fn synthetic_trace(events: usize, streams: u32, live: usize, seed: u64) -> T
                 id: gone,
                 thread: None,
                 stream: Some(stream),
+                used: None,
             });
         }
     }

@@ -60,6 +60,11 @@ impl StreamAllocator for TorchAllocator<Arc<FakeDriver>> {
         TorchAllocator::free(self, block)
     }
 
+    fn record_stream(&mut self, block: &DevicePtr, stream: FakeStream) -> Result<(), TorchError> {
+        // SAFETY: the replay's streams live as long as its driver, so past every free.
+        unsafe { TorchAllocator::record_stream(self, *block, stream) }
+    }
+
     fn check(&self) -> Result<(), String> {
         TorchAllocator::check(self)
     }

@@ -11,8 +11,9 @@
 //! r <id> <new_size> [key=value]  <- resize <id>; contents must survive
 //! ```
 //!
-//! Known fields are `align=<n>` (a power of two, allocations only), `t=<thread>` and
-//! `s=<stream>`; any other `key=value` field is ignored. Blank lines are skipped.
+//! Known fields are `align=<n>` (a power of two, allocations only), `t=<thread>`,
+//! `s=<stream>` and `u=<stream>` (frees only: PyTorch's `record_stream`); any other
+//! `key=value` field is ignored. Blank lines are skipped.
 //!
 //! Besides the syntax, the parser checks that the trace is consistent, so that a replay can
 //! trust it: an `a` never reuses an id, and `f` and `r` only name ids that are live. Every
@@ -48,11 +49,13 @@ pub enum Event {
         thread: Option<u32>,
         stream: Option<u32>,
     },
-    /// Free the live allocation `id`.
+    /// Free the live allocation `id`. `used` is the `u=` field: another stream the block was
+    /// used on (PyTorch's `record_stream`), whose work must finish before it is reused.
     Free {
         id: u64,
         thread: Option<u32>,
         stream: Option<u32>,
+        used: Option<u32>,
     },
     /// Resize the live allocation `id` to `new_size` bytes, in place or by moving; its contents
     /// up to the smaller of the two sizes must survive.
@@ -104,7 +107,12 @@ impl fmt::Display for Event {
                     write!(f, " align={align}")?;
                 }
             }
-            Event::Free { id, .. } => write!(f, "f {id}")?,
+            Event::Free { id, used, .. } => {
+                write!(f, "f {id}")?;
+                if let Some(u) = used {
+                    write!(f, " u={u}")?;
+                }
+            }
             Event::Realloc { id, new_size, .. } => write!(f, "r {id} {new_size}")?,
         }
         if let Some(t) = self.thread() {
@@ -299,6 +307,8 @@ pub enum TraceErrorKind {
     BadAlign(String),
     /// `align=` on an event other than `a`.
     MisplacedAlign,
+    /// `u=` on an event other than `f`.
+    MisplacedUse,
     /// A token after the positional fields that is not `key=value`.
     StrayToken(String),
     /// The same known field twice on one line.
@@ -378,6 +388,7 @@ impl fmt::Display for TraceErrorKind {
                 write!(f, "align={text} is not a power of two")
             }
             TraceErrorKind::MisplacedAlign => write!(f, "align= is only allowed on `a` events"),
+            TraceErrorKind::MisplacedUse => write!(f, "u= is only allowed on `f` events"),
             TraceErrorKind::StrayToken(token) => {
                 write!(f, "unexpected `{token}` (expected key=value)")
             }
@@ -542,6 +553,9 @@ fn parse_event(line: &str, ids: &mut IdState) -> Result<Event, TraceErrorKind> {
             let id = number(tokens.next(), "id")?;
             let size = number(tokens.next(), "size")?;
             let fields = Fields::parse(tokens)?;
+            if fields.used.is_some() {
+                return Err(TraceErrorKind::MisplacedUse);
+            }
             if !ids.used.insert(id) {
                 return Err(TraceErrorKind::IdReused(id));
             }
@@ -567,6 +581,7 @@ fn parse_event(line: &str, ids: &mut IdState) -> Result<Event, TraceErrorKind> {
                 id,
                 thread: fields.thread,
                 stream: fields.stream,
+                used: fields.used,
             }
         }
         "r" => {
@@ -575,6 +590,9 @@ fn parse_event(line: &str, ids: &mut IdState) -> Result<Event, TraceErrorKind> {
             let fields = Fields::parse(tokens)?;
             if fields.align.is_some() {
                 return Err(TraceErrorKind::MisplacedAlign);
+            }
+            if fields.used.is_some() {
+                return Err(TraceErrorKind::MisplacedUse);
             }
             if !ids.live.contains(&id) {
                 return Err(TraceErrorKind::NotLive(id));
@@ -618,6 +636,7 @@ struct Fields {
     align: Option<usize>,
     thread: Option<u32>,
     stream: Option<u32>,
+    used: Option<u32>,
 }
 
 impl Fields {
@@ -637,6 +656,7 @@ impl Fields {
                 }
                 "t" => set_once(&mut fields.thread, parse_number(value, "t")?, key)?,
                 "s" => set_once(&mut fields.stream, parse_number(value, "s")?, key)?,
+                "u" => set_once(&mut fields.used, parse_number(value, "u")?, key)?,
                 "" => return Err(TraceErrorKind::StrayToken(token.to_owned())),
                 _ => {} // unknown fields are ignored
             }
@@ -743,6 +763,7 @@ mod tests {
                 id: 1,
                 thread: Some(4),
                 stream: None,
+                used: None,
             },
             Event::Alloc {
                 id: 7,
@@ -755,6 +776,7 @@ mod tests {
                 id: 0,
                 thread: None,
                 stream: None,
+                used: None,
             },
         ]
     }
@@ -856,6 +878,21 @@ mod tests {
     }
 
     #[test]
+    fn a_free_carries_the_stream_record_stream_named() {
+        let t = parse(&format!("{HEADER}\na 0 16 s=1\nf 0 s=1 u=0\n")).unwrap();
+        assert_eq!(
+            t.events[1],
+            Event::Free {
+                id: 0,
+                thread: None,
+                stream: Some(1),
+                used: Some(0),
+            }
+        );
+        assert_eq!(t.events[1].to_string(), "f 0 u=0 s=1");
+    }
+
+    #[test]
     fn bad_lines_name_their_line() {
         // The header is line 1, so the first body line is line 2.
         let cases: &[(&str, usize)] = &[
@@ -912,6 +949,15 @@ mod tests {
         assert!(matches!(
             bad("a 0 1\nr 0 2 align=8\n").1,
             TraceErrorKind::MisplacedAlign
+        ));
+        assert!(matches!(bad("a 0 1 u=2\n").1, TraceErrorKind::MisplacedUse));
+        assert!(matches!(
+            bad("a 0 1\nr 0 2 u=2\n").1,
+            TraceErrorKind::MisplacedUse
+        ));
+        assert!(matches!(
+            bad("a 0 1\nf 0 u=1 u=2\n").1,
+            TraceErrorKind::DuplicateField(k) if k == "u"
         ));
         assert!(matches!(bad("a 0 1 junk\n").1, TraceErrorKind::StrayToken(t) if t == "junk"));
         assert!(matches!(

@@ -175,6 +175,7 @@ fn inconsistent_traces_are_errors_not_panics() {
         id,
         thread: None,
         stream: None,
+        used: None,
     };
     // `Trace::load` refuses these; a trace built by hand can still hold them.
     let cases = [

@@ -15,6 +15,7 @@
 //! void  tagalloc_free(void* ptr, ssize_t size, int device, cudaStream_t stream);
 //! void  tagalloc_record_stream(void* ptr, cudaStream_t stream);  /* set_record_stream_fn */
 //! void  tagalloc_empty_cache(void);                              /* set_reset_fn */
+//! int   tagalloc_trim(int device);          /* empty_cache of one device, or all for -1: 0 or -1 */
 //! int   tagalloc_stats(int device, TagallocStats* out);
 //! size_t tagalloc_stats_size(void);                    /* sizeof(TagallocStats) */
 //! size_t tagalloc_snapshot(int device, char* buf, size_t len);  /* JSON; (size_t)-1 on failure */
@@ -347,6 +348,14 @@ pub extern "C" fn tagalloc_record_stream(ptr: *mut c_void, stream: *mut c_void) 
 #[no_mangle]
 pub extern "C" fn tagalloc_empty_cache() {
     with_global((), |a| a.empty_cache(-1));
+}
+
+/// Empties the cache of `device`, or of every device's pool for -1, as
+/// [`tagalloc_empty_cache`] does, but says whether it could: 0, or -1 when there is no pool
+/// or the driver refused ([`tagalloc_last_error`] says why).
+#[no_mangle]
+pub extern "C" fn tagalloc_trim(device: c_int) -> c_int {
+    with_global(-1, |a| a.empty_cache(device).map(|()| 0))
 }
 
 /// Fills `*out` with the statistics of `device`'s pool. Returns `out->status`: 0 on success,

@@ -10,8 +10,8 @@ use tagalloc_cuda::fake::Outstanding;
 use tagalloc_cuda::{DeviceConfig, DevicePtr, Driver, FakeConfig, FakeDriver, PoolRegistry};
 use tagalloc_cuda_pluggable::{
     copy_whole, tagalloc_empty_cache, tagalloc_free, tagalloc_last_error, tagalloc_malloc,
-    tagalloc_record_stream, tagalloc_snapshot, tagalloc_stats, tagalloc_stats_size, Allocator,
-    TagallocStats,
+    tagalloc_record_stream, tagalloc_snapshot, tagalloc_stats, tagalloc_stats_size, tagalloc_trim,
+    Allocator, TagallocStats,
 };
 
 fn fake_allocator(count: u32) -> (Allocator<Arc<FakeDriver>>, Vec<Arc<FakeDriver>>) {
@@ -291,6 +291,7 @@ fn the_exported_functions_on_this_machine() {
             assert!(st.in_use >= 4096);
             tagalloc_free(p, 4096, 0, null);
             tagalloc_empty_cache();
+            assert_eq!(tagalloc_trim(-1), 0);
         }
     } else {
         assert!(p.is_null(), "no driver: malloc returns null");
@@ -355,6 +356,7 @@ fn the_shared_library_exports_the_c_names() {
         c"tagalloc_free",
         c"tagalloc_record_stream",
         c"tagalloc_empty_cache",
+        c"tagalloc_trim",
         c"tagalloc_stats",
         c"tagalloc_stats_size",
         c"tagalloc_snapshot",

@@ -15,8 +15,9 @@ through ``torch.cuda.memory.CUDAPluggableAllocator``; the functions here read th
 through ``ctypes``. The module imports without PyTorch, a GPU or the library; each function
 raises a :class:`TagallocError` subclass saying which is missing.
 
-PyTorch's own ``torch.cuda.memory_stats()``, ``max_memory_reserved()`` and ``_snapshot()`` do
-not see a pluggable allocator's figures: use :func:`memory_stats` and :func:`snapshot` here.
+PyTorch's own ``torch.cuda.memory_stats()``, ``max_memory_reserved()`` and the like raise under a
+pluggable allocator (its ``getDeviceStats`` is unsupported in PyTorch's
+``CUDAPluggableAllocator.cpp``): use :func:`memory_stats` and :func:`snapshot` here.
 """
 
 import pickle

@@ -130,12 +130,13 @@ def _device(device):
         return torch.cuda.current_device() if torch.cuda.is_initialized() else 0
     if isinstance(device, int):
         return device
-    index = getattr(device, "index", None)
-    if index is None and isinstance(device, str) and device.startswith("cuda:"):
-        index = int(device[len("cuda:") :])
-    if index is None:
-        raise ValueError(f"tagalloc: not a CUDA device ordinal: {device!r}")
-    return index
+    if isinstance(device, str):
+        if device.startswith("cuda:") and device[len("cuda:") :].isdigit():
+            return int(device[len("cuda:") :])
+    elif getattr(device, "type", None) == "cuda":
+        # A torch.device; torch.device("cuda") has no index: the current device.
+        return _device(None) if device.index is None else device.index
+    raise ValueError(f"tagalloc: not a CUDA device ordinal: {device!r}")
 
 
 def memory_stats(device=None, library=None):

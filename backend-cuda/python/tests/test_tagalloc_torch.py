@@ -281,6 +281,20 @@ class TestLibraryWithoutDriver(Clean):
         self.assertIn("no CUDA driver", str(e.exception))
 
 
+class TestDevice(unittest.TestCase):
+    def test_ordinals_from_ints_strings_and_torch_devices(self):
+        dev = tagalloc_torch._device
+        with mock.patch.dict(sys.modules, {"torch": FakeTorch()}):
+            self.assertEqual(dev(None), 0, "CUDA not initialised: device 0")
+            self.assertEqual(dev(types.SimpleNamespace(type="cuda", index=None)), 0)
+        self.assertEqual(dev(3), 3)
+        self.assertEqual(dev("cuda:2"), 2)
+        self.assertEqual(dev(types.SimpleNamespace(type="cuda", index=1)), 1)
+        for bad in ("cpu", "cuda:x", "cuda", types.SimpleNamespace(type="cpu", index=0), 2.5):
+            with self.assertRaises(ValueError):
+                dev(bad)
+
+
 class TestConversions(unittest.TestCase):
     def test_the_fake_drivers_snapshot_in_pytorchs_shape(self):
         # The fixture is what the pool wrote on the fake driver in the Rust test

@@ -125,9 +125,11 @@ def child(mode, workload, steps, library):
         peak_reserved, live_peak = s["reserved_bytes.all.peak"], s["active_bytes.all.peak"]
         extra = {k: v for k, v in s.items() if k.startswith("tagalloc.") or k.startswith("num_")}
     else:
-        peak_reserved = torch.cuda.max_memory_reserved(dev)
-        live_peak = torch.cuda.max_memory_allocated(dev)
-        extra = {"num_alloc_retries": torch.cuda.memory_stats(dev).get("num_alloc_retries")}
+        # Every PyTorch backend is meant to answer these; a None says one did not.
+        stats = optional(lambda: torch.cuda.memory_stats(dev)) or {}
+        peak_reserved = optional(lambda: torch.cuda.max_memory_reserved(dev))
+        live_peak = optional(lambda: torch.cuda.max_memory_allocated(dev))
+        extra = {"num_alloc_retries": stats.get("num_alloc_retries")}
     return {
         "mode": mode,
         "workload": workload,
@@ -141,6 +143,14 @@ def child(mode, workload, steps, library):
         "torch": torch.__version__,
         "device": torch.cuda.get_device_name(dev),
     }
+
+
+def optional(f):
+    """``f()``, or None when the allocator does not support it."""
+    try:
+        return f()
+    except RuntimeError:
+        return None
 
 
 def resnet50(torch, dev):
@@ -294,6 +304,10 @@ def agreement(row, reference):
     return "within 1e-5" if worst <= 1e-5 else f"differs (max rel. diff {worst:.2e})"
 
 
+def gb(n):
+    return "n/a" if n is None else f"{n / GB:.2f}"
+
+
 def table(rows):
     out = [
         "| workload | allocator | peak reserved (GB) | max reserved at step ends (GB) "
@@ -305,8 +319,8 @@ def table(rows):
             out.append(f"| {r['workload']} | {r['mode']} | — | — | — | — | error: {r['error']} |")
             continue
         out.append(
-            f"| {r['workload']} | {r['mode']} | {r['peak_reserved'] / GB:.2f} "
-            f"| {r['reserved_at_step_end_max'] / GB:.2f} | {r['live_peak'] / GB:.2f} "
+            f"| {r['workload']} | {r['mode']} | {gb(r['peak_reserved'])} "
+            f"| {gb(r['reserved_at_step_end_max'])} | {gb(r['live_peak'])} "
             f"| {r['median_step_s'] * 1e3:.1f} | {r['agreement']} |"
         )
     return "\n".join(out)

@@ -73,9 +73,15 @@ class TestParts(unittest.TestCase):
                 "median_step_s": 0.1234, "agreement": "reference",
             },
             {"mode": "tagalloc", "workload": "resnet50", "error": "exit 1: boom"},
+            {
+                "mode": "async", "workload": "resnet50", "peak_reserved": None,
+                "reserved_at_step_end_max": 1e9, "live_peak": None,
+                "median_step_s": 0.1, "agreement": "bitwise",
+            },
         ]
         t = gpu_check.table(rows).splitlines()
-        self.assertEqual(len(t), 4)
+        self.assertEqual(len(t), 5)
+        self.assertEqual(t[4], "| resnet50 | async | n/a | 1.00 | n/a | 100.0 | bitwise |")
         self.assertEqual(t[2], "| resnet50 | default | 6.97 | 6.50 | 5.92 | 123.4 | reference |")
         self.assertIn("error: exit 1: boom", t[3])
 

@@ -109,14 +109,16 @@ def child(mode, workload, steps, library):
     step = {"resnet50": resnet50, "transformer": transformer, "multistream": multistream}[
         workload
     ](torch, dev)
-    times, values, at_step_end = [], [], 0
+    times, values, at_step_end = [], [], None
     for i in range(steps):
         t0 = time.perf_counter()
         v = step(i)
         torch.cuda.synchronize(dev)
         t = time.perf_counter() - t0
         values.append(float(v))
-        at_step_end = max(at_step_end, reserved_now())
+        r = optional(reserved_now)
+        if r is not None:
+            at_step_end = r if at_step_end is None else max(at_step_end, r)
         if i >= WARMUP:
             times.append(t)
 

@@ -318,7 +318,8 @@ def table(rows):
     ]
     for r in rows:
         if "error" in r:
-            out.append(f"| {r['workload']} | {r['mode']} | — | — | — | — | error: {r['error']} |")
+            dashes = " — |" * 5
+            out.append(f"| {r['workload']} | {r['mode']} |{dashes} error: {r['error']} |")
             continue
         out.append(
             f"| {r['workload']} | {r['mode']} | {gb(r['peak_reserved'])} "

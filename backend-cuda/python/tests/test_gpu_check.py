@@ -1,6 +1,8 @@
 """gpu_check.py where no GPU is needed: it refuses clearly without PyTorch or a GPU (a stand-in
 torch package on PYTHONPATH), reads its options, compares results and draws its table."""
 
+import contextlib
+import io
 import os
 import subprocess
 import sys
@@ -48,10 +50,14 @@ class TestParts(unittest.TestCase):
         a = gpu_check.parse_args([])
         self.assertEqual(a.modes, ["default", "expandable", "async", "tagalloc"])
         self.assertEqual(a.workloads, ["resnet50", "transformer", "multistream"])
-        with self.assertRaises(SystemExit):
-            gpu_check.parse_args(["--only", "resnet"])
-        with self.assertRaises(SystemExit):
-            gpu_check.parse_args(["--steps", str(gpu_check.WARMUP)])
+        for bad, words in (
+            (["--only", "resnet"], "unknown resnet"),
+            (["--steps", str(gpu_check.WARMUP)], "warm-up"),
+        ):
+            err = io.StringIO()
+            with self.assertRaises(SystemExit), contextlib.redirect_stderr(err):
+                gpu_check.parse_args(bad)
+            self.assertIn(words, err.getvalue())
 
     def test_agreement(self):
         def row(*values):

@@ -281,6 +281,30 @@ class TestLibraryWithoutDriver(Clean):
         self.assertIn("no CUDA driver", str(e.exception))
 
 
+class TestLibraryWithDriver(Clean):
+    """The real library where a CUDA driver is installed: figures, or the reason there are none."""
+
+    def setUp(self):
+        super().setUp()
+        if not driver_present():
+            self.skipTest("no CUDA driver on this machine (TestLibraryWithoutDriver covers it)")
+        self.path = built_library()
+
+    def test_stats_snapshot_and_empty_cache(self):
+        try:
+            s = tagalloc_torch.memory_stats(0, library=self.path)
+        except tagalloc_torch.LibraryError as e:
+            self.assertIn("CUDA", str(e))  # a driver but no usable device: the reason
+            self.skipTest(f"a CUDA driver but no pool: {e}")
+        self.assertGreaterEqual(s["reserved_bytes.all.peak"], s["reserved_bytes.all.current"])
+        snap = tagalloc_torch.snapshot(0, library=self.path)
+        self.assertEqual(
+            sum(seg["total_size"] for seg in snap["segments"]),
+            tagalloc_torch.memory_stats(0, library=self.path)["reserved_bytes.all.current"],
+        )
+        tagalloc_torch.empty_cache(library=self.path)
+
+
 class TestDevice(unittest.TestCase):
     def test_ordinals_from_ints_strings_and_torch_devices(self):
         dev = tagalloc_torch._device

@@ -318,7 +318,7 @@ def table(rows):
     ]
     for r in rows:
         if "error" in r:
-            dashes = " — |" * 5
+            dashes = " — |" * 4
             out.append(f"| {r['workload']} | {r['mode']} |{dashes} error: {r['error']} |")
             continue
         out.append(

@@ -15,9 +15,19 @@
 //! void  tagalloc_free(void* ptr, ssize_t size, int device, cudaStream_t stream);
 //! void  tagalloc_record_stream(void* ptr, cudaStream_t stream);  /* set_record_stream_fn */
 //! void  tagalloc_empty_cache(void);                              /* set_reset_fn */
+//! int   tagalloc_trim(int device);          /* empty_cache of one device, or all for -1: 0 or -1 */
 //! int   tagalloc_stats(int device, TagallocStats* out);
+//! size_t tagalloc_stats_size(void);                    /* sizeof(TagallocStats) */
+//! size_t tagalloc_snapshot(int device, char* buf, size_t len);  /* JSON; (size_t)-1 on failure */
 //! size_t tagalloc_last_error(char* buf, size_t len);   /* copies the message, returns its length */
 //! ```
+//!
+//! `TagallocStats` only ever grows at its end: the offsets of its fields never change, but
+//! `tagalloc_stats` writes the whole struct, so a caller declares every field of the version
+//! it loads (the Python module checks `sizeof` against `tagalloc_stats_size()`). The JSON of
+//! `tagalloc_snapshot` is described in [`snapshot_json`]. The Python module
+//! `backend-cuda/python/tagalloc_torch` wraps all of this for PyTorch users (`enable()`,
+//! `memory_stats()`, `empty_cache()`, `snapshot()`).
 //!
 //! The record-stream and empty-cache calls have the signatures of the allocator's optional
 //! hooks, so PyTorch can call them too:
@@ -57,6 +67,8 @@ use std::ffi::CString;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Mutex, OnceLock};
 
+pub mod snapshot_json;
+
 use tagalloc_cuda::{
     CuStream, CudaDriver, DeviceConfig, DeviceError, DevicePtr, Driver, DriverError, PoolRegistry,
     Regions,
@@ -85,6 +97,31 @@ pub struct TagallocStats {
     pub frees: u64,
     /// Regions held from the driver (1 with virtual-memory growth).
     pub regions: u64,
+    // Appended later: new fields only ever go at the end, so existing offsets stay put.
+    /// Chunks handed out now, pending frees included.
+    pub live_blocks: u64,
+    /// Blocks pending (freed on their stream, waiting for their events).
+    pub pending_blocks: u64,
+    /// Allocations that ran out while frees were pending, waited for the device, and tried
+    /// again (the device pool's `exhaustion_retries`).
+    pub exhaustion_retries: u64,
+    /// Allocations that failed, gave back every wholly free region, and tried again (the core
+    /// pool's `retries`). One request can count here and in `exhaustion_retries`.
+    pub pool_retries: u64,
+    /// Regions obtained from the driver.
+    pub regions_obtained: u64,
+    /// Regions given back whole.
+    pub regions_given_back: u64,
+    /// Times a region grew in place (with virtual-memory growth: one more mapping).
+    pub grown: u64,
+    /// Times a region's free end was given back (unmapped).
+    pub shrunk: u64,
+    /// Host synchronisations (switching to several streams, running out of memory).
+    pub synchronizations: u64,
+    /// Events recorded.
+    pub events_recorded: u64,
+    /// Events queried.
+    pub event_queries: u64,
 }
 
 /// The allocator over driver `D`: a registry of pools, one per device.
@@ -173,7 +210,35 @@ impl<D: Driver> Allocator<D> {
             allocations: s.pool.heap.allocs,
             frees: s.pool.heap.frees,
             regions: s.pool.heap.regions as u64,
+            live_blocks: s.pool.heap.live as u64,
+            pending_blocks: s.pending_blocks as u64,
+            exhaustion_retries: s.counters.exhaustion_retries,
+            pool_retries: s.pool.retries,
+            regions_obtained: s.pool.regions_obtained,
+            regions_given_back: s.pool.regions_given_back,
+            grown: s.pool.grown,
+            shrunk: s.pool.shrunk,
+            synchronizations: s.counters.synchronizations,
+            events_recorded: s.counters.events_recorded,
+            event_queries: s.counters.event_queries,
         })
+    }
+
+    /// The pool of `device` as JSON in the shape of PyTorch's snapshot segments (see
+    /// [`snapshot_json`]); `stream_number` gives the integer written for a stream.
+    pub fn snapshot_json(
+        &self,
+        device: c_int,
+        stream_number: impl Fn(D::Stream) -> u64,
+    ) -> Result<String, String> {
+        let ordinal = self.device(device)?;
+        let pool = self.registry.get(ordinal).map_err(message)?;
+        let regions = pool.lock().snapshot();
+        Ok(snapshot_json::snapshot_json(
+            ordinal,
+            &regions,
+            stream_number,
+        ))
     }
 }
 
@@ -285,6 +350,14 @@ pub extern "C" fn tagalloc_empty_cache() {
     with_global((), |a| a.empty_cache(-1));
 }
 
+/// Empties the cache of `device`, or of every device's pool for -1, as
+/// [`tagalloc_empty_cache`] does, but says whether it could: 0, or -1 when there is no pool
+/// or the driver refused ([`tagalloc_last_error`] says why).
+#[no_mangle]
+pub extern "C" fn tagalloc_trim(device: c_int) -> c_int {
+    with_global(-1, |a| a.empty_cache(device).map(|()| 0))
+}
+
 /// Fills `*out` with the statistics of `device`'s pool. Returns `out->status`: 0 on success,
 /// -1 when there is no pool (no driver, no such device; [`tagalloc_last_error`] says which),
 /// -2 for a null `out`.
@@ -309,6 +382,55 @@ pub unsafe extern "C" fn tagalloc_stats(device: c_int, out: *mut TagallocStats) 
     // `TagallocStats`.
     unsafe { out.write(stats) };
     stats.status
+}
+
+/// The size in bytes of the [`TagallocStats`] that [`tagalloc_stats`] writes, so that a caller
+/// declaring the struct itself (Python's `ctypes`) can refuse a library of another version.
+#[no_mangle]
+pub extern "C" fn tagalloc_stats_size() -> usize {
+    core::mem::size_of::<TagallocStats>()
+}
+
+/// Writes the pool of `device` as a JSON document (see [`snapshot_json`]) into `buf`,
+/// NUL-terminated, and returns the document's length in bytes (without the NUL). The document
+/// is written only when all of it and the NUL fit (`len` greater than the length); otherwise
+/// nothing is written, so a caller sizes its buffer with `buf` null or `len` 0 and calls
+/// again, and again if the pool grew in between. Returns `(size_t)-1` (`SIZE_MAX`) when there
+/// is no pool (no driver, no such device; [`tagalloc_last_error`] says which); a pool is
+/// created for a device that has none yet, as [`tagalloc_stats`] does.
+///
+/// # Safety
+///
+/// `buf` is null or points to `len` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn tagalloc_snapshot(device: c_int, buf: *mut c_char, len: usize) -> usize {
+    let Some(json) = with_global(None, |a| {
+        a.snapshot_json(device, |s| s.as_raw() as usize as u64)
+            .map(Some)
+    }) else {
+        return usize::MAX;
+    };
+    // SAFETY: the caller's promise on `buf` and `len` is `copy_whole`'s.
+    unsafe { copy_whole(json.as_bytes(), buf, len) }
+}
+
+/// Copies `doc` and a NUL into `buf` when both fit (`len > doc.len()`), else writes nothing;
+/// returns `doc.len()`. What [`tagalloc_snapshot`] does with its document: a cut JSON document
+/// is of no use, so it is whole or absent.
+///
+/// # Safety
+///
+/// `buf` is null or points to `len` writable bytes that do not overlap `doc`.
+pub unsafe fn copy_whole(doc: &[u8], buf: *mut c_char, len: usize) -> usize {
+    if !buf.is_null() && len > doc.len() {
+        // SAFETY: `buf` points to `len` writable bytes apart from `doc` (the caller's promise)
+        // and `doc.len() + 1 <= len`.
+        unsafe {
+            core::ptr::copy_nonoverlapping(doc.as_ptr(), buf.cast::<u8>(), doc.len());
+            buf.add(doc.len()).write(0);
+        }
+    }
+    doc.len()
 }
 
 /// Copies the message of the last failure in this process (empty if none) into `buf`, at most

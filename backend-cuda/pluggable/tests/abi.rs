@@ -9,8 +9,9 @@ use std::sync::Arc;
 use tagalloc_cuda::fake::Outstanding;
 use tagalloc_cuda::{DeviceConfig, DevicePtr, Driver, FakeConfig, FakeDriver, PoolRegistry};
 use tagalloc_cuda_pluggable::{
-    tagalloc_empty_cache, tagalloc_free, tagalloc_last_error, tagalloc_malloc,
-    tagalloc_record_stream, tagalloc_stats, Allocator, TagallocStats,
+    copy_whole, tagalloc_empty_cache, tagalloc_free, tagalloc_last_error, tagalloc_malloc,
+    tagalloc_record_stream, tagalloc_snapshot, tagalloc_stats, tagalloc_stats_size, tagalloc_trim,
+    Allocator, TagallocStats,
 };
 
 fn fake_allocator(count: u32) -> (Allocator<Arc<FakeDriver>>, Vec<Arc<FakeDriver>>) {
@@ -77,6 +78,190 @@ fn the_allocator_serves_frees_by_address_and_reports() {
     );
 }
 
+/// The snapshot the Python module's tests read (`backend-cuda/python/tests/`): this test
+/// checks it is what the pool writes now; `TAGALLOC_BLESS=1` rewrites it.
+const FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../python/tests/fixtures/snapshot_fake.json"
+);
+
+/// `doc` with every `"address"` made an offset from its first segment's.
+fn rebased(mut doc: serde_json::Value) -> serde_json::Value {
+    fn walk(v: &mut serde_json::Value, base: u64) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, x) in m.iter_mut() {
+                    match x.as_u64() {
+                        Some(a) if k == "address" => *x = serde_json::json!(a - base),
+                        _ => walk(x, base),
+                    }
+                }
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(|x| walk(x, base)),
+            _ => {}
+        }
+    }
+    let base = doc["segments"][0]["address"].as_u64().unwrap();
+    walk(&mut doc, base);
+    doc
+}
+
+#[test]
+fn the_snapshot_has_every_chunk_in_pytorchs_shape() {
+    let (a, gpus) = fake_allocator(1);
+    let (s0, s1) = (gpus[0].default_stream(), gpus[0].stream_create().unwrap());
+    let number = |s| if s == s0 { 0 } else { 7 };
+    let kept = a.malloc(1000, 0, s0).unwrap().unwrap();
+    let freed = a.malloc(3 << 20, 0, s1).unwrap().unwrap();
+    let other = a.malloc(4096, 0, s1).unwrap().unwrap();
+    a.free(freed, 3 << 20, 0).unwrap(); // on s1, whose work the fake device has not passed
+    let st = a.stats(0).unwrap();
+    assert!(st.pending >= 3 << 20, "{st:?}");
+    assert_eq!(st.pending_blocks, 1);
+    assert_eq!(st.live_blocks, 3, "pending blocks count as live");
+
+    let json = a.snapshot_json(0, number).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(doc["device"], 0);
+    let segments = doc["segments"].as_array().unwrap();
+    assert_eq!(segments.len(), 1, "one region with virtual-memory growth");
+    let seg = &segments[0];
+    let blocks = seg["blocks"].as_array().unwrap();
+    let int = |v: &serde_json::Value| v.as_u64().unwrap();
+    // Blocks tile the segment in address order.
+    let mut at = int(&seg["address"]);
+    for b in blocks {
+        assert_eq!(int(&b["address"]), at);
+        at += int(&b["size"]);
+        assert_eq!(b["frames"], serde_json::json!([]));
+    }
+    assert_eq!(at - int(&seg["address"]), int(&seg["total_size"]));
+    assert_eq!(int(&seg["total_size"]), st.reserved);
+    let find = |ptr: DevicePtr| {
+        blocks
+            .iter()
+            .find(|b| int(&b["address"]) == ptr.0)
+            .unwrap_or_else(|| panic!("no block at {ptr:?} in {json}"))
+    };
+    let (k, f, o) = (find(kept), find(freed), find(other));
+    assert_eq!(k["state"], "active_allocated");
+    assert_eq!((int(&k["requested_size"]), int(&k["size"])), (1000, 1024));
+    assert_eq!(k["stream"], 0);
+    assert_eq!(f["state"], "active_pending_free");
+    assert_eq!(f["stream"], 7, "pending on the stream it was freed on");
+    assert_eq!(o["state"], "active_allocated");
+    assert_eq!(
+        (int(&o["requested_size"]), o["stream"].as_u64()),
+        (4096, Some(7))
+    );
+    let inactive: Vec<_> = blocks.iter().filter(|b| b["state"] == "inactive").collect();
+    assert!(
+        !inactive.is_empty(),
+        "the rest of the region is free: {json}"
+    );
+    for b in &inactive {
+        assert_eq!(
+            (int(&b["requested_size"]), b["stream"].is_null()),
+            (0, true)
+        );
+    }
+    // The segment's sums, as PyTorch's allocator makes them.
+    let sum = |states: &[&str], key: &str| -> u64 {
+        blocks
+            .iter()
+            .filter(|b| states.contains(&b["state"].as_str().unwrap()))
+            .map(|b| int(&b[key]))
+            .sum()
+    };
+    assert_eq!(
+        int(&seg["allocated_size"]),
+        sum(&["active_allocated"], "size")
+    );
+    assert_eq!(int(&seg["allocated_size"]), 1024 + 4096);
+    let active = ["active_allocated", "active_pending_free"];
+    assert_eq!(int(&seg["active_size"]), sum(&active, "size"));
+    assert_eq!(int(&seg["active_size"]), st.in_use);
+    assert_eq!(int(&seg["requested_size"]), sum(&active, "requested_size"));
+    assert_eq!(
+        (
+            &seg["stream"],
+            &seg["segment_type"],
+            &seg["segment_pool_id"]
+        ),
+        (
+            &serde_json::json!(0),
+            &serde_json::json!("large"),
+            &serde_json::json!([0, 0])
+        )
+    );
+
+    if std::env::var_os("TAGALLOC_BLESS").is_some() {
+        std::fs::write(FIXTURE, format!("{json}\n")).unwrap();
+    }
+    // The fake driver's addresses change from run to run: compared from the first segment's.
+    let fixture: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(FIXTURE).unwrap()).unwrap();
+    assert_eq!(
+        rebased(fixture),
+        rebased(doc),
+        "{FIXTURE} is stale: rerun with TAGALLOC_BLESS=1"
+    );
+
+    // Everything freed and the cache emptied: nothing active is left to show.
+    a.free(kept, 1000, 0).unwrap();
+    a.free(other, 4096, 0).unwrap();
+    a.empty_cache(0).unwrap();
+    let json = a.snapshot_json(0, number).unwrap();
+    assert!(!json.contains("active_"), "{json}");
+    drop(a);
+    // SAFETY: the test's stream, unused from now on.
+    unsafe { gpus[0].stream_destroy(s1).unwrap() };
+}
+
+#[test]
+fn the_snapshot_is_whole_or_absent_and_says_why_there_is_none() {
+    let (a, gpus) = fake_allocator(1);
+    let s0 = gpus[0].default_stream();
+    let p = a.malloc(100, 0, s0).unwrap().unwrap();
+    let json = a.snapshot_json(0, |_| 0).unwrap();
+    let n = json.len();
+    // Sizing: a null buffer, or a zero length, only gives the length.
+    // SAFETY: a null buffer is never written.
+    assert_eq!(
+        unsafe { copy_whole(json.as_bytes(), std::ptr::null_mut(), 0) },
+        n
+    );
+    // Too small, even by the NUL: nothing written.
+    let mut small = vec![b'x' as c_char; n];
+    // SAFETY: `small` has `n` writable bytes, apart from `json`.
+    assert_eq!(
+        unsafe { copy_whole(json.as_bytes(), small.as_mut_ptr(), n) },
+        n
+    );
+    assert!(
+        small.iter().all(|&c| c == b'x' as c_char),
+        "a refused copy writes nothing"
+    );
+    // Room for the document and its NUL: written whole.
+    let mut fits = vec![b'x' as c_char; n + 1];
+    // SAFETY: `fits` has `n + 1` writable bytes, apart from `json`.
+    assert_eq!(
+        unsafe { copy_whole(json.as_bytes(), fits.as_mut_ptr(), n + 1) },
+        n
+    );
+    // SAFETY: NUL-terminated by the call.
+    let back = unsafe { CStr::from_ptr(fits.as_ptr()) }.to_str().unwrap();
+    assert_eq!(back, json);
+    // No pool: a bad ordinal, a device the machine does not have.
+    assert!(a
+        .snapshot_json(-1, |_| 0)
+        .unwrap_err()
+        .contains("bad device"));
+    let e = a.snapshot_json(1, |_| 0).unwrap_err();
+    assert!(e.contains("no CUDA device 1"), "{e}");
+    a.free(p, 100, 0).unwrap();
+}
+
 fn last_error() -> String {
     let mut buf = [0 as c_char; 512];
     // SAFETY: `buf` has 512 writable bytes.
@@ -106,6 +291,7 @@ fn the_exported_functions_on_this_machine() {
             assert!(st.in_use >= 4096);
             tagalloc_free(p, 4096, 0, null);
             tagalloc_empty_cache();
+            assert_eq!(tagalloc_trim(-1), 0);
         }
     } else {
         assert!(p.is_null(), "no driver: malloc returns null");
@@ -117,7 +303,19 @@ fn the_exported_functions_on_this_machine() {
         tagalloc_free(null, 0, 0, null); // null: nothing to do
         tagalloc_free(8 as *mut c_void, 16, 0, null); // refused, not a crash
         assert!(last_error().contains("no CUDA driver"));
+        let mut buf = [1 as c_char; 64];
+        // SAFETY: `buf` has 64 writable bytes.
+        let n = unsafe { tagalloc_snapshot(0, buf.as_mut_ptr(), buf.len()) };
+        assert_eq!(n, usize::MAX, "no pool: (size_t)-1");
+        assert!(buf.iter().all(|&c| c == 1), "nothing written");
+        assert!(last_error().contains("no CUDA driver"));
+        // SAFETY: a null buffer is never written.
+        assert_eq!(
+            unsafe { tagalloc_snapshot(0, std::ptr::null_mut(), 0) },
+            usize::MAX
+        );
     }
+    assert_eq!(tagalloc_stats_size(), std::mem::size_of::<TagallocStats>());
     // SAFETY: a null `out` is refused, nothing written.
     assert_eq!(unsafe { tagalloc_stats(0, std::ptr::null_mut()) }, -2);
     // SAFETY: a null buffer only asks for the length.
@@ -158,7 +356,10 @@ fn the_shared_library_exports_the_c_names() {
         c"tagalloc_free",
         c"tagalloc_record_stream",
         c"tagalloc_empty_cache",
+        c"tagalloc_trim",
         c"tagalloc_stats",
+        c"tagalloc_stats_size",
+        c"tagalloc_snapshot",
         c"tagalloc_last_error",
     ] {
         // SAFETY: a live handle and a NUL-terminated name; the symbol is only looked up.

@@ -1,0 +1,180 @@
+"""The shared library through ctypes: where it is, and its calls (no PyTorch needed).
+
+The library is ``libtagalloc_cuda_pluggable.so``, built by
+``cargo build --release -p tagalloc-cuda-pluggable``. Its C signatures are in the crate's
+documentation (``backend-cuda/pluggable/src/lib.rs``).
+"""
+
+import ctypes
+import json
+import os
+
+from .errors import LibraryError, LibraryMissing
+
+LIBRARY_NAME = "libtagalloc_cuda_pluggable.so"
+ENV_VAR = "TAGALLOC_CUDA_LIBRARY"
+SIZE_MAX = ctypes.c_size_t(-1).value
+
+# Every symbol enable() and the functions here use; a library without one is refused.
+SYMBOLS = (
+    "tagalloc_malloc",
+    "tagalloc_free",
+    "tagalloc_record_stream",
+    "tagalloc_empty_cache",
+    "tagalloc_trim",
+    "tagalloc_stats",
+    "tagalloc_stats_size",
+    "tagalloc_snapshot",
+    "tagalloc_last_error",
+)
+
+
+def default_path():
+    """Where ``cargo build --release`` puts the library in this repository:
+    ``<repo>/target/release/``, found from this file's place, never from the current directory."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(here)))
+    return os.path.join(repo, "target", "release", LIBRARY_NAME)
+
+
+def find(library=None):
+    """The absolute path of the library: ``library`` if given, else the environment variable
+    ``TAGALLOC_CUDA_LIBRARY``, else :func:`default_path`. Raises :class:`LibraryMissing`
+    naming the path and where it came from when there is no file there.
+
+    A relative path given explicitly is taken from the current directory, as the caller asked;
+    the search itself never looks there (ctypes would, for a bare file name)."""
+    if library is not None:
+        path, origin = os.fspath(library), "the library argument"
+    elif os.environ.get(ENV_VAR):
+        path, origin = os.environ[ENV_VAR], "the environment variable " + ENV_VAR
+    else:
+        path, origin = default_path(), "the build's default path"
+    path = os.path.abspath(path)
+    if not os.path.isfile(path):
+        raise LibraryMissing(
+            f"tagalloc: no library at {path} (from {origin}); build it with "
+            f"`cargo build --release -p tagalloc-cuda-pluggable`, or set {ENV_VAR}"
+        )
+    return path
+
+
+class Stats(ctypes.Structure):
+    """``TagallocStats``: the fields of the C struct, in order (it only grows at its end)."""
+
+    _fields_ = [
+        ("status", ctypes.c_int32),
+        ("in_use", ctypes.c_uint64),
+        ("peak_in_use", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64),
+        ("peak_reserved", ctypes.c_uint64),
+        ("pending", ctypes.c_uint64),
+        ("allocations", ctypes.c_uint64),
+        ("frees", ctypes.c_uint64),
+        ("regions", ctypes.c_uint64),
+        ("live_blocks", ctypes.c_uint64),
+        ("pending_blocks", ctypes.c_uint64),
+        ("exhaustion_retries", ctypes.c_uint64),
+        ("pool_retries", ctypes.c_uint64),
+        ("regions_obtained", ctypes.c_uint64),
+        ("regions_given_back", ctypes.c_uint64),
+        ("grown", ctypes.c_uint64),
+        ("shrunk", ctypes.c_uint64),
+        ("synchronizations", ctypes.c_uint64),
+        ("events_recorded", ctypes.c_uint64),
+        ("event_queries", ctypes.c_uint64),
+    ]
+
+
+class Library:
+    """The loaded library, its signatures declared. One per path: :func:`load` keeps them."""
+
+    def __init__(self, path):
+        self.path = path
+        try:
+            self.cdll = ctypes.CDLL(path)
+        except OSError as e:
+            raise LibraryMissing(f"tagalloc: cannot load {path}: {e}") from e
+        missing = [s for s in SYMBOLS if not hasattr(self.cdll, s)]
+        if missing:
+            raise LibraryMissing(
+                f"tagalloc: {path} lacks {', '.join(missing)}: not tagalloc's pluggable "
+                "library, or an older build of it; rebuild it"
+            )
+        c = self.cdll
+        c.tagalloc_trim.argtypes = [ctypes.c_int]
+        c.tagalloc_trim.restype = ctypes.c_int
+        c.tagalloc_empty_cache.argtypes = []
+        c.tagalloc_empty_cache.restype = None
+        c.tagalloc_stats.argtypes = [ctypes.c_int, ctypes.POINTER(Stats)]
+        c.tagalloc_stats.restype = ctypes.c_int
+        c.tagalloc_stats_size.argtypes = []
+        c.tagalloc_stats_size.restype = ctypes.c_size_t
+        c.tagalloc_snapshot.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
+        c.tagalloc_snapshot.restype = ctypes.c_size_t
+        c.tagalloc_last_error.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        c.tagalloc_last_error.restype = ctypes.c_size_t
+        size = c.tagalloc_stats_size()
+        if size != ctypes.sizeof(Stats):
+            raise LibraryMissing(
+                f"tagalloc: {path} has a TagallocStats of {size} bytes, this module "
+                f"{ctypes.sizeof(Stats)}: the library and the module are of different versions"
+            )
+
+    def address(self, name):
+        """The address of exported function ``name``, as PyTorch's hooks take it."""
+        return ctypes.cast(getattr(self.cdll, name), ctypes.c_void_p).value
+
+    def last_error(self):
+        """The message of the library's last failure in this process ('' if none)."""
+        n = self.cdll.tagalloc_last_error(None, 0)
+        buf = ctypes.create_string_buffer(n + 1)
+        self.cdll.tagalloc_last_error(buf, len(buf))
+        return buf.value.decode("utf-8", "replace")
+
+    def _fail(self, what):
+        raise LibraryError(f"{what}: {self.last_error()}")
+
+    def stats(self, device):
+        """The pool's ``TagallocStats`` for ``device``; :class:`LibraryError` when there is no
+        pool (no driver, no such device)."""
+        out = Stats()
+        if self.cdll.tagalloc_stats(device, ctypes.byref(out)) != 0:
+            self._fail(f"tagalloc_stats(device {device})")
+        return out
+
+    def trim(self, device=-1):
+        """Empties the cache of ``device`` (-1: of every device); :class:`LibraryError` if it
+        could not."""
+        if self.cdll.tagalloc_trim(device) != 0:
+            self._fail("tagalloc_trim")
+
+    def snapshot_json(self, device):
+        """The pool of ``device`` as the library's JSON text (see ``snapshot_json.rs``)."""
+        size = 0
+        # The pool can grow between the sizing call and the copy: ask again, with room to spare.
+        for _ in range(8):
+            buf = ctypes.create_string_buffer(size + 1) if size else None
+            n = self.cdll.tagalloc_snapshot(device, buf, len(buf) if buf else 0)
+            if n == SIZE_MAX:
+                self._fail(f"tagalloc_snapshot(device {device})")
+            if buf is not None and n < len(buf):
+                return buf.value.decode("utf-8")
+            size = n + n // 8 + 256
+        raise LibraryError("tagalloc_snapshot: the pool kept changing size while being read")
+
+    def snapshot(self, device):
+        """:meth:`snapshot_json`, parsed."""
+        return json.loads(self.snapshot_json(device))
+
+
+_loaded = {}
+
+
+def load(library=None):
+    """The :class:`Library` at :func:`find`'s path, loaded once per path in this process (the
+    same file PyTorch loads, so the same pools)."""
+    path = find(library)
+    if path not in _loaded:
+        _loaded[path] = Library(path)
+    return _loaded[path]

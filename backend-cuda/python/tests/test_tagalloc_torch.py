@@ -1,0 +1,401 @@
+"""tagalloc_torch without PyTorch and without a GPU: the import, enable()'s refusals and its
+wiring (against a stand-in for torch), the ctypes layer against the built library (which, with
+no CUDA driver, must report that as an exception), and the conversions to PyTorch's shapes.
+
+Run from the repository root after ``cargo build --release -p tagalloc-cuda-pluggable``:
+``python3 -m unittest discover -s backend-cuda/python -v``. Without the built library the tests
+that need it are skipped, or fail under ``CI=true``.
+"""
+
+import ctypes
+import json
+import os
+import pickle
+import sys
+import tempfile
+import types
+import unittest
+from unittest import mock
+
+import tagalloc_torch
+from tagalloc_torch import library, torch_snapshot, torch_stats
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIXTURE = os.path.join(HERE, "fixtures", "snapshot_fake.json")
+# Read once: the tests clear the variable to test the search.
+BUILT = os.environ.get(library.ENV_VAR)
+
+
+def built_library():
+    """The built library's path, or a skip (a failure under CI=true) saying it is not built."""
+    path = BUILT or library.default_path()
+    if not os.path.isfile(path):
+        reason = f"{path} is not built (cargo build --release -p tagalloc-cuda-pluggable)"
+        if os.environ.get("CI") == "true":
+            raise AssertionError(reason)
+        raise unittest.SkipTest(reason)
+    return os.path.abspath(path)
+
+
+def driver_present():
+    """Whether this machine has a CUDA driver (then the no-driver tests do not apply)."""
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
+
+
+class FakeTorch(types.ModuleType):
+    """What enable() touches of torch, recording the calls."""
+
+    def __init__(self, initialized=False, available=True):
+        super().__init__("torch")
+        self.__version__ = "0.0-fake"
+        self.calls = []
+        calls = self.calls
+
+        class Hooks:
+            def set_record_stream_fn(self, addr):
+                calls.append(("set_record_stream_fn", addr))
+
+            def set_reset_fn(self, addr):
+                calls.append(("set_reset_fn", addr))
+
+        class CUDAPluggableAllocator:
+            def __init__(self, path, alloc_fn_name, free_fn_name):
+                calls.append(("CUDAPluggableAllocator", path, alloc_fn_name, free_fn_name))
+                self.hooks = Hooks()
+
+            def allocator(self):
+                return self.hooks
+
+        def change_current_allocator(alloc):
+            calls.append(("change_current_allocator", alloc))
+
+        self.cuda = types.SimpleNamespace(
+            is_initialized=lambda: initialized,
+            is_available=lambda: available,
+            current_device=lambda: 0,
+            memory=types.SimpleNamespace(
+                CUDAPluggableAllocator=CUDAPluggableAllocator,
+                change_current_allocator=change_current_allocator,
+            ),
+        )
+
+
+class Clean(unittest.TestCase):
+    """Each test starts with nothing enabled and no TAGALLOC_CUDA_LIBRARY unless it sets one."""
+
+    def setUp(self):
+        self.env = mock.patch.dict(os.environ)
+        self.env.start()
+        os.environ.pop(library.ENV_VAR, None)
+        self.addCleanup(self.env.stop)
+        tagalloc_torch._enabled = None
+        self.addCleanup(setattr, tagalloc_torch, "_enabled", None)
+
+
+class TestImportAndFind(Clean):
+    def test_imports_without_torch(self):
+        ours = {n: m for n, m in sys.modules.items() if n.split(".")[0] == "tagalloc_torch"}
+        try:
+            with mock.patch.dict(sys.modules, {"torch": None}):
+                for name in ours:
+                    del sys.modules[name]
+                import tagalloc_torch as fresh
+
+                self.assertIsNot(fresh, tagalloc_torch, "imported anew")
+                self.assertTrue(callable(fresh.enable))
+        finally:
+            sys.modules.update(ours)
+
+    def test_enable_without_torch_says_so(self):
+        with mock.patch.dict(sys.modules, {"torch": None}):
+            with self.assertRaises(tagalloc_torch.TorchMissing) as e:
+                tagalloc_torch.enable(library=built_library())
+        self.assertIn("PyTorch is not installed", str(e.exception))
+
+    def test_default_path_is_the_repositorys_release_build(self):
+        path = library.default_path()
+        self.assertTrue(os.path.isabs(path))
+        self.assertTrue(path.endswith(os.path.join("target", "release", library.LIBRARY_NAME)))
+        repo = os.path.dirname(os.path.dirname(os.path.dirname(path)))
+        self.assertTrue(os.path.isfile(os.path.join(repo, "Cargo.toml")), repo)
+        self.assertTrue(os.path.isdir(os.path.join(repo, "backend-cuda", "pluggable")), repo)
+
+    def test_argument_then_environment_then_default(self):
+        with tempfile.TemporaryDirectory() as d:
+            a, b = os.path.join(d, "a.so"), os.path.join(d, "b.so")
+            for p in (a, b):
+                open(p, "wb").close()
+            os.environ[library.ENV_VAR] = b
+            self.assertEqual(library.find(a), a)
+            self.assertEqual(library.find(), b)
+            del os.environ[library.ENV_VAR]
+            if not os.path.isfile(library.default_path()):
+                with self.assertRaises(tagalloc_torch.LibraryMissing) as e:
+                    library.find()
+                self.assertIn("the build's default path", str(e.exception))
+            else:
+                self.assertEqual(library.find(), library.default_path())
+
+    def test_never_the_current_directory_by_accident(self):
+        cwd = os.getcwd()
+        with tempfile.TemporaryDirectory() as d:
+            open(os.path.join(d, library.LIBRARY_NAME), "wb").close()
+            os.chdir(d)
+            try:
+                try:
+                    found = library.find()
+                except tagalloc_torch.LibraryMissing as e:
+                    self.assertNotIn(d, str(e))
+                else:
+                    self.assertEqual(found, library.default_path())
+                    self.assertFalse(found.startswith(d))
+            finally:
+                os.chdir(cwd)
+
+    def test_a_wrong_path_is_refused_with_the_path_and_its_origin(self):
+        fake = FakeTorch()
+        with mock.patch.dict(sys.modules, {"torch": fake}):
+            with self.assertRaises(tagalloc_torch.LibraryMissing) as e:
+                tagalloc_torch.enable(library="/nonexistent/libtagalloc_cuda_pluggable.so")
+            self.assertIn("/nonexistent/libtagalloc_cuda_pluggable.so", str(e.exception))
+            self.assertIn("the library argument", str(e.exception))
+            os.environ[library.ENV_VAR] = "/nowhere/lib.so"
+            with self.assertRaises(tagalloc_torch.LibraryMissing) as e:
+                tagalloc_torch.enable()
+            self.assertIn("TAGALLOC_CUDA_LIBRARY", str(e.exception))
+        self.assertEqual(fake.calls, [], "nothing installed")
+
+    def test_a_file_that_is_not_the_library_is_refused(self):
+        with tempfile.NamedTemporaryFile(suffix=".so") as f:
+            f.write(b"not an ELF file")
+            f.flush()
+            with self.assertRaises(tagalloc_torch.LibraryMissing) as e:
+                library.Library(f.name)
+            self.assertIn("cannot load", str(e.exception))
+
+
+class TestEnable(Clean):
+    def test_refuses_once_cuda_is_initialised(self):
+        fake = FakeTorch(initialized=True)
+        with mock.patch.dict(sys.modules, {"torch": fake}):
+            with self.assertRaises(tagalloc_torch.CudaAlreadyInitialized) as e:
+                tagalloc_torch.enable(library=built_library())
+        self.assertIn("already initialised", str(e.exception))
+        self.assertEqual(fake.calls, [], "nothing installed")
+        self.assertIsNone(tagalloc_torch.enabled())
+
+    def test_refuses_without_a_gpu(self):
+        fake = FakeTorch(available=False)
+        with mock.patch.dict(sys.modules, {"torch": fake}):
+            with self.assertRaises(tagalloc_torch.NoGpu) as e:
+                tagalloc_torch.enable(library=built_library())
+        self.assertIn("no CUDA device", str(e.exception))
+        self.assertEqual(fake.calls, [])
+
+    def test_installs_the_allocator_and_both_hooks(self):
+        path = built_library()
+        fake = FakeTorch()
+        with mock.patch.dict(sys.modules, {"torch": fake}):
+            self.assertEqual(tagalloc_torch.enable(library=path), path)
+            lib = ctypes.CDLL(path)
+
+            def addr(name):
+                return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+
+            self.assertEqual(
+                fake.calls[0], ("CUDAPluggableAllocator", path, "tagalloc_malloc", "tagalloc_free")
+            )
+            record = ("set_record_stream_fn", addr("tagalloc_record_stream"))
+            self.assertEqual(fake.calls[1], record)
+            self.assertEqual(fake.calls[2], ("set_reset_fn", addr("tagalloc_empty_cache")))
+            self.assertEqual(fake.calls[3][0], "change_current_allocator")
+            self.assertEqual(len(fake.calls), 4)
+            self.assertEqual(tagalloc_torch.enabled(), path)
+            # Again with the same library: nothing more; with another: refused.
+            self.assertEqual(tagalloc_torch.enable(library=path), path)
+            self.assertEqual(len(fake.calls), 4)
+            with tempfile.NamedTemporaryFile(suffix=".so") as other:
+                with self.assertRaises(tagalloc_torch.TagallocError) as e:
+                    tagalloc_torch.enable(library=other.name)
+                self.assertIn("already enabled", str(e.exception))
+
+    def test_refuses_a_pytorch_without_the_hooks(self):
+        fake = FakeTorch()
+        alloc_class = fake.cuda.memory.CUDAPluggableAllocator
+
+        class Bare(alloc_class):
+            def allocator(self):
+                return object()
+
+        fake.cuda.memory.CUDAPluggableAllocator = Bare
+        with mock.patch.dict(sys.modules, {"torch": fake}):
+            with self.assertRaises(tagalloc_torch.TagallocError) as e:
+                tagalloc_torch.enable(library=built_library())
+        self.assertIn("set_record_stream_fn", str(e.exception))
+        self.assertNotIn("change_current_allocator", [c[0] for c in fake.calls])
+
+
+class TestLibraryWithoutDriver(Clean):
+    """The real library on a machine with no CUDA driver: every call is a clear exception."""
+
+    def setUp(self):
+        super().setUp()
+        if driver_present():
+            self.skipTest("this machine has a CUDA driver; these tests are for one without")
+        self.path = built_library()
+
+    def test_loads_and_agrees_on_the_stats_layout(self):
+        lib = library.load(self.path)
+        self.assertEqual(lib.cdll.tagalloc_stats_size(), ctypes.sizeof(library.Stats))
+
+    def test_memory_stats_reports_no_driver(self):
+        with self.assertRaises(tagalloc_torch.LibraryError) as e:
+            tagalloc_torch.memory_stats(library=self.path)
+        self.assertIn("no CUDA driver", str(e.exception))
+
+    def test_snapshot_reports_no_driver_and_writes_no_file(self):
+        with self.assertRaises(tagalloc_torch.LibraryError) as e:
+            tagalloc_torch.snapshot(library=self.path)
+        self.assertIn("no CUDA driver", str(e.exception))
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "snap.pickle")
+            with self.assertRaises(tagalloc_torch.LibraryError):
+                tagalloc_torch.dump_snapshot(out, library=self.path)
+            self.assertFalse(os.path.exists(out))
+
+    def test_empty_cache_reports_no_driver(self):
+        with self.assertRaises(tagalloc_torch.LibraryError) as e:
+            tagalloc_torch.empty_cache(library=self.path)
+        self.assertIn("no CUDA driver", str(e.exception))
+        with self.assertRaises(tagalloc_torch.LibraryError):
+            tagalloc_torch.empty_cache(device=0, library=self.path)
+
+    def test_the_library_from_the_environment(self):
+        os.environ[library.ENV_VAR] = self.path
+        with self.assertRaises(tagalloc_torch.LibraryError) as e:
+            tagalloc_torch.memory_stats(device=0)
+        self.assertIn("no CUDA driver", str(e.exception))
+
+
+class TestLibraryWithDriver(Clean):
+    """The real library where a CUDA driver is installed: figures, or the reason there are none."""
+
+    def setUp(self):
+        super().setUp()
+        if not driver_present():
+            self.skipTest("no CUDA driver on this machine (TestLibraryWithoutDriver covers it)")
+        self.path = built_library()
+
+    def test_stats_snapshot_and_empty_cache(self):
+        try:
+            s = tagalloc_torch.memory_stats(0, library=self.path)
+        except tagalloc_torch.LibraryError as e:
+            self.assertIn("CUDA", str(e))  # a driver but no usable device: the reason
+            self.skipTest(f"a CUDA driver but no pool: {e}")
+        self.assertGreaterEqual(s["reserved_bytes.all.peak"], s["reserved_bytes.all.current"])
+        snap = tagalloc_torch.snapshot(0, library=self.path)
+        self.assertEqual(
+            sum(seg["total_size"] for seg in snap["segments"]),
+            tagalloc_torch.memory_stats(0, library=self.path)["reserved_bytes.all.current"],
+        )
+        tagalloc_torch.empty_cache(library=self.path)
+
+
+class TestDevice(unittest.TestCase):
+    def test_ordinals_from_ints_strings_and_torch_devices(self):
+        dev = tagalloc_torch._device
+        with mock.patch.dict(sys.modules, {"torch": FakeTorch()}):
+            self.assertEqual(dev(None), 0, "CUDA not initialised: device 0")
+            self.assertEqual(dev(types.SimpleNamespace(type="cuda", index=None)), 0)
+        self.assertEqual(dev(3), 3)
+        self.assertEqual(dev("cuda:2"), 2)
+        self.assertEqual(dev(types.SimpleNamespace(type="cuda", index=1)), 1)
+        for bad in ("cpu", "cuda:x", "cuda", types.SimpleNamespace(type="cpu", index=0), 2.5):
+            with self.assertRaises(ValueError):
+                dev(bad)
+
+
+class TestConversions(unittest.TestCase):
+    def test_the_fake_drivers_snapshot_in_pytorchs_shape(self):
+        # The fixture is what the pool wrote on the fake driver in the Rust test
+        # the_snapshot_has_every_chunk_in_pytorchs_shape (backend-cuda/pluggable/tests/abi.rs),
+        # which checks it stays so.
+        with open(FIXTURE) as f:
+            s = torch_snapshot.to_torch(f.read())
+        self.assertEqual(set(s), {"segments", "device_traces"})
+        self.assertEqual(s["device_traces"], [[]])
+        (seg,) = s["segments"]
+        for key in (
+            "device", "address", "total_size", "stream", "segment_type", "segment_pool_id",
+            "allocated_size", "active_size", "requested_size", "frames", "blocks",
+        ):
+            self.assertIn(key, seg)
+        self.assertEqual(seg["segment_pool_id"], (0, 0))
+        self.assertEqual(seg["segment_type"], "large")
+        states = [b["state"] for b in seg["blocks"]]
+        self.assertEqual(
+            states, ["active_allocated", "active_pending_free", "active_allocated", "inactive"]
+        )
+        # What PyTorch's _memory_viz.segsum asserts of a segment: allocated, internal and
+        # external free bytes add up to the segment.
+        allocated = internal = external = 0
+        for b in seg["blocks"]:
+            self.assertEqual(b["frames"], [])
+            if b["state"] == "active_allocated":
+                self.assertLessEqual(b["requested_size"], b["size"])
+                allocated += b["requested_size"]
+                internal += b["size"] - b["requested_size"]
+            else:
+                external += b["size"]
+        self.assertEqual(allocated + internal + external, seg["total_size"])
+        self.assertEqual(
+            seg["allocated_size"],
+            sum(b["size"] for b in seg["blocks"] if b["state"] == "active_allocated"),
+        )
+        self.assertEqual(
+            seg["active_size"],
+            sum(b["size"] for b in seg["blocks"] if b["state"] != "inactive"),
+        )
+        self.assertEqual(pickle.loads(pickle.dumps(s)), s)
+
+    def test_malformed_documents_are_refused(self):
+        with open(FIXTURE) as f:
+            good = json.load(f)
+        gap = json.loads(json.dumps(good))
+        gap["segments"][0]["blocks"][1]["address"] += 256
+        unknown = json.loads(json.dumps(good))
+        unknown["segments"][0]["blocks"][0]["state"] = "active_awaiting_free"
+        short = json.loads(json.dumps(good))
+        short["segments"][0]["total_size"] += 256
+        for doc, words in ((gap, "expected one at"), (unknown, "unknown state"),
+                           (short, "do not add up"), ({"segments": []}, "missing")):
+            with self.assertRaises(ValueError) as e:
+                torch_snapshot.to_torch(doc)
+            self.assertIn(words, str(e.exception))
+
+    def test_stats_under_pytorchs_names(self):
+        s = library.Stats(
+            status=0, in_use=5000, peak_in_use=9000, reserved=1 << 20, peak_reserved=2 << 20,
+            pending=1000, allocations=10, frees=7, regions=1, live_blocks=3, pending_blocks=1,
+            exhaustion_retries=2, pool_retries=1, regions_obtained=1, regions_given_back=0,
+            grown=4, shrunk=2, synchronizations=1, events_recorded=5, event_queries=6,
+        )
+        d = torch_stats.to_torch(s)
+        self.assertEqual(d["reserved_bytes.all.current"], 1 << 20)
+        self.assertEqual(d["reserved_bytes.all.peak"], 2 << 20)
+        self.assertEqual(d["active_bytes.all.current"], 5000)
+        self.assertEqual(d["active_bytes.all.peak"], 9000)
+        self.assertEqual(d["allocated_bytes.all.current"], 4000)
+        self.assertNotIn("allocated_bytes.all.peak", d, "the pool does not keep it")
+        self.assertEqual((d["active.all.current"], d["allocation.all.current"]), (3, 2))
+        self.assertEqual(d["num_alloc_retries"], 3)
+        self.assertEqual((d["num_device_alloc"], d["num_device_free"]), (5, 2))
+        self.assertEqual(d["tagalloc.event_queries"], 6)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -122,6 +122,9 @@ pub struct TagallocStats {
     pub events_recorded: u64,
     /// Events queried.
     pub event_queries: u64,
+    /// Waits for a stream instead of growing, when pending frees held more than their share
+    /// of the pool.
+    pub stream_waits: u64,
 }
 
 /// The allocator over driver `D`: a registry of pools, one per device.
@@ -221,6 +224,7 @@ impl<D: Driver> Allocator<D> {
             synchronizations: s.counters.synchronizations,
             events_recorded: s.counters.events_recorded,
             event_queries: s.counters.event_queries,
+            stream_waits: s.counters.stream_waits,
         })
     }
 

@@ -83,6 +83,7 @@ class Stats(ctypes.Structure):
         ("synchronizations", ctypes.c_uint64),
         ("events_recorded", ctypes.c_uint64),
         ("event_queries", ctypes.c_uint64),
+        ("stream_waits", ctypes.c_uint64),
     ]
 
 

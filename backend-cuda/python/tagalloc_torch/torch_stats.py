@@ -54,4 +54,5 @@ def to_torch(s):
         "tagalloc.synchronizations": s.synchronizations,
         "tagalloc.events_recorded": s.events_recorded,
         "tagalloc.event_queries": s.event_queries,
+        "tagalloc.stream_waits": s.stream_waits,
     }

@@ -383,6 +383,7 @@ class TestConversions(unittest.TestCase):
             pending=1000, allocations=10, frees=7, regions=1, live_blocks=3, pending_blocks=1,
             exhaustion_retries=2, pool_retries=1, regions_obtained=1, regions_given_back=0,
             grown=4, shrunk=2, synchronizations=1, events_recorded=5, event_queries=6,
+            stream_waits=7,
         )
         d = torch_stats.to_torch(s)
         self.assertEqual(d["reserved_bytes.all.current"], 1 << 20)
@@ -395,6 +396,7 @@ class TestConversions(unittest.TestCase):
         self.assertEqual(d["num_alloc_retries"], 3)
         self.assertEqual((d["num_device_alloc"], d["num_device_free"]), (5, 2))
         self.assertEqual(d["tagalloc.event_queries"], 6)
+        self.assertEqual(d["tagalloc.stream_waits"], 7)
 
 
 if __name__ == "__main__":

@@ -623,9 +623,12 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
         }
     }
 
-    /// Grows the top region in place by at least `space` bytes (within the limit).
+    /// Grows the top region in place until its free end could hold `space` bytes (by at
+    /// least the increment, within the limit).
     fn grow_top(&mut self, space: usize) -> Result<(), Error> {
         let at = self.top.ok_or(Error::OutOfMemory)?;
+        // The region's free end merges with what is added: only the rest is needed.
+        let space = space.saturating_sub(self.heap.free_tail(at)).max(1);
         let want = self
             .round(space.max(self.increment))
             .ok_or(Error::SizeOverflow)?;

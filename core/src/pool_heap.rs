@@ -63,6 +63,8 @@ pub trait PoolHeap {
     fn free_spans(&self, min: usize, page: usize, each: impl FnMut(usize, usize)) -> usize;
     /// The region containing `addr`.
     fn region_of(&self, addr: usize) -> Option<(Self::Base, usize)>;
+    /// Bytes of the free chunk ending the region containing `addr`.
+    fn free_tail(&self, addr: usize) -> usize;
     /// Every region, as `(base, len)`.
     fn each_region(&self, each: impl FnMut(usize, usize));
     /// Every region and chunk.
@@ -115,6 +117,9 @@ macro_rules! shared_ops {
         }
         fn region_of(&self, addr: usize) -> Option<(Self::Base, usize)> {
             self.heap.region_of(addr)
+        }
+        fn free_tail(&self, addr: usize) -> usize {
+            self.heap.free_tail(addr)
         }
         fn each_region(&self, each: impl FnMut(usize, usize)) {
             self.heap.each_region(each)

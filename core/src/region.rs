@@ -127,6 +127,26 @@ impl<T: Tags, K: Tally> Heap<T, K> {
         None
     }
 
+    /// Bytes of the free chunk that ends the region holding `addr`: what growing that region
+    /// in place adds to (0 when its last chunk is in use, or no region holds `addr`).
+    ///
+    /// # Time Complexity
+    /// `O(regions)`.
+    pub fn free_tail(&self, addr: usize) -> usize {
+        let t = self.tags();
+        let mut region = t.first_region();
+        while let Some(r) = region {
+            let base = T::base_addr(t.region_base(r));
+            if addr >= base && addr - base < t.region_len(r) {
+                return t
+                    .region_last_free(r)
+                    .map_or(0, |(_, size)| size << t.layout().shift());
+            }
+            region = t.next_region(r);
+        }
+        0
+    }
+
     /// Calls `each(start, len)` for every free chunk of at least `min` bytes whose whole pages
     /// (of `page` bytes, a power of two) could be released: the page-aligned part of the free
     /// space, past whatever tags a placement keeps in it. Returns how many spans it named.

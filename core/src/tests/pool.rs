@@ -377,6 +377,34 @@ fn fixed_growth_obtains_max_of_request_and_increment() {
 }
 
 #[test]
+fn growing_in_place_adds_only_what_the_free_end_lacks() {
+    let policy = Policy::new().growth(Growth::Fixed(1 << 20));
+    let (mut pool, _, _) = detached_pool(1 << 30, policy, true);
+    // One 1 MiB region, 3/4 of it in use: a quarter free at its end.
+    let a = pool.alloc(3 << 18, 256).unwrap();
+    assert_eq!(pool.stats().reserved, 1 << 20);
+    // 2 MiB more: the free quarter and 7/4 MiB added, rounded to pages (not 2 MiB added).
+    let b = pool.alloc(2 << 20, 256).unwrap();
+    let st = pool.stats();
+    assert_eq!(
+        (st.regions_obtained, st.heap.regions),
+        (1, 1),
+        "grown in place"
+    );
+    assert_eq!(
+        st.reserved,
+        (1 << 20) + (7usize << 18).next_multiple_of(PAGE)
+    );
+    pool.check().unwrap();
+    // SAFETY: detached blocks are checked; each is freed once.
+    unsafe {
+        pool.free(b, b.size).unwrap();
+        pool.free(a, a.size).unwrap();
+    }
+    pool.check().unwrap();
+}
+
+#[test]
 fn alloc_cached_never_grows_the_pool() {
     let policy = Policy::new()
         .growth(Growth::Fixed(1 << 20))

@@ -8,7 +8,7 @@
 //! Method: the trace is first turned into operations on dense slots (ids mapped to recycled
 //! slot numbers, streams to indices, a resize to a free then an allocation), so that a timed
 //! run does nothing but call the allocator and index a vector, the same for all three. Each
-//! run gets a fresh 16 GiB fake card and a fresh allocator (not timed), then replays every
+//! run gets a fresh fake card (16 GiB, or four times the trace's peak live if more) and a fresh allocator (not timed), then replays every
 //! operation (timed): the time is the allocator's bookkeeping plus the fake driver's for the
 //! calls it makes, on the replay thread's CPU clock (`src/clock.rs`: time spent descheduled on
 //! a shared machine left out; the wall-clock median is shown beside it). Runs are interleaved

@@ -13,9 +13,9 @@
 //! cache), then `runs` rounds, each running every allocator once in an order that rotates from
 //! round to round; the tables give medians.
 //!
-//! A peer whose library is missing is installed with `apt-get` when the tool may (root, not
-//! `--quick`, not `--no-install`), otherwise skipped with a printed reason; so is a program
-//! that is not installed.
+//! A peer whose library is missing is skipped with a printed reason, or installed with
+//! `apt-get` when asked for (`--install`, as root, not `--quick`); so is a program that is not
+//! installed.
 
 use std::collections::hash_map::DefaultHasher;
 use std::fs::{self, File};
@@ -258,7 +258,7 @@ fn allocators(opts: &Options, lib: PathBuf) -> (Vec<Allocator>, Vec<String>) {
     } else if opts.quick {
         Some("--quick installs nothing".to_string())
     } else if !opts.install {
-        Some("--no-install".to_string())
+        Some("not asked to (--install)".to_string())
     } else {
         eprintln!("tagalloc-bench: installing {}", missing.join(" "));
         apt_install(&missing).err()

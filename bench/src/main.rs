@@ -113,6 +113,9 @@ OPTIONS:
                         doubling (1 MiB to 64 MiB)
     --lib PATH          programs: tagalloc's preload library (default: built now with
                         cargo, in this tool's profile)
+    --baseline PATH     programs: another build of the preload library, run beside
+                        tagalloc's as one more allocator (before and after a change,
+                        interleaved in the same rounds)
     --no-install        programs: skip missing peers instead of installing them
     -h, --help          this text
 ";
@@ -134,6 +137,7 @@ struct Args {
     /// `threads`: the thread counts and allocators named after it.
     selection: Vec<String>,
     lib: Option<PathBuf>,
+    baseline: Option<PathBuf>,
     install: bool,
     /// `--sizes`: random-actions' maximum sizes (empty: talc's five).
     sizes: Vec<usize>,
@@ -164,6 +168,7 @@ fn parse_args() -> Result<Option<Args>, String> {
         policy: None,
         selection: Vec::new(),
         lib: None,
+        baseline: None,
         install: true,
         sizes: Vec::new(),
         only: Vec::new(),
@@ -220,6 +225,7 @@ fn parse_args() -> Result<Option<Args>, String> {
                 args.sizes = random_actions::parse_sizes(&v)?;
             }
             Long("lib") => args.lib = Some(parser.value().map_err(e)?.into()),
+            Long("baseline") => args.baseline = Some(parser.value().map_err(e)?.into()),
             Long("no-install") => args.install = false,
             Short('h') | Long("help") => return Ok(None),
             Value(v) if args.command.is_none() => {
@@ -834,6 +840,7 @@ fn run(args: &Args) -> Result<(), Failure> {
             quick: mode == Mode::Quick,
             install: args.install,
             lib: args.lib.clone(),
+            baseline: args.baseline.clone(),
             plots: plots.clone(),
         };
         let bar = progress(0);

@@ -731,8 +731,9 @@ impl<G: Granule, K: Tally> InlineHeap<G, K> {
     /// Frees an allocation of `size` bytes.
     ///
     /// What is detected depends on the build, and a refused free writes nothing:
-    /// - always: the chunk's tag says it is free already (a double free of a chunk that has
-    ///   not merged with a free neighbour since): `DoubleFree`;
+    /// - always: the chunk's tag says it is free already, or that a merge absorbed the chunk
+    ///   into a free neighbour (a double free, unless the memory was handed out again since):
+    ///   `DoubleFree`;
     /// - with the `checked` feature this is [`InlineHeap::free_checked`]: a pointer that is not
     ///   the payload of a live chunk of this heap (`ForeignPointer`, or `DoubleFree` for one
     ///   into a free chunk), a size that does not fit the chunk (`WrongSize`).
@@ -743,8 +744,9 @@ impl<G: Granule, K: Tally> InlineHeap<G, K> {
     ///
     /// # Safety
     /// Without `checked`: `ptr` must have come from this heap's `alloc`/`realloc`, and not have
-    /// been freed since (beyond the tag check above, a foreign pointer or a double free after a
-    /// merge reads whatever lies before `ptr`: undefined behaviour). With `checked`, only the
+    /// been freed since (beyond the tag check above, a foreign pointer, or a double free after
+    /// the memory was handed out again, reads whatever lies before `ptr`: undefined behaviour;
+    /// [`InlineHeap::usable_size_in`] proves a pointer first in `O(1)`). With `checked`, only the
     /// rule that holds for every build: the memory must not be used after a successful return,
     /// and a double free after the chunk was handed out again frees the new owner's block (no
     /// allocator can tell those apart).

@@ -88,8 +88,22 @@ pub(crate) fn alloc(size: usize, align: usize) -> Option<NonNull<u8>> {
 /// module docs), under the lock. Refused: `ForeignPointer` (not a block's payload),
 /// `DoubleFree` (a free block, one a merge absorbed, or a large block whose region went back
 /// at its first free); `Corrupted`: tags around it that cannot be.
-#[inline]
+#[inline(always)]
 fn block_size(p: &Inner, ptr: NonNull<u8>, checked: bool) -> Result<usize, BlockError> {
+    if !checked {
+        if let Some((base, len)) = p.hooks().find(ptr.addr().get()) {
+            // SAFETY: `base..base + len` is one of the heap's regions: the hooks' table holds
+            // the ranges the pool added to the heap, as grown and cut.
+            return unsafe { p.heap().usable_size_in(ptr, base, len) };
+        }
+    }
+    block_size_slow(p, ptr, checked)
+}
+
+/// [`block_size`] in checked mode, or for an address the table does not hold.
+#[cold]
+#[inline(never)]
+fn block_size_slow(p: &Inner, ptr: NonNull<u8>, checked: bool) -> Result<usize, BlockError> {
     let a = ptr.addr().get();
     let ranges = p.hooks();
     let region = match ranges.find(a) {
@@ -101,8 +115,8 @@ fn block_size(p: &Inner, ptr: NonNull<u8>, checked: bool) -> Result<usize, Block
         None if ranges.given_back(a) => Err(BlockError::Refused(Error::DoubleFree)),
         None => Err(BlockError::Refused(Error::ForeignPointer)),
         Some(_) if checked => p.heap().checked_usable_size(ptr),
-        // SAFETY: `base..base + len` is one of the heap's regions: the hooks' table holds the
-        // ranges the pool added to the heap, as grown and cut (or the heap named it).
+        // SAFETY: `base..base + len` is one of the heap's regions (as above, or the heap
+        // named it).
         Some((base, len)) => unsafe { p.heap().usable_size_in(ptr, base, len) },
     }
 }

@@ -14,6 +14,8 @@
 //! large block, whose region went back to the system at its first free, is named a double
 //! free (a range obtained again over one of them takes it off the ring).
 
+use core::cell::Cell;
+
 use tagalloc::Hooks;
 
 /// Live ranges the table holds before it gives up on being complete.
@@ -32,6 +34,8 @@ pub(crate) struct Ranges {
     incomplete: bool,
     gone: [(usize, usize); GONE],
     next_gone: usize,
+    /// The index in `live` that [`Ranges::find`] found last (a hint: any value is safe).
+    last: Cell<usize>,
 }
 
 impl Ranges {
@@ -43,18 +47,25 @@ impl Ranges {
             incomplete: false,
             gone: [(0, 0); GONE],
             next_gone: 0,
+            last: Cell::new(0),
         }
     }
 
-    /// The live range holding `addr`, as `(base, len)`.
+    /// The live range holding `addr`, as `(base, len)`: the one found last, else the first
+    /// that holds it (then remembered), as frees of one region tend to come together.
     #[inline]
     pub(crate) fn find(&self, addr: usize) -> Option<(usize, usize)> {
-        self.live
-            .get(..self.count)
-            .unwrap_or(&[])
-            .iter()
-            .find(|&&(base, end)| addr >= base && addr < end)
-            .map(|&(base, end)| (base, end - base))
+        let live = self.live.get(..self.count).unwrap_or(&[]);
+        let hit = |&(base, end): &(usize, usize)| addr >= base && addr < end;
+        let i = match live.get(self.last.get()) {
+            Some(r) if hit(r) => self.last.get(),
+            _ => {
+                let i = live.iter().position(hit)?;
+                self.last.set(i);
+                i
+            }
+        };
+        live.get(i).map(|&(base, end)| (base, end - base))
     }
 
     /// Whether every live range is in the table (else a miss proves nothing).

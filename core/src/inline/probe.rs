@@ -5,10 +5,12 @@
 //! ever read, whatever the tags say:
 //!
 //! - [`InlineHeap::usable_size_in`], `O(1)`: the block's head and the tags its free would
-//!   follow (its successor's head, and a free successor's footer; a free predecessor's footer
-//!   and head) must be plausible: in use, a whole number of granules, inside the region, the
-//!   neighbours' flags and footers agreeing. One compare each on words the free reads anyway.
-//!   Where anything disagrees it hands over to the walk, which names the cause.
+//!   follow (its successor's `PREV_IN_USE` bit, a free successor's size and footer, a free
+//!   predecessor's footer and head) must be plausible: in use, a whole number of granules,
+//!   inside the region, the neighbours' flags and footers agreeing. One compare each on words
+//!   the free reads anyway; an in-use successor's size, which the free does not follow, is
+//!   left to that block's own free. Where anything disagrees it hands over to the walk, which
+//!   names the cause.
 //! - the walk (`InlineHeap::find_block`), `O(chunks of the region)`: every chunk from the
 //!   region's first to the block's successor, each size checked against the region's end
 //!   before anything past the head is read, each footer and `PREV_IN_USE` bit against its
@@ -81,60 +83,90 @@ impl<G: Granule, K: Tally> InlineHeap<G, K> {
     /// it (or as the pool's source obtained, grew and cut it), and its memory may be read
     /// through `ptr` (a pointer into it; for Rust's provenance rules, one derived from the
     /// region's memory, as every block of the heap is).
-    #[inline]
+    #[inline(always)]
     pub unsafe fn usable_size_in(
         &self,
         ptr: NonNull<u8>,
         base: usize,
         len: usize,
     ) -> Result<usize, BlockError> {
+        // SAFETY: forwarded caller contract.
+        match unsafe { self.plausible_size(ptr, base, len) } {
+            Some(n) => Ok(n),
+            None => self.find_block_size(self.span(ptr, base, len), ptr.addr().get()),
+        }
+    }
+
+    /// The region `base..base + len` as a [`Span`] read through `ptr`.
+    #[inline(always)]
+    fn span(&self, ptr: NonNull<u8>, base: usize, len: usize) -> Span {
+        Span {
+            through: ptr,
+            first: base + self.heap.tags().layout().region_lead(),
+            fence: base + len - W,
+        }
+    }
+
+    /// [`InlineHeap::usable_size_in`]'s `O(1)` part: the usable bytes if every tag the free
+    /// of `ptr` follows is plausible, else `None` (the walk then names the cause). Each check
+    /// is one compare on a word the free reads anyway: the common case (both neighbours in
+    /// use) is three loads and four compares.
+    ///
+    /// # Safety
+    /// As for [`InlineHeap::usable_size_in`].
+    #[inline(always)]
+    unsafe fn plausible_size(&self, ptr: NonNull<u8>, base: usize, len: usize) -> Option<usize> {
         let l = self.heap.tags().layout();
         let (g, min) = (l.granule(), l.bytes_of(l.min_chunk()));
-        let s = Span {
-            through: ptr,
-            first: base + l.region_lead(),
-            fence: base + len - W,
-        };
-        let a = ptr.addr().get();
-        if a & (g - 1) != 0 || a <= s.first || a >= s.fence {
-            return self.find_block_size(s, a);
+        let s = self.span(ptr, base, len);
+        let c = ptr.addr().get().wrapping_sub(W);
+        // The head is a chunk's (`≡ first (mod g)`), with room for a minimum chunk before the
+        // fence: one compare for both ends, one for the alignment.
+        let off = c.wrapping_sub(s.first);
+        if off > s.fence - s.first - min || off & (g - 1) != 0 {
+            return None;
         }
-        let c = a - W;
         // SAFETY (every read below): each address is word-aligned (heads are `≡ −W (mod g)`,
         // sizes whole granules) and checked to lie between the first head and the fence
         // before it is read.
         let h = unsafe { s.word(c) };
+        // In use, and a whole number of granules (no bit below the granule but the flags).
+        if h & (g - 1) & !PREV_IN_USE != IN_USE {
+            return None;
+        }
         let bytes = h & !FLAGS;
-        if h & IN_USE == 0 || !s.fits(c, bytes, g, min) {
-            return self.find_block_size(s, a);
+        // `min <= bytes <= fence − c` (where `fence − c >= min`) in one compare.
+        if bytes.wrapping_sub(min) > s.fence - c - min {
+            return None;
         }
         let n = c + bytes;
         // SAFETY: as above: `n <= fence`.
         let nh = unsafe { s.word(n) };
-        let nb = nh & !FLAGS;
-        // The successor is the fence, or a chunk that fits; a free one's footer agrees.
-        let next_ok = nh & PREV_IN_USE != 0
-            && (if nb == 0 {
-                n == s.fence && nh & IN_USE != 0
-            } else {
-                s.fits(n, nb, g, min)
-                    // SAFETY: as above: the footer is inside the successor, which fits.
-                    && (nh & IN_USE != 0 || unsafe { s.word(n + nb - W) } == nb)
-            });
-        let prev_ok = h & PREV_IN_USE != 0 || {
-            // SAFETY: as above: `c > first`, so the word before it is in the region.
-            let f = unsafe { s.word(c - W) };
-            f & (g - 1) == 0
-                && f >= min
-                && f <= c - s.first
-                // SAFETY: as above: `c − f` is at or after the first head.
-                && unsafe { s.word(c - f) } == f | PREV_IN_USE
-        };
-        if next_ok && prev_ok {
-            Ok(bytes - W)
-        } else {
-            self.find_block_size(s, a)
+        if nh & PREV_IN_USE == 0 {
+            return None;
         }
+        if nh & IN_USE == 0 {
+            // A free successor is merged: its size must fit and its footer agree.
+            let nb = nh & !FLAGS;
+            // SAFETY: as above: the footer is inside the successor, which fits.
+            if !s.fits(n, nb, g, min) || unsafe { s.word(n + nb - W) } != nb {
+                return None;
+            }
+        }
+        if h & PREV_IN_USE == 0 {
+            // A free predecessor is merged: its footer must fit and its head agree.
+            // SAFETY: as above: `c >= first`, so the word before it is in the region.
+            let f = unsafe { s.word(c - W) };
+            // SAFETY: as above: `c − f` is at or after the first head.
+            if f & (g - 1) != 0
+                || f < min
+                || f > c - s.first
+                || unsafe { s.word(c - f) } != f | PREV_IN_USE
+            {
+                return None;
+            }
+        }
+        Some(bytes - W)
     }
 
     /// The usable bytes of the live block at `a`, found by the walk.

@@ -18,7 +18,8 @@
 //! guards and three checks that the pool's own invariants keep from failing (a bin index in
 //! the core, computed from a chunk size the heap keeps in range; a division by the source's
 //! page size in `malloc_trim`, never zero; the parsing of `/proc/meminfo` for huge pages,
-//! which this library's source does not use). Were one to fail, the process would abort.
+//! which this library's source does not use). Were one to fail, the process would abort. The
+//! one deliberate abort is `report::corruption`'s, after it has reported damaged heap tags.
 //!
 //! Exported beyond the standard ones: glibc's `__libc_*` aliases (`__libc_malloc`,
 //! `__libc_free`, `__libc_calloc`, `__libc_realloc`, `__libc_memalign`, `__libc_valloc`,

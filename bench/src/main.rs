@@ -114,6 +114,9 @@ OPTIONS:
                         doubling (1 MiB to 64 MiB)
     --lib PATH          programs: tagalloc's preload library (default: built now with
                         cargo, in this tool's profile)
+    --baseline PATH     programs: another build of the preload library, run beside
+                        tagalloc's as one more allocator (before and after a change,
+                        interleaved in the same rounds)
     --install           programs: install missing peers with apt-get (as root) instead
                         of skipping them
     -h, --help          this text
@@ -136,6 +139,7 @@ struct Args {
     /// `threads`: the thread counts and allocators named after it.
     selection: Vec<String>,
     lib: Option<PathBuf>,
+    baseline: Option<PathBuf>,
     install: bool,
     /// `--sizes`: random-actions' maximum sizes (empty: talc's five).
     sizes: Vec<usize>,
@@ -166,6 +170,7 @@ fn parse_args() -> Result<Option<Args>, String> {
         policy: None,
         selection: Vec::new(),
         lib: None,
+        baseline: None,
         install: false,
         sizes: Vec::new(),
         only: Vec::new(),
@@ -222,6 +227,7 @@ fn parse_args() -> Result<Option<Args>, String> {
                 args.sizes = random_actions::parse_sizes(&v)?;
             }
             Long("lib") => args.lib = Some(parser.value().map_err(e)?.into()),
+            Long("baseline") => args.baseline = Some(parser.value().map_err(e)?.into()),
             Long("install") => args.install = true,
             Short('h') | Long("help") => return Ok(None),
             Value(v) if args.command.is_none() => {
@@ -876,6 +882,7 @@ fn run(args: &Args) -> Result<(), Failure> {
             quick: mode == Mode::Quick,
             install: args.install,
             lib: args.lib.clone(),
+            baseline: args.baseline.clone(),
             plots: plots.clone(),
         };
         let bar = progress(0);

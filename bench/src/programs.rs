@@ -36,6 +36,8 @@ use crate::report::{self, median, ratio, ratio_header, Better, Table};
 
 /// The name tagalloc's library has in tables and charts.
 pub const TAGALLOC: &str = "tagalloc (LD_PRELOAD)";
+/// The name of `--baseline`'s library in tables and charts.
+pub const BASELINE: &str = "tagalloc baseline (--baseline)";
 /// The name of glibc's allocator (the same as in the other benchmarks).
 pub const GLIBC: &str = "glibc malloc";
 
@@ -67,6 +69,8 @@ pub struct Options {
     pub install: bool,
     /// tagalloc's library; built with cargo when not given.
     pub lib: Option<PathBuf>,
+    /// Another build of the library, measured as one more allocator ([`BASELINE`]).
+    pub baseline: Option<PathBuf>,
     pub plots: Option<PathBuf>,
 }
 
@@ -290,6 +294,12 @@ fn allocators(opts: &Options, lib: PathBuf) -> (Vec<Allocator>, Vec<String>) {
                 preload: Some(path),
             });
         }
+    }
+    if let Some(base) = &opts.baseline {
+        list.push(Allocator {
+            name: BASELINE,
+            preload: Some(base.clone()),
+        });
     }
     list.push(Allocator {
         name: TAGALLOC,

@@ -141,7 +141,7 @@ mod sync;
 mod tags;
 
 pub use detached::{Block, DetachedHeap, Handle, DEVICE_GRANULE};
-pub use error::{CheckError, Error};
+pub use error::{BlockError, CheckError, Error};
 pub use global::GlobalHeap;
 pub use granule::{AnyGranule, Granule, HostGranule};
 pub use hooks::{Hooks, NoHooks};

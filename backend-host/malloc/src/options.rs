@@ -2,10 +2,12 @@
 //! possible, without allocating.
 //!
 //! - `TAGALLOC_CHECKED`: set (to anything but `0` or nothing), every `free` and `realloc`
-//!   proves its pointer a live block before it touches anything (`InlineHeap::
-//!   checked_usable_size`, a walk of the block's region); a foreign pointer or a double free
-//!   is refused, counted and reported once on stderr. Without it a double free is still
-//!   refused when the block's tag says it is free, but a foreign pointer is not detected.
+//!   proves its pointer a live block by a walk of its region (`InlineHeap::
+//!   checked_usable_size`), which tells a pointer into a block from one whose preceding bytes
+//!   happen to read as a tag. Without it the proof is `O(1)` (`InlineHeap::usable_size_in`):
+//!   the address in one of the pool's regions, the tags the free follows plausible. Either
+//!   way a double free or a foreign pointer is refused, counted and reported once on stderr,
+//!   and damaged tags are reported and abort.
 //! - `TAGALLOC_STATS`: set likewise, the heap's figures are written to stderr when the
 //!   process exits (an `atexit` handler).
 //!

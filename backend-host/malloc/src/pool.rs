@@ -3,22 +3,33 @@
 //!
 //! **How `free` finds a size.** C's `free` gets a pointer only, while the pool frees a block of
 //! a given size (the size tells a bypassed block, whose region goes back to the system at
-//! once). The inline heap keeps every block's size in the tag word before it, so the heap
-//! answers in O(1) (`InlineHeap::usable_size`: the chunk's bytes less its tag, at least what
-//! was asked) and that is the size the block is freed with: `Pool::free` compares it with the
-//! bypass threshold, and for a block above it finds the block's region in the pool's bypass
-//! table and unmaps it. The tag is read under the pool's lock, with the free: the lock holder
-//! rewrites a block's tag word when its neighbour changes state (the `PREV_IN_USE` bit), so
-//! reading it without the lock would race. In checked mode the size comes from
-//! `InlineHeap::checked_usable_size` instead, which proves the pointer first.
+//! once). The inline heap keeps every block's size in the tag word before it, and that is the
+//! size the block is freed with: `Pool::free` compares it with the bypass threshold, and for a
+//! block above it finds the block's region in the pool's bypass table and unmaps it. The tags
+//! are read under the pool's lock, with the free: the lock holder rewrites a block's tag word
+//! when its neighbour changes state (the `PREV_IN_USE` bit), so reading it without the lock
+//! would race.
+//!
+//! **How a pointer is proven first** (`block_size`), before a byte at it is read: its address
+//! must lie in one of the pool's regions, found in the table its hooks keep ([`Ranges`]); one
+//! that does not is foreign, or a double free if it lies in a range given back lately (a large
+//! block unmapped by its first free). Inside a region, by default the tags the free will follow
+//! must be plausible (`InlineHeap::usable_size_in`, `O(1)`: in use, a whole number of
+//! granules, inside the region, the neighbours' flags and footers agreeing, else a walk names
+//! the cause); in checked mode (`TAGALLOC_CHECKED`) the region is walked from its start to the
+//! block and past it (`InlineHeap::checked_usable_size`), which also tells a pointer into the
+//! middle of a block from a block whose preceding bytes happen to read as sound tags. Damaged
+//! tags are reported with their address and the process aborts (`report::corruption`), as
+//! glibc does.
 
 use core::ptr::NonNull;
 
-use tagalloc::{Error, InlineHeap, Pool, PoolStats, SharedPool};
-use tagalloc_host::{HostAllocator, HostPool, MmapSource};
+use tagalloc::{BlockError, Error, InlineHeap, Pool, PoolStats, SharedPool};
+use tagalloc_host::{HostAllocator, MmapSource};
 
 use crate::lock::PoolLock;
 use crate::options;
+use crate::ranges::Ranges;
 use crate::report;
 
 /// The alignment of every block `malloc` returns: glibc's `MALLOC_ALIGNMENT` on 64-bit
@@ -30,11 +41,16 @@ pub(crate) const MIN_ALIGN: usize = 16;
 /// own (unmapped on free), `malloc_trim` unmapping wholly free regions and free region ends
 /// and releasing the pages of free chunks of 64 KiB or more. Its lock is [`PoolLock`], which
 /// the fork handlers can reach. Nothing is mapped until the first allocation.
-static POOL: HostPool<PoolLock> = SharedPool::new(Pool::new(
-    InlineHeap::new(),
-    MmapSource::new(),
-    HostAllocator::POLICY,
-));
+static POOL: SharedPool<InlineHeap, MmapSource, Ranges, PoolLock> =
+    SharedPool::new(Pool::with_hooks(
+        InlineHeap::new(),
+        MmapSource::new(),
+        HostAllocator::POLICY,
+        Ranges::new(),
+    ));
+
+/// The pool itself, as the lock holder sees it.
+type Inner = Pool<InlineHeap, MmapSource, Ranges>;
 
 /// Sets the calling thread's `errno`.
 #[inline]
@@ -68,42 +84,62 @@ pub(crate) fn alloc(size: usize, align: usize) -> Option<NonNull<u8>> {
     }
 }
 
-/// The usable size of `ptr`, read under the lock (see the module docs): proven in checked
-/// mode, else from the block's tag (which refuses a block already free).
-///
-/// # Safety
-/// Unless checked mode is on, `ptr` must be a block of this pool, live or freed.
-#[inline]
-unsafe fn size_of(
-    p: &Pool<InlineHeap, MmapSource>,
-    ptr: NonNull<u8>,
-    checked: bool,
-) -> Result<usize, Error> {
-    if checked {
-        p.heap().checked_usable_size(ptr)
-    } else {
-        // SAFETY: forwarded caller contract.
-        unsafe { p.heap().usable_size(ptr) }
+/// The usable size of the live block at `ptr`, proven before anything is read at it (see the
+/// module docs), under the lock. Refused: `ForeignPointer` (not a block's payload),
+/// `DoubleFree` (a free block, one a merge absorbed, or a large block whose region went back
+/// at its first free); `Corrupted`: tags around it that cannot be.
+#[inline(always)]
+fn block_size(p: &Inner, ptr: NonNull<u8>, checked: bool) -> Result<usize, BlockError> {
+    if !checked {
+        if let Some((base, len)) = p.hooks().find(ptr.addr().get()) {
+            // SAFETY: `base..base + len` is one of the heap's regions: the hooks' table holds
+            // the ranges the pool added to the heap, as grown and cut.
+            return unsafe { p.heap().usable_size_in(ptr, base, len) };
+        }
+    }
+    block_size_slow(p, ptr, checked)
+}
+
+/// [`block_size`] in checked mode, or for an address the table does not hold.
+#[cold]
+#[inline(never)]
+fn block_size_slow(p: &Inner, ptr: NonNull<u8>, checked: bool) -> Result<usize, BlockError> {
+    let a = ptr.addr().get();
+    let ranges = p.hooks();
+    let region = match ranges.find(a) {
+        Some(r) => Some(r),
+        None if !ranges.complete() => p.heap().region_of(a).map(|(b, l)| (b.addr().get(), l)),
+        None => None,
+    };
+    match region {
+        None if ranges.given_back(a) => Err(BlockError::Refused(Error::DoubleFree)),
+        None => Err(BlockError::Refused(Error::ForeignPointer)),
+        Some(_) if checked => p.heap().checked_usable_size(ptr),
+        // SAFETY: `base..base + len` is one of the heap's regions (as above, or the heap
+        // named it).
+        Some((base, len)) => unsafe { p.heap().usable_size_in(ptr, base, len) },
     }
 }
 
-/// Frees `ptr`. A refusal (a double free; in checked mode also a foreign pointer) is counted
-/// and reported, and frees nothing.
+/// Frees `ptr`. A refusal (a double free, a foreign pointer) is counted and reported, and
+/// frees nothing; damaged tags are reported and the process aborts.
 ///
 /// # Safety
-/// `ptr` came from this pool and is not used after this call. In checked mode a pointer that
-/// did not is refused, not undefined behaviour.
+/// None beyond C's: a pointer that is not a live block is refused, not obeyed, except one
+/// into a block whose preceding bytes read as sound tags (see `InlineHeap::usable_size_in`),
+/// which only checked mode tells apart.
 #[inline]
 pub(crate) unsafe fn free(ptr: NonNull<u8>) {
     let checked = options::checked();
     let done = POOL.with_pool(|p| {
-        // SAFETY: forwarded caller contract.
-        let size = unsafe { size_of(p, ptr, checked) }?;
-        // SAFETY: forwarded caller contract; `size` is the block's own.
-        unsafe { p.free(ptr, size) }
+        let size = block_size(p, ptr, checked)?;
+        // SAFETY: `ptr` is a live block of `size` bytes of this pool (just proven).
+        unsafe { p.free(ptr, size) }.map_err(BlockError::Refused)
     });
-    if let Err(e) | Ok(Err(e)) = done {
-        report::refusal("free", ptr.as_ptr(), e);
+    match done {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => report::bad_pointer("free", ptr.as_ptr(), e),
+        Err(e) => report::bad_pointer("free", ptr.as_ptr(), BlockError::Refused(e)),
     }
 }
 
@@ -117,12 +153,11 @@ pub(crate) unsafe fn realloc(ptr: NonNull<u8>, new_size: usize) -> Option<NonNul
     let checked = options::checked();
     let saved = errno();
     let done = POOL.with_pool(|p| {
-        // SAFETY: forwarded caller contract.
-        let old = match unsafe { size_of(p, ptr, checked) } {
+        let old = match block_size(p, ptr, checked) {
             Ok(n) => n,
             Err(e) => return Err(Some(e)),
         };
-        // SAFETY: forwarded caller contract; `old` is the block's own size.
+        // SAFETY: `ptr` is a live block of `old` bytes of this pool (just proven).
         unsafe { p.realloc(ptr, old, MIN_ALIGN, new_size.max(1)) }.map_err(|_| None)
     });
     match done {
@@ -134,8 +169,13 @@ pub(crate) unsafe fn realloc(ptr: NonNull<u8>, new_size: usize) -> Option<NonNul
             set_errno(libc::ENOMEM);
             None
         }
-        Ok(Err(Some(e))) | Err(e) => {
-            report::refusal("realloc", ptr.as_ptr(), e);
+        Ok(Err(Some(e))) => {
+            report::bad_pointer("realloc", ptr.as_ptr(), e);
+            set_errno(libc::EINVAL);
+            None
+        }
+        Err(e) => {
+            report::bad_pointer("realloc", ptr.as_ptr(), BlockError::Refused(e));
             set_errno(libc::EINVAL);
             None
         }
@@ -148,9 +188,11 @@ pub(crate) unsafe fn realloc(ptr: NonNull<u8>, new_size: usize) -> Option<NonNul
 /// As for [`free`], except that `ptr` stays live.
 pub(crate) unsafe fn usable_size(ptr: NonNull<u8>) -> usize {
     let checked = options::checked();
-    // SAFETY: forwarded caller contract.
-    match POOL.with_pool(|p| unsafe { size_of(p, ptr, checked) }) {
+    match POOL.with_pool(|p| block_size(p, ptr, checked)) {
         Ok(Ok(n)) => n,
+        Ok(Err(BlockError::Corrupted(c))) => {
+            report::corruption("malloc_usable_size", ptr.as_ptr(), c)
+        }
         _ => 0,
     }
 }

@@ -6,7 +6,7 @@
 use core::fmt::{self, Write};
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use tagalloc::Error;
+use tagalloc::{BlockError, CheckError, Error};
 
 use crate::pool;
 
@@ -95,8 +95,7 @@ fn write_stderr(mut bytes: &[u8]) {
     unsafe { *libc::__errno_location() = errno };
 }
 
-/// Frees (and reallocs) refused: a double free, or, in checked mode, a pointer this allocator
-/// did not hand out.
+/// Frees (and reallocs) refused: a double free, or a pointer this allocator did not hand out.
 static REFUSED: AtomicU64 = AtomicU64::new(0);
 /// Whether the first refusal has been reported.
 static REPORTED: AtomicBool = AtomicBool::new(false);
@@ -106,7 +105,19 @@ pub(crate) fn refused() -> u64 {
     REFUSED.load(Ordering::Relaxed)
 }
 
-/// Counts a refused `call` of `ptr`, and reports the first one on stderr.
+/// A `call` of `ptr` that was not obeyed: refused ([`refusal`]) or, for damaged tags,
+/// reported and the process aborted ([`corruption`]).
+#[cold]
+#[inline(never)]
+pub(crate) fn bad_pointer(call: &str, ptr: *mut u8, why: BlockError) {
+    match why {
+        BlockError::Refused(e) => refusal(call, ptr, e),
+        BlockError::Corrupted(c) => corruption(call, ptr, c),
+    }
+}
+
+/// Counts a refused `call` of `ptr`, and reports the first one on stderr, naming the cause
+/// in glibc's words too.
 #[cold]
 #[inline(never)]
 pub(crate) fn refusal(call: &str, ptr: *mut u8, why: Error) {
@@ -115,14 +126,33 @@ pub(crate) fn refusal(call: &str, ptr: *mut u8, why: Error) {
         return;
     }
     let what = match why {
-        Error::DoubleFree => "a double free",
-        Error::ForeignPointer => "not a block this allocator handed out",
+        Error::DoubleFree => {
+            "a double free: the block was freed already (glibc: \"free(): double free detected\")"
+        }
+        Error::ForeignPointer => {
+            "an invalid pointer: not a block this allocator handed out (glibc: \"free(): invalid \
+             pointer\")"
+        }
         _ => "refused by the heap",
     };
     line(format_args!(
         "tagalloc: {call}({ptr:p}) refused: {what} ({why}); nothing was freed. Further refusals \
          are counted, not reported (TAGALLOC_STATS=1 prints the count at exit)."
     ));
+}
+
+/// Reports damaged heap tags found by a `call` of `ptr` and aborts, as glibc does for memory
+/// its caller corrupted: going on would hand out or merge memory the tags misdescribe.
+#[cold]
+#[inline(never)]
+pub(crate) fn corruption(call: &str, ptr: *mut u8, c: CheckError) -> ! {
+    line(format_args!(
+        "tagalloc: {call}({ptr:p}): heap corruption at {:#x}: {} (a write past a block's end, \
+         or into a freed block?); aborting (glibc: \"free(): invalid pointer\")",
+        c.at, c.what
+    ));
+    // SAFETY: `abort` has no preconditions; it does not return.
+    unsafe { libc::abort() }
 }
 
 /// Bytes as a figure with a binary unit, one decimal.

@@ -233,7 +233,7 @@ pub extern "C" fn mallopt(_param: c_int, _value: c_int) -> c_int {
 /// Writes the pool's figures to stderr, as glibc's does its own.
 #[no_mangle]
 pub extern "C" fn malloc_stats() {
-    report::stats("malloc_stats");
+    report::stats("malloc_stats", report::To::Stderr);
 }
 
 /// The pool's figures in glibc's `struct mallinfo2`: `arena` the bytes held from the system,

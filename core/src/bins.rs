@@ -160,6 +160,12 @@ impl<C: Copy + Eq + core::fmt::Debug, S: Shape> Bins<C, S> {
     /// Slots of the list arrays: a power of two, so that indices masked with `SLOTS − 1` need
     /// no bounds check (with 2047 lists, the last slot, of size 2048, is never used).
     const SLOTS: usize = S::LISTS.next_power_of_two();
+    /// Whether this shape's lists stop below the policy's listed sizes ([`LIST_SIZES`]), so
+    /// that the calls for a listed size must look beyond them. A constant, so that with
+    /// [`Wide`]'s lists the test is compiled away: as a comparison of the size, whose bound the
+    /// callers' own tests do not always prove, it cost the free about 9 instructions
+    /// (callgrind, talc's random actions at 200 B).
+    const SHORT_LISTS: bool = S::LISTS < LIST_SIZES;
     /// The first bin kept as a trie: the bin of the first size above the table (or the lists).
     pub(crate) const FIRST_TRIE_BIN: usize = bin_of(S::TABLE_LAST + 1);
     /// The shape's figures agree with its storage.
@@ -548,7 +554,7 @@ impl<C: Copy + Eq + core::fmt::Debug, S: Shape> Bins<C, S> {
         T: Tags<Chunk = C>,
         F: FnOnce(&mut T, C, usize) -> Option<(C, usize)>,
     {
-        if need > S::LISTS {
+        if Self::SHORT_LISTS && need > S::LISTS {
             return self.take_best_trie(t, need, carve);
         }
         if let Some((c, size)) = self.table.min() {
@@ -583,7 +589,7 @@ impl<C: Copy + Eq + core::fmt::Debug, S: Shape> Bins<C, S> {
     /// `None` when there is none. A size above this shape's lists is looked up in its trie.
     #[inline(always)]
     pub fn pop_exact<T: Tags<Chunk = C>>(&mut self, t: &mut T, need: usize) -> Option<C> {
-        if need > S::LISTS {
+        if Self::SHORT_LISTS && need > S::LISTS {
             return self.trie_take_exact(t, need);
         }
         let i = need - 1;
@@ -616,7 +622,7 @@ impl<C: Copy + Eq + core::fmt::Debug, S: Shape> Bins<C, S> {
     /// and keeps the rest as its victim.
     #[inline(always)]
     pub fn pop_listed<T: Tags<Chunk = C>>(&mut self, t: &mut T, need: usize) -> Option<(C, usize)> {
-        if need > S::LISTS {
+        if Self::SHORT_LISTS && need > S::LISTS {
             return None;
         }
         let size = self.first_list_at_least(need)?;
@@ -628,7 +634,7 @@ impl<C: Copy + Eq + core::fmt::Debug, S: Shape> Bins<C, S> {
     #[inline(always)]
     pub fn push_listed<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) {
         debug_assert!((1..=LIST_SIZES).contains(&size));
-        if size > S::LISTS {
+        if Self::SHORT_LISTS && size > S::LISTS {
             return self.trie_insert(t, c, size);
         }
         self.list_push(t, c, size - 1);
@@ -639,7 +645,7 @@ impl<C: Copy + Eq + core::fmt::Debug, S: Shape> Bins<C, S> {
     #[inline(always)]
     pub fn unlink_listed<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) {
         debug_assert!((1..=LIST_SIZES).contains(&size));
-        if size > S::LISTS {
+        if Self::SHORT_LISTS && size > S::LISTS {
             return self.trie_unlink(t, c, Self::bin(size));
         }
         self.list_unlink(t, c, size - 1);

@@ -9,7 +9,9 @@ use core::panic::PanicInfo;
 
 #[panic_handler]
 fn panic(_: &PanicInfo) -> ! {
-    loop {}
+    loop {
+        core::hint::spin_loop();
+    }
 }
 
 /// A critical section for a single core with nothing to mask: the programs are built and
@@ -27,7 +29,9 @@ unsafe impl critical_section::Impl for NoInterrupts {
 pub fn work() -> ! {
     let v = alloc::vec![1u8; 100];
     core::hint::black_box(&v);
-    loop {}
+    loop {
+        core::hint::spin_loop();
+    }
 }
 
 /// The program's entry point (the measurement needs a binary that links, nothing more).

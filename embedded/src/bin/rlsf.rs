@@ -36,8 +36,8 @@ unsafe impl GlobalAlloc for Locked {
 static HEAP: Locked = Locked(Spinlock::new(Tlsf::new()));
 
 entry!({
-    // SAFETY: the array is handed over once, before any allocation, and used by nothing else.
-    HEAP.0
-        .lock()
-        .insert_free_block(unsafe { &mut *(&raw mut ARENA) });
+    // SAFETY: the array is handed over once, before any allocation, and used by nothing else,
+    // so this is the only reference to it.
+    let arena = unsafe { core::slice::from_raw_parts_mut((&raw mut ARENA).cast(), 4096) };
+    HEAP.0.lock().insert_free_block(arena);
 });

@@ -7,6 +7,7 @@ use std::vec::Vec;
 
 use proptest::prelude::*;
 
+use crate::plan::place::{best_fit, WORK_LIMIT};
 use crate::plan::{
     greedy_by_breadth, greedy_by_peak, greedy_by_size, lower_bound, search, validate, Buffer, Plan,
     PlanError, SearchOptions,
@@ -449,4 +450,122 @@ proptest! {
         }
         prop_assert_eq!(validate(&b, &plan).map_err(|_| ()), expected);
     }
+}
+
+/// The placement as it was written before its index (TensorFlow Lite's scan of every buffer
+/// placed, `O(n²)`): the oracle the indexed one must match offset for offset.
+fn best_fit_by_scan(buffers: &[Buffer], order: &[u32]) -> Plan {
+    let align_up = |x: u64, a: u64| x.div_ceil(a) * a;
+    let mut offsets = vec![0u64; buffers.len()];
+    let mut placed: Vec<u32> = Vec::new();
+    let mut arena = 0u64;
+    for &i in order {
+        let b = &buffers[i as usize];
+        if b.size == 0 {
+            continue;
+        }
+        let (mut prev, mut best) = (0u64, None::<(u64, u64)>);
+        for &p in &placed {
+            let q = &buffers[p as usize];
+            if q.end <= b.start || b.end <= q.start {
+                continue;
+            }
+            let po = offsets[p as usize];
+            let at = align_up(prev, b.align);
+            if po >= at && po - at >= b.size && best.is_none_or(|(g, _)| po - prev < g) {
+                best = Some((po - prev, at));
+            }
+            prev = prev.max(po + q.size);
+        }
+        let off = best.map_or_else(|| align_up(prev, b.align), |(_, at)| at);
+        offsets[i as usize] = off;
+        arena = arena.max(off + b.size);
+        let pos = placed.partition_point(|&p| offsets[p as usize] <= off);
+        placed.insert(pos, i);
+    }
+    Plan { offsets, arena }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// The indexed placement finds the very gaps the quadratic scan finds, in any order.
+    #[test]
+    fn indexed_placement_matches_the_scan(
+        b in instance(60, 64, 30),
+        seed in any::<u64>(),
+    ) {
+        let mut order: Vec<u32> = (0..b.len() as u32).collect();
+        // A seeded shuffle (xorshift), so orders other than the heuristics' are tried.
+        let mut x = seed | 1;
+        for i in (1..order.len()).rev() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            order.swap(i, (x % (i as u64 + 1)) as usize);
+        }
+        let placed = best_fit(&b, &order, WORK_LIMIT, &mut || false);
+        prop_assert_eq!(placed.stacked, 0);
+        prop_assert!(!placed.stopped);
+        prop_assert_eq!(placed.plan, best_fit_by_scan(&b, &order));
+    }
+
+    /// Past the work cap (or when the monitor stops it) the buffers left go on the skyline:
+    /// still valid, each exactly on top of the highest conflicting buffer placed before it.
+    #[test]
+    fn stacked_placement_is_valid_and_tight(
+        b in instance(60, 64, 30),
+        limit in 0u64..40,
+        stop_after in 0u32..3,
+    ) {
+        let order: Vec<u32> = (0..b.len() as u32).collect();
+        let placed = best_fit(&b, &order, limit, &mut || false);
+        prop_assert_eq!(validate(&b, &placed.plan), Ok(()));
+        let plan = &placed.plan;
+        let mut stacked = 0;
+        for (k, &i) in order.iter().enumerate() {
+            let x = &b[i as usize];
+            if x.size == 0 {
+                continue;
+            }
+            let top = order[..k]
+                .iter()
+                .filter(|&&j| {
+                    let y = &b[j as usize];
+                    y.size > 0 && y.start < x.end && x.start < y.end
+                })
+                .map(|&j| plan.offsets[j as usize] + b[j as usize].size)
+                .max()
+                .unwrap_or(0);
+            let on_top = top.div_ceil(x.align) * x.align;
+            if limit == 0 {
+                // Nothing searched for gaps: every buffer sits right on top.
+                prop_assert_eq!(plan.offsets[i as usize], on_top);
+            }
+            stacked += usize::from(plan.offsets[i as usize] == on_top);
+        }
+        prop_assert!(stacked >= placed.stacked);
+        if limit == 0 {
+            prop_assert_eq!(placed.stacked, b.iter().filter(|x| x.size > 0).count());
+        }
+        // A monitor that stops the gap search: valid too, and it says so.
+        let mut calls = 0;
+        let stopping = best_fit(&b, &order, WORK_LIMIT, &mut || {
+            calls += 1;
+            calls > stop_after
+        });
+        prop_assert_eq!(validate(&b, &stopping.plan), Ok(()));
+    }
+}
+
+#[test]
+fn all_live_past_the_work_cap_is_stacked_to_the_bound() {
+    let b: Vec<Buffer> = (0..3000u64)
+        .map(|i| Buffer::new(i, 1 + i % 97, 0, 1))
+        .collect();
+    let order: Vec<u32> = (0..b.len() as u32).collect();
+    let placed = best_fit(&b, &order, 10_000, &mut || false);
+    assert!(placed.stacked > 0, "the cap was reached");
+    assert_eq!(validate(&b, &placed.plan), Ok(()));
+    assert_eq!(placed.plan.arena, lower_bound(&b).unwrap());
 }

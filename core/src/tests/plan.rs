@@ -494,7 +494,11 @@ fn best_fit_by_scan(buffers: &[Buffer], order: &[u32]) -> Plan {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 8 } else { 300 }))]
+    #![proptest_config(ProptestConfig {
+        cases: if cfg!(miri) { 8 } else { 300 },
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
 
     /// The indexed placement finds the very gaps the quadratic scan finds, in any order.
     #[test]

@@ -72,7 +72,7 @@ pub(crate) fn best_fit<M: Monitor + ?Sized>(
     };
     let spans: Vec<(u32, u32)> = buffers.iter().map(span).collect();
     let mut skyline = Skyline::new(starts.len());
-    let mut index = LiveIndex::new(&spans);
+    let mut index = LiveIndex::new(&spans, starts.len());
     let mut scratch: Vec<(u64, u64)> = Vec::new();
     let (mut work, mut next_poll) = (0u64, POLL_WORK);
     let (mut stacked, mut stopped, mut gaps) = (0usize, false, true);
@@ -220,20 +220,22 @@ impl Skyline {
 
 /// The placed buffers, found by lifetime: which of them overlap a range of moments.
 ///
-/// Buffers sorted by their first moment (`by_lo`, with `pos` its inverse); a segment tree over
-/// those positions keeps in each node the latest end (`hi`, plus one so that 0 means "none
-/// placed") among the placed buffers under it.
+/// Buffers sorted by their first moment (`by_lo`, with `pos` its inverse, and `before[t]` the
+/// number that start before moment `t`); a segment tree over those positions keeps in each
+/// node the latest end (`hi`, plus one so that 0 means "none placed") among the placed
+/// buffers under it.
 struct LiveIndex<'s> {
     spans: &'s [(u32, u32)],
     by_lo: Vec<u32>,
     pos: Vec<u32>,
+    before: Vec<u32>,
     leaves: usize,
     latest: Vec<u32>,
     stack: Vec<u32>,
 }
 
 impl<'s> LiveIndex<'s> {
-    fn new(spans: &'s [(u32, u32)]) -> LiveIndex<'s> {
+    fn new(spans: &'s [(u32, u32)], moments: usize) -> LiveIndex<'s> {
         let n = spans.len();
         let mut by_lo: Vec<u32> = (0..n as u32).collect();
         by_lo.sort_unstable_by_key(|&i| spans[i as usize].0);
@@ -241,11 +243,20 @@ impl<'s> LiveIndex<'s> {
         for (p, &i) in by_lo.iter().enumerate() {
             pos[i as usize] = p as u32;
         }
+        // Counting sort's prefix sums: `before[t + 1] - before[t]` buffers start at `t`.
+        let mut before = vec![0u32; moments + 1];
+        for &(lo, _) in spans {
+            before[lo as usize + 1] += 1;
+        }
+        for t in 0..moments {
+            before[t + 1] += before[t];
+        }
         let leaves = n.max(1).next_power_of_two();
         LiveIndex {
             spans,
             by_lo,
             pos,
+            before,
             leaves,
             latest: vec![0; 2 * leaves],
             stack: Vec::new(),
@@ -266,9 +277,7 @@ impl<'s> LiveIndex<'s> {
     /// `O((k + 1) log n)` for `k` found.
     fn overlapping(&mut self, lo: u32, hi: u32, mut found: impl FnMut(usize)) -> u64 {
         // Those starting before `hi` are a prefix of `by_lo`; of them, those ending after `lo`.
-        let prefix = self
-            .by_lo
-            .partition_point(|&i| self.spans[i as usize].0 < hi);
+        let prefix = self.before[hi as usize] as usize;
         let mut count = 0;
         self.stack.clear();
         self.stack.push(1);
@@ -288,7 +297,10 @@ impl<'s> LiveIndex<'s> {
                 found(self.by_lo[first] as usize);
                 count += 1;
             } else {
-                self.stack.push(2 * v as u32 + 1);
+                // The right half only where it starts inside the prefix.
+                if first + width / 2 < prefix {
+                    self.stack.push(2 * v as u32 + 1);
+                }
                 self.stack.push(2 * v as u32);
             }
         }

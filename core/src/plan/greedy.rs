@@ -62,8 +62,9 @@ fn greedy(buffers: &[Buffer], order: Order) -> Result<Plan, PlanError> {
 /// top of them. Fast and usually within a few percent of the lower bound on inference graphs;
 /// 30–40 % above it on adversarial sets such as MiniMalloc's.
 ///
-/// `O((n + p) log n)` time for `p` conflicting pairs (at most 2²⁶ of them are searched for
-/// gaps; the buffers left then go on top), `O(n)` memory.
+/// `O((n + p) log n)` time for `p` conflicting pairs, `O(n)` memory. The gap search stops
+/// after 2²⁹ units of work (pairs found times the log of their number, per buffer: a few
+/// seconds); the buffers left then go on top of their conflicts, `O(log n)` each.
 ///
 /// ```
 /// use tagalloc::plan::{greedy_by_size, validate, Buffer};

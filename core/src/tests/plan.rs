@@ -579,3 +579,26 @@ fn all_live_past_the_work_cap_is_stacked_to_the_bound() {
     assert_eq!(validate(&b, &placed.plan), Ok(()));
     assert_eq!(placed.plan.arena, lower_bound(&b).unwrap());
 }
+
+/// A monitor that says stop at once: the search still returns valid plans (its heuristics
+/// stacked), tries no node, and says how many buffers each heuristic stacked.
+#[test]
+fn a_search_stopped_at_once_returns_valid_stacked_plans() {
+    let b: Vec<Buffer> = (0..500u64)
+        .map(|i| Buffer::new(i, 1 + (i * 37) % 64, i % 50, i % 50 + 1 + i % 7))
+        .collect();
+    let found = search(&b, &exhaustive(), &mut || true).unwrap();
+    assert_eq!(validate(&b, &found.plan), Ok(()));
+    assert_eq!(found.nodes, 0);
+    for (plan, &stacked) in found.greedy.iter().zip(&found.greedy_stacked) {
+        assert_eq!(validate(&b, plan), Ok(()));
+        assert!(stacked > 0, "the gap search was stopped");
+        assert!(found.plan.arena <= plan.arena);
+    }
+    // Unstopped, no buffer is stacked and the plans are the public heuristics'.
+    let found = search(&b, &exhaustive(), &mut || false).unwrap();
+    assert_eq!(found.greedy_stacked, [0; 3]);
+    assert_eq!(found.greedy[0], greedy_by_size(&b).unwrap());
+    assert_eq!(found.greedy[1], greedy_by_breadth(&b).unwrap());
+    assert_eq!(found.greedy[2], greedy_by_peak(&b).unwrap());
+}

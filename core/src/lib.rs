@@ -149,7 +149,7 @@ pub use hooks::{Hooks, NoHooks};
 pub use inline::{InlineHeap, HOST_GRANULE};
 pub use layout::{Layout, MAX_GRANULE};
 pub use lock::{RawLock, SpinLock};
-pub use policy::{Growth, Policy, Reserve};
+pub use policy::{Growth, Policy, PolicyError, Reserve};
 pub use pool::{Pool, PoolError, PoolStats, Trimmed};
 pub use pool_heap::PoolHeap;
 pub use records::{Record, RecordStore};

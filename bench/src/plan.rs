@@ -25,6 +25,8 @@ pub struct Problem {
     /// The buffers, in file order; a buffer's `id` is its row number (0-based), since the
     /// file's ids need not be numbers (they are checked: distinct, not empty, not negative).
     pub buffers: Vec<Buffer>,
+    /// The file's id of each buffer (its `id` column; the row number, from 0, without one).
+    pub ids: Vec<String>,
     /// How long reading and checking the file took: spent from the problem's time budget.
     pub loaded_in: Duration,
 }
@@ -73,6 +75,12 @@ pub fn load(path: &Path) -> Result<Problem, String> {
     Ok(problem)
 }
 
+/// The input format, as errors and `--help` state it.
+pub const FORMAT: &str = "expected comma-separated values with a header line naming the \
+    columns id (optional), lower (or start), upper (or end), size and alignment (optional, \
+    or align), one buffer a line: it is live from lower to upper (exclusive) and takes size \
+    bytes aligned to alignment";
+
 /// Parses a problem from CSV text. Refused, naming the line: a header without the columns
 /// `lower` (or `start`), `upper` (or `end`) and `size`, or with a column named twice (an alias
 /// counts: `lower` and `start` both); a row with the wrong number of fields, a field that is
@@ -86,6 +94,18 @@ pub fn parse(name: &str, text: &str) -> Result<Problem, String> {
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty());
     let (_, header) = lines.next().ok_or("empty file: no header line")?;
+    if !header.contains(',') {
+        if let Some(sep) = ['\t', ';', ' '].into_iter().find(|&c| header.contains(c)) {
+            return Err(format!(
+                "line 1: the columns are separated by {}: {FORMAT}",
+                match sep {
+                    '\t' => "tabs",
+                    ';' => "semicolons",
+                    _ => "spaces",
+                }
+            ));
+        }
+    }
     let columns: Vec<&str> = header.split(',').map(str::trim).collect();
     // Each column a role may have, and the role's names.
     const ROLES: [&[&str]; 5] = [
@@ -113,13 +133,14 @@ pub fn parse(name: &str, text: &str) -> Result<Problem, String> {
     let [id, lower, upper, size, align] = role_of;
     let (Some(lower), Some(upper), Some(size)) = (lower, upper, size) else {
         return Err(format!(
-            "line 1: header `{header}` lacks the columns lower, upper and size"
+            "line 1: header `{header}` lacks the columns lower, upper and size: {FORMAT}"
         ));
     };
     let mut buffers = Vec::new();
     // The line of each buffer, for the planner's errors, and of each id seen.
     let mut line_of = Vec::new();
     let mut ids: HashMap<&str, usize> = HashMap::new();
+    let mut names = Vec::new();
     for (i, line) in lines {
         let cells: Vec<&str> = line.split(',').map(str::trim).collect();
         if cells.len() != columns.len() {
@@ -156,6 +177,9 @@ pub fn parse(name: &str, text: &str) -> Result<Problem, String> {
                     i + 1
                 ));
             }
+            names.push(name.to_string());
+        } else {
+            names.push(buffers.len().to_string());
         }
         let (start, end, bytes) = (
             num(lower, "lower")?,
@@ -187,6 +211,7 @@ pub fn parse(name: &str, text: &str) -> Result<Problem, String> {
     Ok(Problem {
         name: name.to_string(),
         buffers,
+        ids: names,
         loaded_in: Duration::ZERO,
     })
 }
@@ -195,6 +220,44 @@ pub fn parse(name: &str, text: &str) -> Result<Problem, String> {
 pub struct Options {
     /// Time the exact search may take per problem.
     pub budget: Duration,
+    /// Where the plans go: a `.csv` file (one problem), or a directory (`NAME.plan.csv` for
+    /// each); `None`: only the figures.
+    pub out: Option<PathBuf>,
+}
+
+/// Writes each problem's plan as CSV (`id,offset`, a line a buffer in file order, then the
+/// arena as a comment): to `out` if it names a `.csv` file (one problem only), else to
+/// `out/NAME.plan.csv`. Returns the files written.
+fn write_plans(problems: &[Problem], rows: &[Row], out: &Path) -> Result<Vec<PathBuf>, String> {
+    let to_file = out.extension().is_some_and(|e| e == "csv");
+    if to_file && problems.len() != 1 {
+        return Err(format!(
+            "--out {} is one file, for one problem; {} were planned (name a directory)",
+            out.display(),
+            problems.len()
+        ));
+    }
+    let mut written = Vec::new();
+    for (p, r) in problems.iter().zip(rows) {
+        let path = if to_file {
+            out.to_path_buf()
+        } else {
+            fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+            out.join(format!("{}.plan.csv", p.name))
+        };
+        let mut text = String::with_capacity(16 * p.ids.len() + 32);
+        text.push_str("id,offset\n");
+        for (id, offset) in p.ids.iter().zip(&r.offsets) {
+            text.push_str(id);
+            text.push(',');
+            text.push_str(&offset.to_string());
+            text.push('\n');
+        }
+        text.push_str(&format!("# arena {}\n", r.arena));
+        fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        written.push(path);
+    }
+    Ok(written)
 }
 
 /// Stops the search at a deadline and notes when each better plan turned up, and when the
@@ -238,6 +301,8 @@ struct Row {
     nodes: u64,
     /// Buffers each greedy plan stacked (work cap or budget) instead of fitting into gaps.
     stacked: [usize; 3],
+    /// The search's plan: each buffer's offset, in file order.
+    offsets: Vec<u64>,
     target: Option<(u64, Option<f64>)>,
 }
 
@@ -297,6 +362,7 @@ fn solve(p: &Problem, opts: &Options) -> Result<Row, String> {
         whole: (p.loaded_in + start.elapsed()).as_secs_f64(),
         nodes: found.nodes,
         stacked: found.greedy_stacked,
+        offsets: found.plan.offsets,
         target: target.map(|t| (t, watch.target_at.map(|d| d.as_secs_f64()))),
     })
 }
@@ -389,9 +455,21 @@ pub fn run(
     }
     md.push_str(&t.render());
     report::push_notes(&mut md, &notes);
+    if let Some(out) = &opts.out {
+        let written = write_plans(problems, &rows, out)?;
+        md.push_str(&format!(
+            "\nPlans (each buffer's id and offset): {}.\n",
+            written
+                .iter()
+                .map(|p| format!("`{}`", p.display()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
     let json = rows
         .iter()
-        .map(|r| {
+        .zip(problems)
+        .map(|(r, p)| {
             json!({
                 "problem": r.name,
                 "buffers": r.buffers,
@@ -399,6 +477,8 @@ pub fn run(
                 "arena": r.arena,
                 "optimal": r.optimal,
                 "seconds": r.seconds,
+                "ids": p.ids,
+                "offsets": r.offsets,
             })
         })
         .collect();
@@ -419,6 +499,60 @@ mod tests {
     use super::*;
 
     /// Each malformed problem is refused naming the line and the cause.
+    #[test]
+    fn plans_are_written_with_the_files_ids() {
+        let p = parse("three", "id,lower,upper,size\nx,0,2,8\ny,1,3,16\nz,2,4,8\n").unwrap();
+        assert_eq!(p.ids, ["x", "y", "z"]);
+        let unnamed = parse("u", "lower,upper,size\n0,2,8\n1,3,8\n").unwrap();
+        assert_eq!(unnamed.ids, ["0", "1"]);
+        let problems = [p];
+        let opts = Options {
+            budget: Duration::from_millis(200),
+            out: None,
+        };
+        let rows = vec![solve(&problems[0], &opts).unwrap()];
+        let dir = std::env::temp_dir().join(format!("tagalloc-plan-out-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        // A directory: NAME.plan.csv in it.
+        let written = write_plans(&problems, &rows, &dir).unwrap();
+        assert_eq!(written, [dir.join("three.plan.csv")]);
+        let text = fs::read_to_string(&written[0]).unwrap();
+        let mut lines = text.lines();
+        assert_eq!(lines.next(), Some("id,offset"));
+        let offsets: Vec<(String, u64)> = lines
+            .by_ref()
+            .take(3)
+            .map(|l| {
+                let (id, off) = l.split_once(',').unwrap();
+                (id.to_string(), off.parse().unwrap())
+            })
+            .collect();
+        assert_eq!(
+            offsets
+                .iter()
+                .map(|(id, _)| id.as_str())
+                .collect::<Vec<_>>(),
+            ["x", "y", "z"]
+        );
+        let plan = Plan::new(&problems[0].buffers, offsets.iter().map(|o| o.1).collect()).unwrap();
+        plan::validate(&problems[0].buffers, &plan).unwrap();
+        assert_eq!(
+            lines.next(),
+            Some(format!("# arena {}", plan.arena).as_str())
+        );
+        // A .csv file: one problem only.
+        let file = dir.join("one.csv");
+        assert_eq!(
+            write_plans(&problems, &rows, &file).unwrap(),
+            [file.clone()]
+        );
+        let two = [parse("a", "lower,upper,size\n0,2,8\n").unwrap(), unnamed];
+        let rows2: Vec<Row> = two.iter().map(|p| solve(p, &opts).unwrap()).collect();
+        let e = write_plans(&two, &rows2, &file).unwrap_err();
+        assert!(e.contains("one file, for one problem"), "{e}");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn refusals_name_the_line_and_the_cause() {
         let big = 1u64 << 63;
@@ -454,6 +588,15 @@ mod tests {
                     "id,lower,upper,size,alignment\n0,0,2,8,1\n1,0,2,8,{big}\n2,1,3,8,{big}\n"
                 ),
                 "line 3: buffer 1: alignment too large to be met",
+            ),
+            (
+                "id\tlower\tupper\tsize\n0\t0\t2\t8\n",
+                "line 1: the columns are separated by tabs: expected comma-separated values",
+            ),
+            ("id;lower;upper;size\n0;0;2;8\n", "separated by semicolons"),
+            (
+                "id,from,to,bytes\n0,0,2,8\n",
+                "lacks the columns lower, upper and size: expected",
             ),
         ];
         for (text, want) in cases {

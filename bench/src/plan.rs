@@ -544,7 +544,7 @@ mod tests {
         let file = dir.join("one.csv");
         assert_eq!(
             write_plans(&problems, &rows, &file).unwrap(),
-            [file.clone()]
+            std::slice::from_ref(&file)
         );
         let two = [parse("a", "lower,upper,size\n0,2,8\n").unwrap(), unnamed];
         let rows2: Vec<Row> = two.iter().map(|p| solve(p, &opts).unwrap()).collect();

@@ -165,7 +165,8 @@ impl<F: FnMut() -> bool> Monitor for F {
 
 /// The smallest arena it can find for `buffers`, and whether it is proven optimal.
 ///
-/// Starts from the best of [`greedy_by_size`], [`greedy_by_breadth`] and [`greedy_by_peak`];
+/// Starts from the best of [`greedy_by_size`](super::greedy_by_size),
+/// [`greedy_by_breadth`](super::greedy_by_breadth) and [`greedy_by_peak`](super::greedy_by_peak);
 /// if that misses the lower bound, runs the branch-and-bound search described in this module's source
 /// (MiniMalloc's canonical placements, dominance, section inference and decomposition): two
 /// thirds of the nodes go to the lower bound itself, one third to probes just below the best

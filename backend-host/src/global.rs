@@ -10,11 +10,14 @@
 //! from inside another is counted.
 
 use core::alloc::{GlobalAlloc, Layout};
+use core::ptr::{null_mut, NonNull};
+use core::sync::atomic::AtomicU32;
 
 use tagalloc::{Error, Growth, InlineHeap, NoHooks, Policy, Pool, PoolStats, SharedPool, Trimmed};
 
 use crate::futex::FutexLock;
 use crate::mmap::{MmapSource, SourceError};
+use crate::tcache;
 
 /// A shared host pool: an [`InlineHeap`] over [`MmapSource`] regions behind lock `L`
 /// ([`FutexLock`] by default, `tagalloc::SpinLock` for comparison).
@@ -57,6 +60,9 @@ pub type HostPool<L = FutexLock> = SharedPool<InlineHeap, MmapSource, NoHooks, L
 /// ```
 pub struct HostAllocator {
     pool: HostPool,
+    /// Tells this allocator's per-thread caches from those of one dropped at the same address
+    /// (see `crate::tcache`); 0 until a thread binds a cache to it.
+    cache_id: AtomicU32,
 }
 
 impl HostAllocator {
@@ -85,12 +91,15 @@ impl HostAllocator {
     pub const fn with_source(source: MmapSource, policy: Policy) -> Self {
         HostAllocator {
             pool: SharedPool::new(Pool::new(InlineHeap::new(), source, policy)),
+            cache_id: AtomicU32::new(0),
         }
     }
 
     /// Gives memory back to the system (see `tagalloc::Pool::trim`). `Error::Reentrant` only
     /// if called from inside [`HostAllocator::pool`]'s `with_pool`.
+    /// The calling thread's cache goes back to the pool first (other threads keep theirs).
     pub fn trim(&self) -> Result<Trimmed, Error> {
+        tcache::flush_current(&self.pool, &self.cache_id);
         self.pool.trim()
     }
 
@@ -112,25 +121,55 @@ impl HostAllocator {
     }
 }
 
+impl Drop for HostAllocator {
+    /// Threads that still hold cached blocks of this allocator forget them instead of giving
+    /// them back to a pool that is gone (see `crate::tcache`).
+    fn drop(&mut self) {
+        tcache::unbind(&self.pool, &self.cache_id);
+    }
+}
+
 impl Default for HostAllocator {
     fn default() -> Self {
         Self::new()
     }
 }
 
-// SAFETY: every method forwards to the shared pool's `GlobalAlloc`, whose contract is the same;
-// the caller's promises are passed on unchanged.
+// SAFETY: `alloc` and `dealloc` go through the calling thread's cache, which hands out only
+// live blocks of this pool that nobody else holds (its invariant) and takes back the blocks the
+// caller gives up, with the caller's promise that `ptr` came from this allocator with
+// `layout`; everything else forwards to the shared pool's `GlobalAlloc`, whose contract is the
+// same.
 unsafe impl GlobalAlloc for HostAllocator {
+    /// Small requests from the thread's cache (see `crate::tcache`), the rest from the pool.
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded caller contract.
-        unsafe { GlobalAlloc::alloc(&self.pool, layout) }
+        tcache::with_cache(&self.pool, &self.cache_id, |cache| match cache {
+            Some(cache) => self
+                .pool
+                .alloc_with_cache(cache, layout.size(), layout.align())
+                .map_or(null_mut(), NonNull::as_ptr),
+            // SAFETY: forwarded caller contract.
+            None => unsafe { GlobalAlloc::alloc(&self.pool, layout) },
+        })
     }
 
+    /// Small blocks into the thread's cache (whichever thread allocated them: the heap is
+    /// shared), the rest to the pool. Rust hands over the layout, so no tag is read.
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded caller contract.
-        unsafe { GlobalAlloc::dealloc(&self.pool, ptr, layout) }
+        let Some(p) = NonNull::new(ptr) else {
+            return;
+        };
+        tcache::with_cache(&self.pool, &self.cache_id, |cache| match cache {
+            // SAFETY: `GlobalAlloc`'s contract: `p` was allocated here with `layout`, and the
+            // cache serves this pool. A refusal is counted; `dealloc` cannot return it.
+            Some(cache) => {
+                let _ = unsafe { self.pool.free_with_cache(cache, p, layout.size()) };
+            }
+            // SAFETY: forwarded caller contract.
+            None => unsafe { GlobalAlloc::dealloc(&self.pool, ptr, layout) },
+        })
     }
 
     #[inline]

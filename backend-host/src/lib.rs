@@ -30,6 +30,7 @@ mod futex;
 mod global;
 mod mmap;
 mod os;
+mod tcache;
 
 pub use futex::FutexLock;
 pub use global::{HostAllocator, HostPool};

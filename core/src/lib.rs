@@ -139,6 +139,7 @@ mod source;
 mod stats;
 mod sync;
 mod tags;
+mod tcache;
 
 pub use detached::{Block, DetachedHeap, Handle, DEVICE_GRANULE};
 pub use error::{CheckError, Error};
@@ -157,6 +158,7 @@ pub use shared_detached::SharedDetachedHeap;
 pub use shared_pool::{OomHandler, SharedPool};
 pub use source::RegionSource;
 pub use stats::{Counters, NoCounters, Stats, Tally};
+pub use tcache::{CacheStats, Class, ThreadCache, CLASSES, TOTAL_BYTES};
 
 #[cfg(test)]
 mod tests;

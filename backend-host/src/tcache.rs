@@ -1,0 +1,370 @@
+//! Each thread's cache of small blocks ([`tagalloc::ThreadCache`]) and its lifecycle: where
+//! it lives, how it is set up without allocating, and how it goes back to its pool.
+//!
+//! **Where.** One cache per thread, in a constant-initialised thread-local without a
+//! destructor: reading it is an offset from the thread pointer (a preloaded library's TLS is
+//! in the static block too), and nothing is registered or allocated by the first access. A
+//! cache serves one pool: the first one the thread allocates or frees through with a cache;
+//! calls on any other pool from that thread take the pool's lock as without a cache.
+//!
+//! **Set-up.** The first call binds the cache: the process's pthread key is created once
+//! (`pthread_key_create` does not allocate), the pool gets an id and a place in the table of
+//! pools with caches, and `pthread_setspecific` gives the thread a value under the key, which
+//! is what makes its destructor run at the thread's exit. `pthread_setspecific` may allocate
+//! (glibc does for keys past the first 32), and in the malloc library that allocation comes
+//! back here: while the cache is being set up its state says so, and every call from the
+//! thread goes to the pool's lock instead, so nothing recurses into a half-built cache.
+//! glibc's `__cxa_thread_atexit_impl`, which Rust's thread-locals with destructors use,
+//! allocates on every registration, which is why this does not use one.
+//!
+//! **Thread exit.** The key's destructor runs for every thread that set a value, joined or
+//! not: it marks the cache gone (later calls from the exiting thread, say from other
+//! destructors, go to the lock) and flushes it into its pool, if the pool is still in the
+//! table. The table, under its own spin lock, is what makes that sound for a
+//! [`crate::HostAllocator`] that is dropped while threads still hold caches of it: its drop
+//! takes it out of the table, and a cache whose pool is gone forgets its blocks.
+//!
+//! **Trim and fork.** `trim` flushes the calling thread's cache before trimming (other
+//! threads' caches are theirs, used without a lock, so they stay). After `fork` the child's
+//! one thread keeps its cache; the caches of the parent's other threads are lost to the child
+//! (their blocks stay counted as cached and in use), as glibc's are: they may be in the middle
+//! of a change the fork copied. The table's lock is taken around `fork`, so the child can bind
+//! caches.
+
+use core::cell::{Cell, UnsafeCell};
+use core::ffi::c_void;
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::Relaxed};
+
+use tagalloc::{InlineHeap, NoHooks, RawLock, SharedPool, ThreadCache};
+
+use crate::mmap::MmapSource;
+
+/// The pools a cache is served by: an inline heap over `mmap` regions behind any lock.
+type Pool<L> = SharedPool<InlineHeap, MmapSource, NoHooks, L>;
+
+/// Never bound yet.
+const UNBOUND: u8 = 0;
+/// Being bound: calls from the thread go to the lock.
+const SETTING_UP: u8 = 1;
+/// Bound to `pool`/`id`, in use.
+const ACTIVE: u8 = 2;
+/// Given back (thread exit) or never to be bound (no key, no room): calls go to the lock.
+const OFF: u8 = 3;
+
+/// Flushes a cache into the pool at this address (monomorphised per lock type).
+type Flush = unsafe fn(usize, &mut ThreadCache);
+
+/// A thread's cache and what it is bound to. Only its own thread touches it, except the
+/// fork child, which is the same thread's copy.
+struct Slot {
+    state: Cell<u8>,
+    pool: Cell<usize>,
+    id: Cell<u32>,
+    flush: Cell<Option<Flush>>,
+    cache: UnsafeCell<ThreadCache>,
+}
+
+thread_local! {
+    static SLOT: Slot = const {
+        Slot {
+            state: Cell::new(UNBOUND),
+            pool: Cell::new(0),
+            id: Cell::new(0),
+            flush: Cell::new(None),
+            cache: UnsafeCell::new(ThreadCache::new(0)),
+        }
+    };
+}
+
+/// Runs `f` with the calling thread's cache if it serves `pool` (whose cache id is `id`),
+/// binding it on first use; with `None` when the thread must use the lock (the cache is being
+/// set up, is gone, or serves another pool).
+///
+/// `f` must not call back into any cached pool from this thread (the pool's paths never
+/// allocate).
+#[inline]
+pub(crate) fn with_cache<L: RawLock, R>(
+    pool: &Pool<L>,
+    id: &AtomicU32,
+    f: impl FnOnce(Option<&mut ThreadCache>) -> R,
+) -> R {
+    let addr = pool as *const Pool<L> as usize;
+    let mut f = Some(f);
+    let done = SLOT.try_with(|s| {
+        if s.state.get() == UNBOUND {
+            bind(s, pool, id);
+        }
+        if s.state.get() == ACTIVE && s.pool.get() == addr && s.id.get() == id.load(Relaxed) {
+            s.state.set(SETTING_UP);
+            // SAFETY: only this thread reaches its slot, and the state just set sends any
+            // call that re-enters from inside `f` to the lock, so this is the only reference.
+            let r = f.take().map(|f| f(Some(unsafe { &mut *s.cache.get() })));
+            s.state.set(ACTIVE);
+            r
+        } else {
+            None
+        }
+    });
+    match (done, f) {
+        (Ok(Some(r)), _) => r,
+        (_, Some(f)) => f(None),
+        // `f` ran and gave its result above.
+        (_, None) => unreachable_run(),
+    }
+}
+
+/// Never reached: `with_cache` returns `f`'s result whenever it took `f`. Aborts rather
+/// than panics (a panic would allocate, from inside the allocator).
+#[cold]
+fn unreachable_run() -> ! {
+    // SAFETY: `abort` has no preconditions.
+    unsafe { libc::abort() }
+}
+
+/// Binds the thread's cache to `pool` (see the module docs); leaves it `OFF` if it cannot.
+#[cold]
+#[inline(never)]
+fn bind<L: RawLock>(s: &Slot, pool: &Pool<L>, id: &AtomicU32) {
+    s.state.set(SETTING_UP);
+    let addr = pool as *const Pool<L> as usize;
+    let bound = (|| {
+        let key = thread_key()?;
+        register_fork_handlers();
+        let pid = pool_id(id);
+        if !registry(|t| t.add(addr, pid)) {
+            return None;
+        }
+        // SAFETY: `key` is a live key; the value only has to be non-null for the destructor
+        // to run. This may allocate, which the state set above sends to the lock.
+        if unsafe { libc::pthread_setspecific(key, core::ptr::dangling::<c_void>()) } != 0 {
+            registry(|t| t.remove(addr, pid));
+            return None;
+        }
+        Some(pid)
+    })();
+    match bound {
+        Some(pid) => {
+            // SAFETY: the state keeps every other use of the cache out until it is `ACTIVE`.
+            unsafe { *s.cache.get() = ThreadCache::new(secret()) };
+            s.pool.set(addr);
+            s.id.set(pid);
+            s.flush.set(Some(flush_into::<L>));
+            s.state.set(ACTIVE);
+        }
+        None => s.state.set(OFF),
+    }
+}
+
+/// Flushes `cache` into the pool at `addr`.
+///
+/// # Safety
+/// `addr` is a live `Pool<L>` that `cache` belongs to (the table says it is alive).
+unsafe fn flush_into<L: RawLock>(addr: usize, cache: &mut ThreadCache) {
+    // SAFETY: the caller's promise.
+    let pool = unsafe { &*(addr as *const Pool<L>) };
+    // SAFETY: the cache belongs to this pool. A refusal (this thread holds the lock: only
+    // from inside a hook) leaves the blocks cached and counted.
+    let _ = unsafe { pool.flush_cache(cache) };
+}
+
+/// Flushes the calling thread's cache into `pool`, if it serves `pool` (before a trim).
+pub(crate) fn flush_current<L: RawLock>(pool: &Pool<L>, id: &AtomicU32) {
+    with_cache(pool, id, |cache| {
+        if let Some(cache) = cache {
+            // SAFETY: the cache serves this pool (`with_cache` checked it).
+            let _ = unsafe { pool.flush_cache(cache) };
+        }
+    });
+}
+
+/// Forgets `pool`: its caches' blocks are not flushed into it any more (it is being dropped).
+/// The calling thread's cache is flushed first if it serves `pool`.
+pub(crate) fn unbind<L: RawLock>(pool: &Pool<L>, id: &AtomicU32) {
+    flush_current(pool, id);
+    let pid = id.load(Relaxed);
+    if pid != 0 {
+        registry(|t| t.remove(pool as *const Pool<L> as usize, pid));
+    }
+}
+
+/// The destructor of the process's key: the exiting thread's cache goes back to its pool.
+extern "C" fn release_at_exit(_: *mut c_void) {
+    let _ = SLOT.try_with(|s| {
+        if s.state.get() != ACTIVE {
+            return;
+        }
+        s.state.set(OFF);
+        let (addr, pid) = (s.pool.get(), s.id.get());
+        // SAFETY: the state is `OFF`, so nothing else reaches the cache any more.
+        let cache = unsafe { &mut *s.cache.get() };
+        registry(|t| {
+            match s.flush.get() {
+                // SAFETY: the table says the pool is alive, and it cannot be dropped while the
+                // table's lock is held (its drop takes it).
+                Some(flush) if t.holds(addr, pid) => unsafe { flush(addr, cache) },
+                // The pool is gone: its blocks went with it.
+                _ => *cache = ThreadCache::new(0),
+            }
+        });
+    });
+}
+
+/// The process's key whose destructor is [`release_at_exit`], created on first use; `None`
+/// if the system has no key left.
+fn thread_key() -> Option<libc::pthread_key_t> {
+    static KEY: AtomicUsize = AtomicUsize::new(0);
+    if let Some(k) = KEY.load(Relaxed).checked_sub(1) {
+        return Some(k as libc::pthread_key_t);
+    }
+    let mut key: libc::pthread_key_t = 0;
+    // SAFETY: `key` is valid for a write; the destructor is an `extern "C"` function that
+    // stays loaded (this crate is never unloaded while threads use it).
+    if unsafe { libc::pthread_key_create(&mut key, Some(release_at_exit)) } != 0 {
+        return None;
+    }
+    match KEY.compare_exchange(0, key as usize + 1, Relaxed, Relaxed) {
+        Ok(_) => Some(key),
+        Err(other) => {
+            // Another thread made one first: use it, and give this one back.
+            // SAFETY: `key` was created above and never used.
+            unsafe { libc::pthread_key_delete(key) };
+            Some((other - 1) as libc::pthread_key_t)
+        }
+    }
+}
+
+/// `id`'s value, given one from a process-wide counter on first use.
+fn pool_id(id: &AtomicU32) -> u32 {
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    let now = id.load(Relaxed);
+    if now != 0 {
+        return now;
+    }
+    let fresh = NEXT.fetch_add(1, Relaxed).max(1);
+    match id.compare_exchange(0, fresh, Relaxed, Relaxed) {
+        Ok(_) => fresh,
+        Err(other) => other,
+    }
+}
+
+/// A random key of the process for cached blocks (see `tagalloc::ThreadCache`): the
+/// kernel's 16 random bytes from the auxiliary vector, mixed with an address (ASLR).
+fn secret() -> usize {
+    // SAFETY: `getauxval` has no preconditions; `AT_RANDOM` is the address of 16 bytes the
+    // kernel put on the initial stack, readable for the life of the process.
+    let at = unsafe { libc::getauxval(libc::AT_RANDOM) } as *const u64;
+    let mut k = &NEXT_SALT as *const AtomicUsize as u64;
+    if !at.is_null() {
+        // SAFETY: as above: 16 readable bytes, possibly unaligned.
+        let (a, b) = unsafe { (at.read_unaligned(), at.add(1).read_unaligned()) };
+        k ^= a.rotate_left(23) ^ b;
+    }
+    let salt = NEXT_SALT.fetch_add(0x9e37_79b9, Relaxed) as u64;
+    (k ^ salt.rotate_left(32)) as usize | 1
+}
+
+/// Makes each cache's key differ a little.
+static NEXT_SALT: AtomicUsize = AtomicUsize::new(0);
+
+/// The pools with caches, as (address, id); a slot with id 0 is free.
+struct Table {
+    slots: [(usize, u32); 16],
+}
+
+impl Table {
+    fn holds(&self, addr: usize, id: u32) -> bool {
+        self.slots.contains(&(addr, id))
+    }
+
+    fn add(&mut self, addr: usize, id: u32) -> bool {
+        if self.holds(addr, id) {
+            return true;
+        }
+        match self.slots.iter_mut().find(|s| s.1 == 0) {
+            Some(s) => {
+                *s = (addr, id);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn remove(&mut self, addr: usize, id: u32) {
+        for s in &mut self.slots {
+            if *s == (addr, id) {
+                *s = (0, 0);
+            }
+        }
+    }
+}
+
+/// The table and its lock (a spin lock: taken only when a thread binds or exits, a pool is
+/// dropped, and around `fork`).
+struct Registry {
+    lock: AtomicBool,
+    table: UnsafeCell<Table>,
+}
+
+// SAFETY: the table is only reached with `lock` held (see `registry`).
+unsafe impl Sync for Registry {}
+
+static REGISTRY: Registry = Registry {
+    lock: AtomicBool::new(false),
+    table: UnsafeCell::new(Table {
+        slots: [(0, 0); 16],
+    }),
+};
+
+fn lock_registry() {
+    while REGISTRY
+        .lock
+        .compare_exchange_weak(
+            false,
+            true,
+            core::sync::atomic::Ordering::Acquire,
+            Relaxed,
+        )
+        .is_err()
+    {
+        core::hint::spin_loop();
+    }
+}
+
+fn unlock_registry() {
+    REGISTRY
+        .lock
+        .store(false, core::sync::atomic::Ordering::Release);
+}
+
+/// Runs `f` with the table, under its lock.
+fn registry<R>(f: impl FnOnce(&mut Table) -> R) -> R {
+    lock_registry();
+    // SAFETY: the lock is held, so this is the only reference to the table.
+    let r = f(unsafe { &mut *REGISTRY.table.get() });
+    unlock_registry();
+    r
+}
+
+/// Whether `prepare` took the table's lock for a fork in progress.
+static HELD_FOR_FORK: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn fork_prepare() {
+    lock_registry();
+    HELD_FOR_FORK.store(true, Relaxed);
+}
+
+extern "C" fn fork_release() {
+    if HELD_FOR_FORK.swap(false, Relaxed) {
+        unlock_registry();
+    }
+}
+
+/// Registers [`fork_prepare`] and [`fork_release`] once per process.
+fn register_fork_handlers() {
+    static DONE: AtomicBool = AtomicBool::new(false);
+    if !DONE.swap(true, Relaxed) {
+        // SAFETY: the handlers are `extern "C"`, take nothing, and stay loaded. A refusal
+        // (no memory) leaves a fork during a bind or exit to wait in the child.
+        unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_release), Some(fork_release)) };
+    }
+}

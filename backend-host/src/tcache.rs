@@ -247,24 +247,31 @@ fn pool_id(id: &AtomicU32) -> u32 {
     }
 }
 
-/// A random key of the process for cached blocks (see `tagalloc::ThreadCache`): the
-/// kernel's 16 random bytes from the auxiliary vector, mixed with an address (ASLR).
+/// The process's random key for cached blocks (see `tagalloc::ThreadCache`), the same in
+/// every cache so that a free finding it in a block refuses a double free whichever thread's
+/// cache holds the block: the kernel's 16 random bytes from the auxiliary vector, mixed with
+/// an address (ASLR), made once.
 fn secret() -> usize {
+    static KEY: AtomicUsize = AtomicUsize::new(0);
+    let k = KEY.load(Relaxed);
+    if k != 0 {
+        return k;
+    }
     // SAFETY: `getauxval` has no preconditions; `AT_RANDOM` is the address of 16 bytes the
     // kernel put on the initial stack, readable for the life of the process.
     let at = unsafe { libc::getauxval(libc::AT_RANDOM) } as *const u64;
-    let mut k = &NEXT_SALT as *const AtomicUsize as u64;
+    let mut fresh = &KEY as *const AtomicUsize as u64;
     if !at.is_null() {
         // SAFETY: as above: 16 readable bytes, possibly unaligned.
         let (a, b) = unsafe { (at.read_unaligned(), at.add(1).read_unaligned()) };
-        k ^= a.rotate_left(23) ^ b;
+        fresh ^= a.rotate_left(23) ^ b;
     }
-    let salt = NEXT_SALT.fetch_add(0x9e37_79b9, Relaxed) as u64;
-    (k ^ salt.rotate_left(32)) as usize | 1
+    let fresh = fresh as usize | 1;
+    match KEY.compare_exchange(0, fresh, Relaxed, Relaxed) {
+        Ok(_) => fresh,
+        Err(other) => other,
+    }
 }
-
-/// Makes each cache's key differ a little.
-static NEXT_SALT: AtomicUsize = AtomicUsize::new(0);
 
 /// The pools with caches, as (address, id); a slot with id 0 is free.
 struct Table {

@@ -15,3 +15,5 @@ mod pool;
 mod region;
 #[cfg(not(loom))]
 mod shared;
+#[cfg(not(loom))]
+mod tcache;

@@ -35,7 +35,9 @@ use core::cell::{Cell, UnsafeCell};
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::Relaxed};
 
-use tagalloc::{InlineHeap, NoHooks, RawLock, SharedPool, ThreadCache};
+use core::ptr::NonNull;
+
+use tagalloc::{Error, InlineHeap, NoHooks, PoolError, RawLock, SharedPool, ThreadCache};
 
 use crate::mmap::MmapSource;
 
@@ -152,6 +154,85 @@ fn bind<L: RawLock>(s: &Slot, pool: &Pool<L>, id: &AtomicU32) {
             s.state.set(ACTIVE);
         }
         None => s.state.set(OFF),
+    }
+}
+
+/// The per-thread caches of one `'static` host pool, for a program that keeps its own pool in a
+/// `static` rather than a [`crate::HostAllocator`] (a malloc-compatible library, say): small
+/// requests go through the calling thread's cache (see [`tagalloc::ThreadCache`] and this
+/// module's docs), everything else to the pool.
+///
+/// # Examples
+///
+/// ```
+/// use tagalloc::{InlineHeap, Pool, SharedPool};
+/// use tagalloc_host::{CacheBinding, HostAllocator, HostPool, MmapSource};
+///
+/// static POOL: HostPool = SharedPool::new(Pool::new(
+///     InlineHeap::new(),
+///     MmapSource::new(),
+///     HostAllocator::POLICY,
+/// ));
+/// static CACHES: CacheBinding = CacheBinding::new();
+///
+/// let p = CACHES.alloc(&POOL, 100, 16).unwrap();
+/// // SAFETY: a live 100-byte block of `POOL`, given up once.
+/// unsafe { CACHES.free(&POOL, p, 100).unwrap() };
+/// CACHES.flush_current(&POOL);
+/// assert_eq!(POOL.stats().unwrap().heap.in_use, 0);
+/// ```
+#[derive(Debug, Default)]
+pub struct CacheBinding {
+    id: AtomicU32,
+}
+
+impl CacheBinding {
+    /// A binding no cache uses yet.
+    pub const fn new() -> Self {
+        CacheBinding {
+            id: AtomicU32::new(0),
+        }
+    }
+
+    /// Allocates `size` bytes aligned to `align` from `pool` through the calling thread's
+    /// cache (see [`SharedPool::alloc_with_cache`]).
+    #[inline]
+    pub fn alloc<L: RawLock>(
+        &self,
+        pool: &'static Pool<L>,
+        size: usize,
+        align: usize,
+    ) -> Result<NonNull<u8>, PoolError> {
+        with_cache(pool, &self.id, |cache| match cache {
+            Some(cache) => pool.alloc_with_cache(cache, size, align),
+            None => pool.alloc(size, align),
+        })
+    }
+
+    /// Frees a block of `size` bytes into the calling thread's cache (see
+    /// [`SharedPool::free_with_cache`]), whichever thread allocated it.
+    ///
+    /// # Safety
+    /// As for `tagalloc::Pool::free`: `ptr` came from `pool` (through this binding or not)
+    /// with `size` bytes, or `size` is its usable size, and is not used afterwards.
+    #[inline]
+    pub unsafe fn free<L: RawLock>(
+        &self,
+        pool: &'static Pool<L>,
+        ptr: NonNull<u8>,
+        size: usize,
+    ) -> Result<(), Error> {
+        with_cache(pool, &self.id, |cache| match cache {
+            // SAFETY: forwarded caller contract; the cache serves `pool`.
+            Some(cache) => unsafe { pool.free_with_cache(cache, ptr, size) },
+            // SAFETY: forwarded caller contract.
+            None => unsafe { pool.free(ptr, size) },
+        })
+    }
+
+    /// Gives the calling thread's cache back to `pool` (before a trim).
+    pub fn flush_current<L: RawLock>(&self, pool: &'static Pool<L>) {
+        flush_current(pool, &self.id);
     }
 }
 

@@ -11,11 +11,22 @@
 //! rewrites a block's tag word when its neighbour changes state (the `PREV_IN_USE` bit), so
 //! reading it without the lock would race. In checked mode the size comes from
 //! `InlineHeap::checked_usable_size` instead, which proves the pointer first.
+//!
+//! **The per-thread cache.** Outside checked mode, small blocks (chunks up to 1040 bytes) are
+//! allocated from and freed into the calling thread's cache (`tagalloc_host::CacheBinding`)
+//! without the lock. A cached free still needs the block's size, before any lock: it reads the
+//! tag word with a relaxed atomic load (`InlineHeap::unlocked_usable_size`), which is sound
+//! because the lock holder's only write to a live block's tag, the `PREV_IN_USE` bit, is a
+//! relaxed atomic store that keeps the size bits. A tag that says the chunk is free (a double
+//! free the heap can see) or a size above the cached classes takes the locked path above,
+//! which reports it. A double free of a block sitting in a cache, this thread's or another's,
+//! is refused by the cache's key (see `tagalloc::ThreadCache`). Checked mode bypasses the
+//! caches altogether: every free is proven under the lock.
 
 use core::ptr::NonNull;
 
-use tagalloc::{Error, InlineHeap, Pool, PoolStats, SharedPool};
-use tagalloc_host::{HostAllocator, HostPool, MmapSource};
+use tagalloc::{Class, Error, InlineHeap, Pool, PoolStats, SharedPool};
+use tagalloc_host::{CacheBinding, HostAllocator, HostPool, MmapSource};
 
 use crate::lock::PoolLock;
 use crate::options;
@@ -35,6 +46,9 @@ static POOL: HostPool<PoolLock> = SharedPool::new(Pool::new(
     MmapSource::new(),
     HostAllocator::POLICY,
 ));
+
+/// The threads' caches in front of [`POOL`].
+static CACHES: CacheBinding = CacheBinding::new();
 
 /// Sets the calling thread's `errno`.
 #[inline]
@@ -56,7 +70,12 @@ fn errno() -> i32 {
 #[inline]
 pub(crate) fn alloc(size: usize, align: usize) -> Option<NonNull<u8>> {
     let saved = errno();
-    match POOL.alloc(size.max(1), align) {
+    let got = if options::checked() {
+        POOL.alloc(size.max(1), align)
+    } else {
+        CACHES.alloc(&POOL, size.max(1), align)
+    };
+    match got {
         Ok(p) => {
             set_errno(saved);
             Some(p)
@@ -96,6 +115,18 @@ unsafe fn size_of(
 #[inline]
 pub(crate) unsafe fn free(ptr: NonNull<u8>) {
     let checked = options::checked();
+    if !checked {
+        // SAFETY: forwarded caller contract: outside checked mode `ptr` is a live block of
+        // this pool, owned by the caller (see the module docs on the unlocked read).
+        let size = unsafe { <InlineHeap>::unlocked_usable_size(ptr) };
+        if let Some(size) = size.filter(|&n| Class::of(n, 1).is_some()) {
+            // SAFETY: forwarded caller contract; `size` is the block's usable size.
+            if let Err(e) = unsafe { CACHES.free(&POOL, ptr, size) } {
+                report::refusal("free", ptr.as_ptr(), e);
+            }
+            return;
+        }
+    }
     let done = POOL.with_pool(|p| {
         // SAFETY: forwarded caller contract.
         let size = unsafe { size_of(p, ptr, checked) }?;
@@ -156,7 +187,9 @@ pub(crate) unsafe fn usable_size(ptr: NonNull<u8>) -> usize {
 }
 
 /// Gives memory back to the system (`Pool::trim`); whether anything was.
+/// The calling thread's cache goes back to the pool first (other threads keep theirs).
 pub(crate) fn trim() -> bool {
+    CACHES.flush_current(&POOL);
     POOL.trim()
         .is_ok_and(|t| t.regions > 0 || t.bytes > 0 || t.released > 0)
 }

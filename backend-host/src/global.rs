@@ -103,7 +103,15 @@ impl HostAllocator {
         self.pool.trim()
     }
 
-    /// The pool's statistics (the heap's, and what is held from the system).
+    /// Gives the calling thread's cache of small blocks back to the pool now, as its exit
+    /// would (a worker going idle, or before reading exact statistics: the caches' figures are
+    /// as of each cache's last exchange with the pool).
+    pub fn flush_thread_cache(&self) {
+        tcache::flush_current(&self.pool, &self.cache_id);
+    }
+
+    /// The pool's statistics (the heap's, and what is held from the system; `cache`: the
+    /// per-thread caches, as of each one's last exchange with the pool).
     pub fn stats(&self) -> Result<PoolStats, Error> {
         self.pool.stats()
     }

@@ -7,18 +7,19 @@
 //! cache serves one pool: the first one the thread allocates or frees through with a cache;
 //! calls on any other pool from that thread take the pool's lock as without a cache.
 //!
-//! **Set-up.** The first call binds the cache: the process's pthread key is created once
-//! (`pthread_key_create` does not allocate), the pool gets an id and a place in the table of
-//! pools with caches, and `pthread_setspecific` gives the thread a value under the key, which
-//! is what makes its destructor run at the thread's exit. `pthread_setspecific` may allocate
-//! (glibc does for keys past the first 32), and in the malloc library that allocation comes
-//! back here: while the cache is being set up its state says so, and every call from the
-//! thread goes to the pool's lock instead, so nothing recurses into a half-built cache.
-//! glibc's `__cxa_thread_atexit_impl`, which Rust's thread-locals with destructors use,
-//! allocates on every registration, which is why this does not use one.
+//! **Set-up.** The first call binds the cache: the pool gets an id and a place in the table of
+//! pools with caches, and the thread registers a destructor with glibc's
+//! `__cxa_thread_atexit_impl` (as C++ `thread_local` and Rust's thread-locals with destructors
+//! do). That registration allocates (glibc `calloc`s a list node), and in the malloc library the
+//! allocation comes back here: while the cache is being set up its state says so, and every
+//! call from the thread goes to the pool's lock instead, so nothing recurses into a half-built
+//! cache. A pthread key would not do: `pthread_setspecific` allocates for keys past the first
+//! 32, and when the program's own `pthread_setspecific` is what allocates (its first call in a
+//! thread, for such a key), a nested call from here installs a second-level table that the
+//! outer call then overwrites, losing the value and so the destructor.
 //!
-//! **Thread exit.** The key's destructor runs for every thread that set a value, joined or
-//! not: it marks the cache gone (later calls from the exiting thread, say from other
+//! **Thread exit.** The destructor runs for every thread that registered it, joined or not (and
+//! for the thread that calls `exit`): it marks the cache gone (later calls from the exiting thread, say from other
 //! destructors, go to the lock) and flushes it into its pool, if the pool is still in the
 //! table. The table, under its own spin lock, is what makes that sound for a
 //! [`crate::HostAllocator`] that is dropped while threads still hold caches of it: its drop
@@ -130,15 +131,23 @@ fn bind<L: RawLock>(s: &Slot, pool: &Pool<L>, id: &AtomicU32) {
     s.state.set(SETTING_UP);
     let addr = pool as *const Pool<L> as usize;
     let bound = (|| {
-        let key = thread_key()?;
         register_fork_handlers();
         let pid = pool_id(id);
         if !registry(|t| t.add(addr, pid)) {
             return None;
         }
-        // SAFETY: `key` is a live key; the value only has to be non-null for the destructor
-        // to run. This may allocate, which the state set above sends to the lock.
-        if unsafe { libc::pthread_setspecific(key, core::ptr::dangling::<c_void>()) } != 0 {
+        // SAFETY: `release_at_exit` is an `extern "C"` function of this object, which
+        // `__dso_handle` names so that the loader keeps it while the destructor is pending;
+        // the argument is unused. This allocates (glibc's `calloc`, which in the malloc
+        // library is ours: the state set above sends it to the lock).
+        if unsafe {
+            __cxa_thread_atexit_impl(
+                release_at_exit,
+                core::ptr::null_mut(),
+                &raw const __dso_handle as *mut c_void,
+            )
+        } != 0
+        {
             registry(|t| t.remove(addr, pid));
             return None;
         }
@@ -268,8 +277,8 @@ pub(crate) fn unbind<L: RawLock>(pool: &Pool<L>, id: &AtomicU32) {
     }
 }
 
-/// The destructor of the process's key: the exiting thread's cache goes back to its pool.
-extern "C" fn release_at_exit(_: *mut c_void) {
+/// The thread's destructor: the exiting thread's cache goes back to its pool.
+unsafe extern "C" fn release_at_exit(_: *mut c_void) {
     let _ = SLOT.try_with(|s| {
         if s.state.get() != ACTIVE {
             return;
@@ -290,28 +299,17 @@ extern "C" fn release_at_exit(_: *mut c_void) {
     });
 }
 
-/// The process's key whose destructor is [`release_at_exit`], created on first use; `None`
-/// if the system has no key left.
-fn thread_key() -> Option<libc::pthread_key_t> {
-    static KEY: AtomicUsize = AtomicUsize::new(0);
-    if let Some(k) = KEY.load(Relaxed).checked_sub(1) {
-        return Some(k as libc::pthread_key_t);
-    }
-    let mut key: libc::pthread_key_t = 0;
-    // SAFETY: `key` is valid for a write; the destructor is an `extern "C"` function that
-    // stays loaded (this crate is never unloaded while threads use it).
-    if unsafe { libc::pthread_key_create(&mut key, Some(release_at_exit)) } != 0 {
-        return None;
-    }
-    match KEY.compare_exchange(0, key as usize + 1, Relaxed, Relaxed) {
-        Ok(_) => Some(key),
-        Err(other) => {
-            // Another thread made one first: use it, and give this one back.
-            // SAFETY: `key` was created above and never used.
-            unsafe { libc::pthread_key_delete(key) };
-            Some((other - 1) as libc::pthread_key_t)
-        }
-    }
+extern "C" {
+    /// glibc's registration of a thread-local destructor (what C++ `thread_local` and Rust's
+    /// thread-locals with destructors use): `func(obj)` runs when the thread exits, joined or
+    /// not, or calls `exit`, before the pthread keys' destructors.
+    fn __cxa_thread_atexit_impl(
+        func: unsafe extern "C" fn(*mut c_void),
+        obj: *mut c_void,
+        dso_symbol: *mut c_void,
+    ) -> libc::c_int;
+    /// This object's handle (from the C runtime's start files), which names it to the loader.
+    static __dso_handle: u8;
 }
 
 /// `id`'s value, given one from a process-wide counter on first use.
@@ -406,12 +404,7 @@ static REGISTRY: Registry = Registry {
 fn lock_registry() {
     while REGISTRY
         .lock
-        .compare_exchange_weak(
-            false,
-            true,
-            core::sync::atomic::Ordering::Acquire,
-            Relaxed,
-        )
+        .compare_exchange_weak(false, true, core::sync::atomic::Ordering::Acquire, Relaxed)
         .is_err()
     {
         core::hint::spin_loop();

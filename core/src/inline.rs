@@ -970,8 +970,9 @@ impl<G: Granule, K: Tally> InlineHeap<G, K> {
     pub unsafe fn unlocked_usable_size(ptr: NonNull<u8>) -> Option<usize> {
         // SAFETY: the caller's promise: the word before `ptr` is a live chunk's head, aligned;
         // the accesses that may race with this load are atomic (see above).
-        let h = unsafe { core::sync::atomic::AtomicUsize::from_ptr(ptr.byte_sub(W).cast().as_ptr()) }
-            .load(core::sync::atomic::Ordering::Relaxed);
+        let h =
+            unsafe { core::sync::atomic::AtomicUsize::from_ptr(ptr.byte_sub(W).cast().as_ptr()) }
+                .load(core::sync::atomic::Ordering::Relaxed);
         if h & IN_USE == 0 {
             return None;
         }

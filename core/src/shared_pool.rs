@@ -476,7 +476,12 @@ where
     /// As for [`SharedPool::free_with_cache`].
     #[cold]
     #[inline(never)]
-    unsafe fn spill(&self, cache: &mut ThreadCache, c: Class, ptr: NonNull<u8>) -> Result<(), Error> {
+    unsafe fn spill(
+        &self,
+        cache: &mut ThreadCache,
+        c: Class,
+        ptr: NonNull<u8>,
+    ) -> Result<(), Error> {
         let Ok(mut st) = self.shared.lock() else {
             // SAFETY: forwarded caller contract (the lock is this thread's: queued or refused).
             return unsafe { self.free(ptr, c.usable()) };

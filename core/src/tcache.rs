@@ -273,7 +273,9 @@ impl ThreadCache {
 
     /// How many blocks a refill of class `c` may add: a batch, within both bounds.
     pub(crate) fn room(&self, c: Class) -> u32 {
-        let by_class = Self::limit(c).saturating_sub(self.count(c)).min(Self::batch(c));
+        let by_class = Self::limit(c)
+            .saturating_sub(self.count(c))
+            .min(Self::batch(c));
         let by_bytes = (TOTAL_BYTES.saturating_sub(self.bytes) / c.chunk_bytes()) as u32;
         by_class.min(by_bytes)
     }

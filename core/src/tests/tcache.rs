@@ -14,8 +14,7 @@ use super::inline::{Arena, OneRegion};
 use crate::model::{Layout, Model};
 use crate::tcache::ENABLED;
 use crate::{
-    Class, Error, Growth, InlineHeap, Policy, Pool, Reserve, SharedPool, ThreadCache,
-    TOTAL_BYTES,
+    Class, Error, Growth, InlineHeap, Policy, Pool, Reserve, SharedPool, ThreadCache, TOTAL_BYTES,
 };
 
 type TestPool = SharedPool<InlineHeap, OneRegion>;
@@ -48,7 +47,11 @@ fn a_freed_small_block_comes_back_from_the_cache() {
     if ENABLED {
         assert_eq!(p, q, "the block just freed is the next one handed out");
         let c = Class::of(100, 8).unwrap();
-        assert_eq!(cache.count(c), ThreadCache::batch(c), "one refill brought a batch");
+        assert_eq!(
+            cache.count(c),
+            ThreadCache::batch(c),
+            "one refill brought a batch"
+        );
     }
     // SAFETY: as above.
     unsafe { pool.free_with_cache(&mut cache, q, 100).unwrap() };
@@ -71,7 +74,10 @@ fn cached_blocks_count_as_in_use_and_on_their_own() {
     let s = pool.stats().unwrap();
     assert_eq!(s.cache.blocks, cache.blocks());
     assert_eq!(s.cache.bytes, cache.bytes());
-    assert!(s.heap.in_use >= cache.bytes(), "cached blocks are in use for the heap");
+    assert!(
+        s.heap.in_use >= cache.bytes(),
+        "cached blocks are in use for the heap"
+    );
     // SAFETY: a live 40-byte block, given up.
     unsafe { pool.free_with_cache(&mut cache, p, 40).unwrap() };
     // SAFETY: the cache belongs to this pool.
@@ -139,7 +145,11 @@ fn a_double_free_through_a_cache_is_refused_and_writes_nothing() {
     // SAFETY: as above.
     let remote = unsafe { pool.free_with_cache(&mut other, p, 64) };
     assert_eq!(remote, Err(Error::DoubleFree));
-    assert_eq!((mine.blocks(), other.blocks()), before, "nothing was cached");
+    assert_eq!(
+        (mine.blocks(), other.blocks()),
+        before,
+        "nothing was cached"
+    );
     // SAFETY: both caches belong to this pool.
     unsafe {
         pool.flush_cache(&mut mine).unwrap();

@@ -166,14 +166,15 @@ fn statistics_say_what_the_program_left() {
     let first = &lines[0];
     let caches = &lines[3];
     // The blocks in the thread's cache count as in use; the program's own are the rest: 100
-    // blocks of 1000 bytes, 1008 bytes each with the tag, rounded to 16.
+    // blocks of 1000 bytes (1008 bytes each with the tag, rounded to 16), and the 32-byte node
+    // glibc allocates when the thread's cache registers its exit destructor.
     assert_eq!(
         figure(first, " blocks") - figure(caches, " blocks ("),
-        100,
+        101,
         "{first} / {caches}"
     );
     assert!(
-        first.contains("in use 100.4 KiB") && caches.contains("hold 2.0 KiB"),
+        first.contains("in use 100.5 KiB") && caches.contains("hold 2.0 KiB"),
         "{first} / {caches}"
     );
 }

@@ -723,6 +723,13 @@ impl<D: Driver> DevicePool<D> {
         // as the pool uses it (see `alloc`).
         unsafe { self.driver().stream_synchronize(stream)? };
         self.counters.stream_waits += 1;
+        self.release_stream(si);
+        Ok(true)
+    }
+
+    /// Returns every batch of stream `si`, fenced and open, to the heap: the device has
+    /// finished everything queued on the stream.
+    fn release_stream(&mut self, si: usize) {
         while let Some(batch) = self.streams[si].fenced.pop_front() {
             self.release(si, batch.slots);
             self.idle_events.push(batch.event);
@@ -730,7 +737,6 @@ impl<D: Driver> DevicePool<D> {
         }
         let open = std::mem::take(&mut self.streams[si].open);
         self.release(si, open);
-        Ok(true)
     }
 
     /// Returns stream `si`'s completed batches to the heap, oldest first, stopping at the first
@@ -796,13 +802,7 @@ impl<D: Driver> DevicePool<D> {
         self.driver().ctx_synchronize()?;
         self.counters.synchronizations += 1;
         for si in 0..self.streams.len() {
-            while let Some(batch) = self.streams[si].fenced.pop_front() {
-                self.release(si, batch.slots);
-                self.idle_events.push(batch.event);
-                self.counters.batches_released += 1;
-            }
-            let open = std::mem::take(&mut self.streams[si].open);
-            self.release(si, open);
+            self.release_stream(si);
         }
         Ok(())
     }

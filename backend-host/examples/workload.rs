@@ -40,6 +40,16 @@ fn word(doc: usize, i: usize) -> String {
 }
 
 fn main() {
+    if let Some(a) = std::env::args().nth(1) {
+        let usage = "usage: workload\nA word-count pipeline on HostAllocator, then trim(): the \
+                     pool's statistics and the process's resident memory before and after.";
+        if a == "--help" || a == "-h" {
+            println!("{usage}");
+            return;
+        }
+        eprintln!("workload: takes no arguments ({a})\n{usage}");
+        std::process::exit(2);
+    }
     let t0 = Instant::now();
     // Producers build documents (long strings) and hand them to the counters.
     let (doc_tx, doc_rx) = mpsc::sync_channel::<String>(64);

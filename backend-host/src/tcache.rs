@@ -38,12 +38,13 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::Relaxed};
 
 use core::ptr::NonNull;
 
-use tagalloc::{Error, InlineHeap, NoHooks, PoolError, RawLock, SharedPool, ThreadCache};
+use tagalloc::{Error, Hooks, InlineHeap, PoolError, RawLock, SharedPool, ThreadCache};
 
 use crate::mmap::MmapSource;
 
-/// The pools a cache is served by: an inline heap over `mmap` regions behind any lock.
-type Pool<L> = SharedPool<InlineHeap, MmapSource, NoHooks, L>;
+/// The pools a cache is served by: an inline heap over `mmap` regions, with any hooks, behind
+/// any lock.
+type Pool<K, L> = SharedPool<InlineHeap, MmapSource, K, L>;
 
 /// Never bound yet.
 const UNBOUND: u8 = 0;
@@ -86,12 +87,12 @@ thread_local! {
 /// `f` must not call back into any cached pool from this thread (the pool's paths never
 /// allocate).
 #[inline]
-pub(crate) fn with_cache<L: RawLock, R>(
-    pool: &Pool<L>,
+pub(crate) fn with_cache<K: Hooks, L: RawLock, R>(
+    pool: &Pool<K, L>,
     id: &AtomicU32,
     f: impl FnOnce(Option<&mut ThreadCache>) -> R,
 ) -> R {
-    let addr = pool as *const Pool<L> as usize;
+    let addr = pool as *const Pool<K, L> as usize;
     let mut f = Some(f);
     let done = SLOT.try_with(|s| {
         if s.state.get() == UNBOUND {
@@ -127,9 +128,9 @@ fn unreachable_run() -> ! {
 /// Binds the thread's cache to `pool` (see the module docs); leaves it `OFF` if it cannot.
 #[cold]
 #[inline(never)]
-fn bind<L: RawLock>(s: &Slot, pool: &Pool<L>, id: &AtomicU32) {
+fn bind<K: Hooks, L: RawLock>(s: &Slot, pool: &Pool<K, L>, id: &AtomicU32) {
     s.state.set(SETTING_UP);
-    let addr = pool as *const Pool<L> as usize;
+    let addr = pool as *const Pool<K, L> as usize;
     let bound = (|| {
         register_fork_handlers();
         let pid = pool_id(id);
@@ -159,7 +160,7 @@ fn bind<L: RawLock>(s: &Slot, pool: &Pool<L>, id: &AtomicU32) {
             unsafe { *s.cache.get() = ThreadCache::new(secret()) };
             s.pool.set(addr);
             s.id.set(pid);
-            s.flush.set(Some(flush_into::<L>));
+            s.flush.set(Some(flush_into::<K, L>));
             s.state.set(ACTIVE);
         }
         None => s.state.set(OFF),
@@ -206,9 +207,9 @@ impl CacheBinding {
     /// Allocates `size` bytes aligned to `align` from `pool` through the calling thread's
     /// cache (see [`SharedPool::alloc_with_cache`]).
     #[inline]
-    pub fn alloc<L: RawLock>(
+    pub fn alloc<K: Hooks, L: RawLock>(
         &self,
-        pool: &'static Pool<L>,
+        pool: &'static Pool<K, L>,
         size: usize,
         align: usize,
     ) -> Result<NonNull<u8>, PoolError> {
@@ -225,9 +226,9 @@ impl CacheBinding {
     /// As for `tagalloc::Pool::free`: `ptr` came from `pool` (through this binding or not)
     /// with `size` bytes, or `size` is its usable size, and is not used afterwards.
     #[inline]
-    pub unsafe fn free<L: RawLock>(
+    pub unsafe fn free<K: Hooks, L: RawLock>(
         &self,
-        pool: &'static Pool<L>,
+        pool: &'static Pool<K, L>,
         ptr: NonNull<u8>,
         size: usize,
     ) -> Result<(), Error> {
@@ -240,7 +241,7 @@ impl CacheBinding {
     }
 
     /// Gives the calling thread's cache back to `pool` (before a trim).
-    pub fn flush_current<L: RawLock>(&self, pool: &'static Pool<L>) {
+    pub fn flush_current<K: Hooks, L: RawLock>(&self, pool: &'static Pool<K, L>) {
         flush_current(pool, &self.id);
     }
 }
@@ -248,17 +249,17 @@ impl CacheBinding {
 /// Flushes `cache` into the pool at `addr`.
 ///
 /// # Safety
-/// `addr` is a live `Pool<L>` that `cache` belongs to (the table says it is alive).
-unsafe fn flush_into<L: RawLock>(addr: usize, cache: &mut ThreadCache) {
+/// `addr` is a live `Pool<K, L>` that `cache` belongs to (the table says it is alive).
+unsafe fn flush_into<K: Hooks, L: RawLock>(addr: usize, cache: &mut ThreadCache) {
     // SAFETY: the caller's promise.
-    let pool = unsafe { &*(addr as *const Pool<L>) };
+    let pool = unsafe { &*(addr as *const Pool<K, L>) };
     // SAFETY: the cache belongs to this pool. A refusal (this thread holds the lock: only
     // from inside a hook) leaves the blocks cached and counted.
     let _ = unsafe { pool.flush_cache(cache) };
 }
 
 /// Flushes the calling thread's cache into `pool`, if it serves `pool` (before a trim).
-pub(crate) fn flush_current<L: RawLock>(pool: &Pool<L>, id: &AtomicU32) {
+pub(crate) fn flush_current<K: Hooks, L: RawLock>(pool: &Pool<K, L>, id: &AtomicU32) {
     with_cache(pool, id, |cache| {
         if let Some(cache) = cache {
             // SAFETY: the cache serves this pool (`with_cache` checked it).
@@ -269,11 +270,11 @@ pub(crate) fn flush_current<L: RawLock>(pool: &Pool<L>, id: &AtomicU32) {
 
 /// Forgets `pool`: its caches' blocks are not flushed into it any more (it is being dropped).
 /// The calling thread's cache is flushed first if it serves `pool`.
-pub(crate) fn unbind<L: RawLock>(pool: &Pool<L>, id: &AtomicU32) {
+pub(crate) fn unbind<K: Hooks, L: RawLock>(pool: &Pool<K, L>, id: &AtomicU32) {
     flush_current(pool, id);
     let pid = id.load(Relaxed);
     if pid != 0 {
-        registry(|t| t.remove(pool as *const Pool<L> as usize, pid));
+        registry(|t| t.remove(pool as *const Pool<K, L> as usize, pid));
     }
 }
 

@@ -137,6 +137,9 @@ impl Bench for Run {
 fn run() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let usage = "usage: call_times ALLOCATOR[,...] MAX[,...] [--actions N] [--rounds R]";
+    if example_cli::wants_help(&args, usage) {
+        return Ok(());
+    }
     if !cfg!(target_arch = "x86_64") {
         return Err(
             "this times calls with x86-64's time stamp counter, which this target has not".into(),

@@ -57,6 +57,9 @@ impl Bench for Run<'_> {
 fn run() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let usage = "usage: counters ALLOCATOR[,...] MAX[,...] [--actions N] [--rounds R]";
+    if example_cli::wants_help(&args, usage) {
+        return Ok(());
+    }
     let a = example_cli::actions_args(&args, usage, 10_000_000)?;
     let (counters, refused) = Counters::open(&EVENTS);
     for (e, why) in &refused {

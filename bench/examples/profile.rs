@@ -241,6 +241,9 @@ fn run() -> Result<(), String> {
     let usage =
         "usage: profile tagalloc|tagalloc-nostats|talc|dlmalloc|rlsf random-MAX|path-NAME|TRACE \
                  [--actions N] [--events N]";
+    if example_cli::wants_help(&args, usage) {
+        return Ok(());
+    }
     let (Some(who), Some(what)) = (args.first(), args.get(1)) else {
         return Err(usage.into());
     };

@@ -17,6 +17,16 @@ pub fn exit(name: &str, result: Result<(), String>) -> std::process::ExitCode {
     }
 }
 
+/// Whether the arguments ask for help (`-h`, `--help`); if so the usage is printed on
+/// standard output, and the example ends with success.
+pub fn wants_help(args: &[String], usage: &str) -> bool {
+    let asked = args.iter().any(|a| a == "-h" || a == "--help");
+    if asked {
+        println!("{usage}");
+    }
+    asked
+}
+
 /// An example's options after its positional arguments: `--name N` pairs, each name one of
 /// `known` and each value a number; the pairs in order, or an error that ends with `usage`.
 pub fn options<'a>(

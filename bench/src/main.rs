@@ -85,7 +85,7 @@ SUBCOMMANDS (none: the default suite, the first four shortened, about a minute):
     programs            real programs (CPython, perl, sqlite3, git, g++) with glibc,
                         jemalloc, mimalloc, tcmalloc and tagalloc preloaded: wall time and
                         peak resident memory, 3 rounds (a few minutes); missing peers are
-                        installed with apt-get when run as root
+                        skipped, or installed with apt-get with --install
 
 OPTIONS:
     --quick             a seconds-long smoke run: tiny durations, few rounds, the bundled
@@ -98,8 +98,9 @@ OPTIONS:
                         (default 10)
     --events N          plan-trace: events used from the start of each trace
                         (default 50000)
-    --out DIR           where the SVG charts go (default: target/tagalloc-bench);
-                        for snapshot, the SVG file to write
+    --out DIR           the directory the SVG charts go to (default:
+                        target/tagalloc-bench; made if missing); for snapshot, a
+                        directory or the .svg file to write; anything else is refused
     --no-plots          write no charts
     --sizes N[,N...]    random-actions: only these maximum sizes in bytes (default
                         talc's 200,1000,3000,10000,30000; each from 17 to 100000)
@@ -113,7 +114,11 @@ OPTIONS:
                         doubling (1 MiB to 64 MiB)
     --lib PATH          programs: tagalloc's preload library (default: built now with
                         cargo, in this tool's profile)
-    --no-install        programs: skip missing peers instead of installing them
+    --baseline PATH     programs: another build of the preload library, run beside
+                        tagalloc's as one more allocator (before and after a change,
+                        interleaved in the same rounds)
+    --install           programs: install missing peers with apt-get (as root) instead
+                        of skipping them
     -h, --help          this text
 ";
 
@@ -134,6 +139,7 @@ struct Args {
     /// `threads`: the thread counts and allocators named after it.
     selection: Vec<String>,
     lib: Option<PathBuf>,
+    baseline: Option<PathBuf>,
     install: bool,
     /// `--sizes`: random-actions' maximum sizes (empty: talc's five).
     sizes: Vec<usize>,
@@ -164,7 +170,8 @@ fn parse_args() -> Result<Option<Args>, String> {
         policy: None,
         selection: Vec::new(),
         lib: None,
-        install: true,
+        baseline: None,
+        install: false,
         sizes: Vec::new(),
         only: Vec::new(),
     };
@@ -220,7 +227,8 @@ fn parse_args() -> Result<Option<Args>, String> {
                 args.sizes = random_actions::parse_sizes(&v)?;
             }
             Long("lib") => args.lib = Some(parser.value().map_err(e)?.into()),
-            Long("no-install") => args.install = false,
+            Long("baseline") => args.baseline = Some(parser.value().map_err(e)?.into()),
+            Long("install") => args.install = true,
             Short('h') | Long("help") => return Ok(None),
             Value(v) if args.command.is_none() => {
                 let name = v.string().map_err(e)?;
@@ -271,10 +279,48 @@ fn parse_args() -> Result<Option<Args>, String> {
     if snapshot && args.traces.len() != 1 {
         return Err("snapshot takes exactly one trace file".into());
     }
-    if snapshot && args.out.as_ref().is_some_and(|o| o.file_name().is_none()) {
-        return Err("snapshot: --out takes the SVG file to write".into());
+    if let Some(out) = &args.out {
+        match (snapshot, out_kind(out)) {
+            (_, Out::Dir) | (true, Out::Svg) => {}
+            (true, Out::Other) => {
+                return Err(format!(
+                    "snapshot: --out {} is neither a directory nor an .svg file (the picture \
+                     is SVG; `rsvg-convert -o snap.png snap.svg` makes a PNG of it)",
+                    out.display()
+                ))
+            }
+            (false, _) => {
+                return Err(format!(
+                    "--out {} is not a directory: it takes the directory the SVG charts go to",
+                    out.display()
+                ))
+            }
+        }
     }
     Ok(Some(args))
+}
+
+/// What an `--out` path names: one meaning for every subcommand.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Out {
+    /// A directory: one that exists, or a path with no extension (made if missing).
+    Dir,
+    /// An SVG file to write (the snapshot's picture).
+    Svg,
+    /// Anything else (an existing file, another extension): refused.
+    Other,
+}
+
+fn out_kind(path: &Path) -> Out {
+    if path.is_dir() {
+        return Out::Dir;
+    }
+    match path.extension().and_then(|e| e.to_str()) {
+        _ if path.file_name().is_none() => Out::Dir,
+        None if !path.exists() => Out::Dir,
+        Some("svg") => Out::Svg,
+        _ => Out::Other,
+    }
 }
 
 /// How long each part runs: a full subcommand, the default suite, or a smoke run.
@@ -514,10 +560,10 @@ fn run(args: &Args) -> Result<(), Failure> {
             Mode::Quick => quick,
         })
     };
-    // For snapshot, `--out` names the picture's file; its directory is made here.
+    // `--out` names a directory, or (snapshot) the picture's file; the directory is made here.
     let plots = if args.plots {
         let dir = match (&args.out, only("snapshot")) {
-            (Some(file), true) => file
+            (Some(file), true) if out_kind(file) == Out::Svg => file
                 .parent()
                 .filter(|d| !d.as_os_str().is_empty())
                 .map_or_else(|| PathBuf::from("."), Path::to_path_buf),
@@ -756,8 +802,10 @@ fn run(args: &Args) -> Result<(), Failure> {
         let at = when.resolve(p).map_err(Failure::Input)?;
         let growing = args.policy.unwrap_or(pool::GROWTHS[1]);
         let svg = plots.as_ref().map(|dir| match &args.out {
-            Some(file) => dir.join(file.file_name().unwrap_or_default()),
-            None => dir.join(format!(
+            Some(file) if out_kind(file) == Out::Svg => {
+                dir.join(file.file_name().unwrap_or_default())
+            }
+            _ => dir.join(format!(
                 "snapshot-{}-{}.svg",
                 p.name,
                 match when {
@@ -834,6 +882,7 @@ fn run(args: &Args) -> Result<(), Failure> {
             quick: mode == Mode::Quick,
             install: args.install,
             lib: args.lib.clone(),
+            baseline: args.baseline.clone(),
             plots: plots.clone(),
         };
         let bar = progress(0);

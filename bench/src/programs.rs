@@ -13,9 +13,9 @@
 //! cache), then `runs` rounds, each running every allocator once in an order that rotates from
 //! round to round; the tables give medians.
 //!
-//! A peer whose library is missing is installed with `apt-get` when the tool may (root, not
-//! `--quick`, not `--no-install`), otherwise skipped with a printed reason; so is a program
-//! that is not installed.
+//! A peer whose library is missing is skipped with a printed reason, or installed with
+//! `apt-get` when asked for (`--install`, as root, not `--quick`); so is a program that is not
+//! installed.
 
 use std::collections::hash_map::DefaultHasher;
 use std::fs::{self, File};
@@ -36,6 +36,8 @@ use crate::report::{self, median, ratio, ratio_header, Better, Table};
 
 /// The name tagalloc's library has in tables and charts.
 pub const TAGALLOC: &str = "tagalloc (LD_PRELOAD)";
+/// The name of `--baseline`'s library in tables and charts.
+pub const BASELINE: &str = "tagalloc baseline (--baseline)";
 /// The name of glibc's allocator (the same as in the other benchmarks).
 pub const GLIBC: &str = "glibc malloc";
 
@@ -67,6 +69,8 @@ pub struct Options {
     pub install: bool,
     /// tagalloc's library; built with cargo when not given.
     pub lib: Option<PathBuf>,
+    /// Another build of the library, measured as one more allocator ([`BASELINE`]).
+    pub baseline: Option<PathBuf>,
     pub plots: Option<PathBuf>,
 }
 
@@ -258,7 +262,7 @@ fn allocators(opts: &Options, lib: PathBuf) -> (Vec<Allocator>, Vec<String>) {
     } else if opts.quick {
         Some("--quick installs nothing".to_string())
     } else if !opts.install {
-        Some("--no-install".to_string())
+        Some("not asked to (--install)".to_string())
     } else {
         eprintln!("tagalloc-bench: installing {}", missing.join(" "));
         apt_install(&missing).err()
@@ -290,6 +294,12 @@ fn allocators(opts: &Options, lib: PathBuf) -> (Vec<Allocator>, Vec<String>) {
                 preload: Some(path),
             });
         }
+    }
+    if let Some(base) = &opts.baseline {
+        list.push(Allocator {
+            name: BASELINE,
+            preload: Some(base.clone()),
+        });
     }
     list.push(Allocator {
         name: TAGALLOC,

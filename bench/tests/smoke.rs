@@ -21,7 +21,16 @@ fn out_dir(args: &[&str]) -> PathBuf {
         .iter()
         .map(|a| a.trim_start_matches('-'))
         .collect::<Vec<_>>()
-        .join("-");
+        .join("-")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("smoke-{name}"))
 }
 
@@ -439,7 +448,20 @@ fn snapshot() {
         } else {
             assert!(picture.contains("after event 5,000"), "{svg:?}");
         }
-    }
+    } // A directory: the picture goes in it under its default name.
+    let sub = dir.join("in-a-directory");
+    let _ = std::fs::remove_dir_all(&sub);
+    let out = Command::new(env!("CARGO_BIN_EXE_tagalloc-bench"))
+        .args(["--quick", "snapshot", trace, "--out"])
+        .arg(&sub)
+        .output()
+        .expect("the benchmark binary runs");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let svg = sub.join("snapshot-python-dicts-peak.svg");
+    assert!(
+        std::fs::read_to_string(&svg).is_ok_and(|t| t.contains("<svg")),
+        "{svg:?}"
+    );
 }
 
 #[test]
@@ -459,6 +481,14 @@ fn snapshot_bad_input_is_a_clear_error() {
         ),
         (&["--quick", "snapshot"], "one trace"),
         (&["--quick", "replay", "--at", "peak"], "snapshot"),
+        (
+            &["--quick", "snapshot", trace, "--out", "snap.png"],
+            "neither a directory nor an .svg file",
+        ),
+        (
+            &["--quick", "replay", "--out", "charts.svg"],
+            "not a directory",
+        ),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_tagalloc-bench"))
             .args(args)

@@ -13,6 +13,16 @@ static mut ARENA: [u8; 8 << 20] = [0; 8 << 20];
 static HEAP: GlobalHeap = GlobalHeap::with_arena(&raw mut ARENA);
 
 fn main() {
+    if let Some(a) = std::env::args().nth(1) {
+        let usage = "usage: global\nOrdinary collections over a GlobalHeap in a static array, \
+                     then the heap's statistics.";
+        if a == "--help" || a == "-h" {
+            println!("{usage}");
+            return;
+        }
+        eprintln!("global: takes no arguments ({a})\n{usage}");
+        std::process::exit(2);
+    }
     // Ordinary collections now live in `ARENA`.
     let mut words: BTreeMap<String, usize> = BTreeMap::new();
     let text = "the quick brown fox jumps over the lazy dog and the dog sleeps";

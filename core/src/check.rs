@@ -33,16 +33,18 @@ impl<T: Tags, K: Tally> Heap<T, K> {
             let mut prev_free = false;
             let mut first = true;
             loop {
-                t.check_tags(c, first)?;
-                first = false;
+                // The size is checked against the region before the placement follows it to
+                // a footer or a successor: a damaged size is reported, never read through.
                 let size = t.size(c);
-                if size == 0 {
-                    return Err(CheckError::new("empty chunk", t.addr(c)));
-                }
                 total = total
                     .checked_add(size)
                     .filter(|&s| s <= t.region_granules(r))
                     .ok_or(CheckError::new("chunks overrun their region", t.addr(c)))?;
+                t.check_tags(c, first)?;
+                first = false;
+                if size == 0 {
+                    return Err(CheckError::new("empty chunk", t.addr(c)));
+                }
                 if t.addr(c) + t.layout().bytes_of(size) == top.end {
                     top_region_seen = true;
                     match (t.is_free(c), top.chunk) {

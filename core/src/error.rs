@@ -63,6 +63,9 @@ pub enum Error {
     /// Every detached heap gets an identity that its blocks carry; all 2^32 − 2 of them
     /// have been used in this process.
     TooManyHeaps,
+    /// The tags around the block are damaged (a write past a block's end, say): what a
+    /// validating free finds instead of a block ([`BlockError::Corrupted`] says where).
+    Corrupted,
 }
 
 impl fmt::Display for Error {
@@ -85,6 +88,7 @@ impl fmt::Display for Error {
             Error::Reentrant => "re-entrant call: this thread already holds the heap's lock",
             Error::LimitExceeded => "the pool's limit leaves no room for the request",
             Error::TooManyHeaps => "no detached heap identities left in this process",
+            Error::Corrupted => "heap corruption: the tags around the block are damaged",
         })
     }
 }
@@ -103,6 +107,37 @@ pub(crate) fn as_pair<V>(r: Result<V, Error>) -> (Option<V>, Error) {
         Err(e) => (None, e),
     }
 }
+
+/// Why a pointer handed to a validating free is not freed: refused as a pointer that is not
+/// a live block, or the heap's tags found damaged on the way (memory the caller corrupted,
+/// which a C allocator reports and aborts on).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockError {
+    /// `DoubleFree` or `ForeignPointer`: the heap is sound, the pointer is wrong.
+    Refused(Error),
+    /// The tags at [`CheckError::at`] cannot be: the heap's memory was written by its user.
+    Corrupted(CheckError),
+}
+
+impl From<BlockError> for Error {
+    fn from(e: BlockError) -> Error {
+        match e {
+            BlockError::Refused(e) => e,
+            BlockError::Corrupted(_) => Error::Corrupted,
+        }
+    }
+}
+
+impl fmt::Display for BlockError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BlockError::Refused(e) => e.fmt(f),
+            BlockError::Corrupted(c) => write!(f, "heap corruption at {:#x}: {}", c.at, c.what),
+        }
+    }
+}
+
+impl core::error::Error for BlockError {}
 
 /// A broken heap invariant found by `check()`: what is wrong and where (an address for inline
 /// tags, an address of managed memory for detached tags).

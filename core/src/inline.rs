@@ -17,16 +17,23 @@
 use core::marker::PhantomData;
 use core::ptr::NonNull;
 
-use crate::error::{as_pair, CheckError, Error};
+use crate::error::{as_pair, BlockError, CheckError, Error};
 use crate::granule::{AnyGranule, Granule, HostGranule, HOST_LAYOUT};
 use crate::heap::Heap;
 use crate::layout::{Layout, W};
 use crate::stats::{Counters, NoCounters, Stats, Tally};
 use crate::tags::{Link, Tags};
 
+mod probe;
+
 const IN_USE: usize = 1;
 const PREV_IN_USE: usize = 2;
 const FLAGS: usize = IN_USE | PREV_IN_USE;
+/// What a chunk's head word becomes when a merge absorbs the chunk into a free neighbour: not
+/// in use (so the free path's one test of the head refuses a later free of it as a double
+/// free) and no size a chunk can have (not a whole number of granules), so no live or free
+/// head ever holds it and a report can tell it from other damage.
+const ABSORBED: usize = 0xF4EE_D0D0_F4EE_D0D4_u64 as usize;
 /// The default granule of a host heap.
 pub const HOST_GRANULE: usize = 16;
 
@@ -308,6 +315,14 @@ impl<G: Granule> Tags for InlineTags<G> {
     ) -> Chunk {
         let start = prev.unwrap_or(c);
         let bytes = self.layout().bytes_of(size);
+        // The absorbed heads are marked, so that a second free of either is refused: they
+        // lie inside the merged chunk, neither at its head nor at its footer.
+        if prev.is_some() {
+            self.set_head(c, ABSORBED);
+        }
+        if let Some(n) = next {
+            self.set_head(n, ABSORBED);
+        }
         // The merged chunk's predecessor is in use: `prev`'s is (no two free chunks are
         // adjacent), and without `prev`, `c`'s is.
         self.set_head(start, bytes | PREV_IN_USE);
@@ -730,8 +745,9 @@ impl<G: Granule, K: Tally> InlineHeap<G, K> {
     /// Frees an allocation of `size` bytes.
     ///
     /// What is detected depends on the build, and a refused free writes nothing:
-    /// - always: the chunk's tag says it is free already (a double free of a chunk that has
-    ///   not merged with a free neighbour since): `DoubleFree`;
+    /// - always: the chunk's tag says it is free already, or that a merge absorbed the chunk
+    ///   into a free neighbour (a double free, unless the memory was handed out again since):
+    ///   `DoubleFree`;
     /// - with the `checked` feature this is [`InlineHeap::free_checked`]: a pointer that is not
     ///   the payload of a live chunk of this heap (`ForeignPointer`, or `DoubleFree` for one
     ///   into a free chunk), a size that does not fit the chunk (`WrongSize`).
@@ -742,8 +758,9 @@ impl<G: Granule, K: Tally> InlineHeap<G, K> {
     ///
     /// # Safety
     /// Without `checked`: `ptr` must have come from this heap's `alloc`/`realloc`, and not have
-    /// been freed since (beyond the tag check above, a foreign pointer or a double free after a
-    /// merge reads whatever lies before `ptr`: undefined behaviour). With `checked`, only the
+    /// been freed since (beyond the tag check above, a foreign pointer, or a double free after
+    /// the memory was handed out again, reads whatever lies before `ptr`: undefined behaviour;
+    /// [`InlineHeap::usable_size_in`] proves a pointer first in `O(1)`). With `checked`, only the
     /// rule that holds for every build: the memory must not be used after a successful return,
     /// and a double free after the chunk was handed out again frees the new owner's block (no
     /// allocator can tell those apart).
@@ -786,33 +803,12 @@ impl<G: Granule, K: Tally> InlineHeap<G, K> {
         }
     }
 
-    /// Finds the live chunk whose payload is `ptr` by walking its region. A payload-aligned
-    /// pointer into a free chunk is a double free (its chunk has merged since), anything else
-    /// that is not a live chunk's payload is foreign.
+    /// Finds the live chunk whose payload is `ptr` by a bounds-checked walk of its region
+    /// (see [`probe`]): `DoubleFree` for the payload of a free chunk or of one a merge
+    /// absorbed, `Corrupted` for tags that cannot be, `ForeignPointer` for anything else that
+    /// is not a live chunk's payload.
     fn find_chunk(&self, ptr: NonNull<u8>) -> Result<Chunk, Error> {
-        let t = self.heap.tags();
-        let a = ptr.addr().get();
-        let Some((base, _)) = self.heap.region_of(a) else {
-            return Err(Error::ForeignPointer);
-        };
-        let g = t.layout().granule();
-        let mut c = Some(t.region_first_chunk(base.cast()));
-        while let Some(ch) = c {
-            let p = t.payload(ch);
-            if p > a {
-                break;
-            }
-            if a < ch.addr() + t.layout().bytes_of(t.size(ch)) {
-                let could_be_payload = (a - p) & (g - 1) == 0;
-                return match (p == a, t.is_free(ch)) {
-                    (true, false) => Ok(ch),
-                    (_, true) if could_be_payload => Err(Error::DoubleFree),
-                    _ => Err(Error::ForeignPointer),
-                };
-            }
-            c = t.next(ch);
-        }
-        Err(Error::ForeignPointer)
+        self.find_checked(ptr).map_err(Error::from)
     }
 
     /// Resizes an allocation of `old_size` bytes to `new_size`: shrinks in place, or grows in
@@ -980,16 +976,18 @@ impl<G: Granule, K: Tally> InlineHeap<G, K> {
     }
 
     /// Bytes usable at `ptr`, after proving, as [`InlineHeap::free_checked`] does, that `ptr`
-    /// is the payload of a live chunk of this heap, in every build: `ForeignPointer`, or
-    /// `DoubleFree` for a pointer into a free chunk where a payload could have been. Nothing
-    /// is written or counted. What a caller that learns a block's size from the heap (a C
+    /// is the payload of a live chunk of this heap, in every build: `Refused(ForeignPointer)`,
+    /// `Refused(DoubleFree)` for the payload of a free chunk or of one a merge absorbed, or
+    /// `Corrupted` with the chunk whose tags cannot be (every size is checked against the
+    /// region's end before it is followed, so the walk itself never leaves the heap's memory).
+    /// Nothing is written or counted. What a caller that learns a block's size from the heap (a C
     /// `free`, which gets none) uses to check a pointer at run time, where the `checked`
     /// feature would check every free of the build.
     ///
     /// # Time Complexity
     /// As for [`InlineHeap::free_checked`]: a walk of `ptr`'s region.
-    pub fn checked_usable_size(&self, ptr: NonNull<u8>) -> Result<usize, Error> {
-        let c = self.find_chunk(ptr)?;
+    pub fn checked_usable_size(&self, ptr: NonNull<u8>) -> Result<usize, BlockError> {
+        let c = self.find_checked(ptr)?;
         let t = self.heap.tags();
         Ok(t.layout().bytes_of(t.size(c)) - W)
     }

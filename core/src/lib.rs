@@ -148,7 +148,7 @@ mod tags;
 mod tcache;
 
 pub use detached::{Block, DetachedHeap, Handle, DEVICE_GRANULE};
-pub use error::{CheckError, Error};
+pub use error::{BlockError, CheckError, Error};
 pub use global::GlobalHeap;
 pub use granule::{AnyGranule, Granule, HostGranule};
 pub use hooks::{Hooks, NoHooks};

@@ -85,7 +85,20 @@ fn median(v: &mut [Duration]) -> Duration {
     v[v.len() / 2]
 }
 
+const USAGE: &str = "usage: threaded_timing [TRACE [ROUNDS]]\n\
+    Replays a multi-threaded trace (default ../shared/traces/android-systemui.trace.gz), one \
+    thread per recorded thread,\nthrough tagalloc's shared heap, the host pool and glibc, \
+    ROUNDS rounds (default 5), and prints the medians.";
+
 fn main() -> ExitCode {
+    if env::args().skip(1).any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    if let Some(a) = env::args().skip(1).find(|a| a.starts_with('-')) {
+        eprintln!("threaded_timing: unknown option {a}\n{USAGE}");
+        return ExitCode::from(2);
+    }
     let mut args = env::args().skip(1);
     let path = match args.next() {
         Some(p) => PathBuf::from(p),
@@ -101,7 +114,7 @@ fn main() -> ExitCode {
         None => 5,
         Some(Ok(r)) if r > 0 => r,
         Some(_) => {
-            eprintln!("usage: threaded_timing [TRACE [ROUNDS]]");
+            eprintln!("{USAGE}");
             return ExitCode::FAILURE;
         }
     };

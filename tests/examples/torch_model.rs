@@ -53,11 +53,15 @@ fn replay(trace: &Trace) -> Result<TorchReplayReport, String> {
 
 fn main() -> ExitCode {
     let args: Vec<PathBuf> = env::args_os().skip(1).map(PathBuf::from).collect();
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
     if args
         .iter()
         .any(|a| a.to_str().is_some_and(|s| s.starts_with('-')))
     {
-        println!("{USAGE}");
+        eprintln!("{USAGE}");
         return ExitCode::from(2);
     }
     let paths = if args.is_empty() {

@@ -17,3 +17,9 @@ pub mod replay;
 pub mod threaded;
 pub mod torch_replay;
 pub mod trace;
+
+/// The README's Rust examples, each compiled and run as a doctest (`cargo test -p
+/// tagalloc-tests --doc`), so that every example compiles as shown.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeExamples;

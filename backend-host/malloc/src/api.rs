@@ -5,7 +5,8 @@
 //! Every function behaves as glibc's does for valid calls, and for the invalid ones as C
 //! programs expect: `free(NULL)` does nothing, a failure returns NULL with `errno` set to
 //! `ENOMEM` (no memory, or a size that overflows) or `EINVAL` (a bad alignment),
-//! `posix_memalign` returns the error number instead; nothing aborts.
+//! `posix_memalign` returns the error number instead. Nothing aborts but a heap whose tags
+//! the program damaged (a write past a block's end), reported first, as glibc does.
 //!
 //! **No unwinding.** None of them can unwind into C: the pool's paths return errors as values,
 //! this module uses no operation that panics (no indexing, no unchecked arithmetic, no
@@ -17,7 +18,8 @@
 //! guards and three checks that the pool's own invariants keep from failing (a bin index in
 //! the core, computed from a chunk size the heap keeps in range; a division by the source's
 //! page size in `malloc_trim`, never zero; the parsing of `/proc/meminfo` for huge pages,
-//! which this library's source does not use). Were one to fail, the process would abort.
+//! which this library's source does not use). Were one to fail, the process would abort. The
+//! one deliberate abort is `report::corruption`'s, after it has reported damaged heap tags.
 //!
 //! Exported beyond the standard ones: glibc's `__libc_*` aliases (`__libc_malloc`,
 //! `__libc_free`, `__libc_calloc`, `__libc_realloc`, `__libc_memalign`, `__libc_valloc`,
@@ -71,12 +73,15 @@ pub extern "C" fn malloc(size: usize) -> *mut c_void {
     alloc(size, MIN_ALIGN)
 }
 
-/// Frees a block; `free(NULL)` does nothing. A double free (and in checked mode a foreign
-/// pointer) is refused, counted, and reported once on stderr.
+/// Frees a block; `free(NULL)` does nothing. A double free or a pointer that is not a block
+/// (into the middle of one, the stack, a mapping of the program's) is refused, counted, and
+/// reported once on stderr; damaged tags are reported with their address, then the process
+/// aborts (see `pool::free`).
 ///
 /// # Safety
-/// `ptr` is null or a block from this allocator that is not used afterwards (in checked mode
-/// any pointer is refused rather than obeyed if it is not a live block).
+/// `ptr` is null or a block from this allocator that is not used afterwards. Anything else is
+/// refused rather than obeyed, except, outside checked mode, a pointer into a block whose
+/// preceding bytes happen to read as a sound tag.
 #[no_mangle]
 pub unsafe extern "C" fn free(ptr: *mut c_void) {
     if let Some(p) = NonNull::new(ptr.cast::<u8>()) {
@@ -228,7 +233,7 @@ pub extern "C" fn mallopt(_param: c_int, _value: c_int) -> c_int {
 /// Writes the pool's figures to stderr, as glibc's does its own.
 #[no_mangle]
 pub extern "C" fn malloc_stats() {
-    report::stats("malloc_stats");
+    report::stats("malloc_stats", report::To::Stderr);
 }
 
 /// The pool's figures in glibc's `struct mallinfo2`: `arena` the bytes held from the system,

@@ -15,7 +15,10 @@
 //!   child of a multi-threaded parent can allocate.
 //! - `options`: the environment (`TAGALLOC_CHECKED`, `TAGALLOC_STATS`), read once without
 //!   allocating or recursing.
-//! - `report`: statistics and the first refused free, written to stderr with `write(2)`.
+//! - `ranges`: the address ranges the pool holds and gave back lately, kept by its hooks,
+//!   against which `free` checks a pointer before it reads anything at it.
+//! - `report`: statistics, the first refused free and heap corruption (then an abort), written
+//!   to stderr with `write(2)`.
 //!
 //! This crate is only a `cdylib`: no Rust crate may depend on it, since whatever linked it
 //! would have its `malloc` replaced. It is tested by running real programs with it preloaded
@@ -31,4 +34,5 @@ pub mod api;
 mod lock;
 mod options;
 mod pool;
+mod ranges;
 mod report;

@@ -2,12 +2,17 @@
 //! possible, without allocating.
 //!
 //! - `TAGALLOC_CHECKED`: set (to anything but `0` or nothing), every `free` and `realloc`
-//!   proves its pointer a live block before it touches anything (`InlineHeap::
-//!   checked_usable_size`, a walk of the block's region); a foreign pointer or a double free
-//!   is refused, counted and reported once on stderr. Without it a double free is still
-//!   refused when the block's tag says it is free, but a foreign pointer is not detected.
-//! - `TAGALLOC_STATS`: set likewise, the heap's figures are written to stderr when the
-//!   process exits (an `atexit` handler).
+//!   proves its pointer a live block by a walk of its region (`InlineHeap::
+//!   checked_usable_size`), which tells a pointer into a block from one whose preceding bytes
+//!   happen to read as a tag. Without it the proof is `O(1)` (`InlineHeap::usable_size_in`):
+//!   the address in one of the pool's regions, the tags the free follows plausible. Either
+//!   way a double free or a foreign pointer is refused, counted and reported once on stderr,
+//!   and damaged tags are reported and abort.
+//! - `TAGALLOC_STATS`: set likewise, the heap's figures are written when the process exits
+//!   (an `atexit` handler), each line naming the program and its pid: to stderr while it is
+//!   open, else (a program that closed it, as coreutils do) to
+//!   `/tmp/tagalloc-stats-<pid>.txt`. A value holding a `/` is a file to append them to
+//!   instead, `%p` in it standing for the pid (`TAGALLOC_STATS=./stats-%p.txt`).
 //!
 //! **No allocation, no recursion.** The pool needs no initialisation at all (it is a `const`
 //! in a `static`: nothing is mapped until the first allocation), so the allocator works before
@@ -57,6 +62,11 @@ fn start_now() {
     CHECKED.store(flag(c"TAGALLOC_CHECKED"), Ordering::Relaxed);
     let stats = flag(c"TAGALLOC_STATS");
     STATS.store(stats, Ordering::Relaxed);
+    if stats {
+        with_value(c"TAGALLOC_STATS", |v| {
+            report::set_stats_path(v.filter(|v| v.contains(&b'/')));
+        });
+    }
     if !register_fork_handlers() {
         report::line(format_args!(
             "tagalloc: pthread_atfork refused; a child forked while another thread allocates \
@@ -77,15 +87,19 @@ fn start_now() {
 
 /// Whether the environment variable `name` is set to something other than empty or `0`.
 fn flag(name: &CStr) -> bool {
+    with_value(name, |v| v.is_some_and(|v| !matches!(v, b"" | b"0")))
+}
+
+/// Calls `f` with the bytes of the environment variable `name`, if it is set.
+fn with_value<R>(name: &CStr, f: impl FnOnce(Option<&[u8]>) -> R) -> R {
     // SAFETY: `name` is NUL-terminated; `getenv` returns null or a NUL-terminated string that
-    // stays valid until the environment is changed, and it is read at once.
+    // stays valid until the environment is changed, and `f` reads it before this returns.
     let value = unsafe { libc::getenv(name.as_ptr()) };
     if value.is_null() {
-        return false;
+        return f(None);
     }
     // SAFETY: as above: a NUL-terminated string.
-    let value = unsafe { CStr::from_ptr(value) }.to_bytes();
-    !matches!(value, b"" | b"0")
+    f(Some(unsafe { CStr::from_ptr(value) }.to_bytes()))
 }
 
 /// Whether frees and reallocs prove their pointers (`TAGALLOC_CHECKED`).

@@ -3,33 +3,50 @@
 //!
 //! **How `free` finds a size.** C's `free` gets a pointer only, while the pool frees a block of
 //! a given size (the size tells a bypassed block, whose region goes back to the system at
-//! once). The inline heap keeps every block's size in the tag word before it, so the heap
-//! answers in O(1) (`InlineHeap::usable_size`: the chunk's bytes less its tag, at least what
-//! was asked) and that is the size the block is freed with: `Pool::free` compares it with the
-//! bypass threshold, and for a block above it finds the block's region in the pool's bypass
-//! table and unmaps it. The tag is read under the pool's lock, with the free: the lock holder
-//! rewrites a block's tag word when its neighbour changes state (the `PREV_IN_USE` bit), so
-//! reading it without the lock would race. In checked mode the size comes from
-//! `InlineHeap::checked_usable_size` instead, which proves the pointer first.
+//! once). The inline heap keeps every block's size in the tag word before it, and that is the
+//! size the block is freed with: `Pool::free` compares it with the bypass threshold, and for a
+//! block above it finds the block's region in the pool's bypass table and unmaps it. The tags
+//! are read under the pool's lock, with the free: the lock holder rewrites a block's tag word
+//! when its neighbour changes state (the `PREV_IN_USE` bit), so reading it without the lock
+//! would race.
+//!
+//! **How a pointer is proven first** (`block_size`), before a byte at it is read: its address
+//! must lie in one of the pool's regions, found in the table its hooks keep ([`Ranges`]); one
+//! that does not is foreign, or a double free if it lies in a range given back lately (a large
+//! block unmapped by its first free). Inside a region, by default the tags the free will follow
+//! must be plausible (`InlineHeap::usable_size_in`, `O(1)`: in use, a whole number of
+//! granules, inside the region, the neighbours' flags and footers agreeing, else a walk names
+//! the cause); in checked mode (`TAGALLOC_CHECKED`) the region is walked from its start to the
+//! block and past it (`InlineHeap::checked_usable_size`), which also tells a pointer into the
+//! middle of a block from a block whose preceding bytes happen to read as sound tags. Damaged
+//! tags are reported with their address and the process aborts (`report::corruption`), as
+//! glibc does.
 //!
 //! **The per-thread cache.** Outside checked mode, small blocks (chunks up to 1040 bytes) are
 //! allocated from and freed into the calling thread's cache (`tagalloc_host::CacheBinding`)
-//! without the lock. A cached free still needs the block's size, before any lock: it reads the
-//! tag word with a relaxed atomic load (`InlineHeap::unlocked_usable_size`), which is sound
-//! because the lock holder's only write to a live block's tag, the `PREV_IN_USE` bit, is a
-//! relaxed atomic store that keeps the size bits. A tag that says the chunk is free (a double
-//! free the heap can see) or a size above the cached classes takes the locked path above,
-//! which reports it. A double free of a block sitting in a cache, this thread's or another's,
-//! is refused by the cache's key (see `tagalloc::ThreadCache`). Checked mode bypasses the
-//! caches altogether: every free is proven under the lock.
+//! without the lock. A cached free proves its pointer without the lock too, as far as that can
+//! be done soundly: its address must lie in one of the pool's regions as the hooks last
+//! published them ([`ranges::find_unlocked`]), and only then is the tag word before it read,
+//! with a relaxed atomic load (`InlineHeap::unlocked_usable_size`), which is sound because the
+//! lock holder's only write to a live block's tag, its `PREV_IN_USE` bit, is a relaxed atomic
+//! store that keeps the size bits. The tag must say in use, with a size of a cached class that
+//! ends inside the region. Anything else (an address in no region, ranges changing meanwhile,
+//! a free or larger chunk) takes the locked path above, which proves and reports. A double free
+//! of a block sitting in a cache, this thread's or another's, is refused by the cache's key (see
+//! `tagalloc::ThreadCache`). Not made on the cached path: the neighbours' flags and footers of
+//! `usable_size_in` (the lock holder writes them as it carves and merges, so they cannot be read
+//! without the lock), so a small block whose own tag survived but whose successor's was damaged
+//! is not reported at its free. Checked mode bypasses the caches altogether: every allocation
+//! and free goes to the pool under the lock, and every free is proven by a walk.
 
 use core::ptr::NonNull;
 
-use tagalloc::{Class, Error, InlineHeap, Pool, PoolStats, SharedPool};
-use tagalloc_host::{CacheBinding, HostAllocator, HostPool, MmapSource};
+use tagalloc::{BlockError, Class, Error, InlineHeap, Pool, PoolStats, SharedPool};
+use tagalloc_host::{CacheBinding, HostAllocator, MmapSource};
 
 use crate::lock::PoolLock;
 use crate::options;
+use crate::ranges::{self, Ranges};
 use crate::report;
 
 /// The alignment of every block `malloc` returns: glibc's `MALLOC_ALIGNMENT` on 64-bit
@@ -41,11 +58,16 @@ pub(crate) const MIN_ALIGN: usize = 16;
 /// own (unmapped on free), `malloc_trim` unmapping wholly free regions and free region ends
 /// and releasing the pages of free chunks of 64 KiB or more. Its lock is [`PoolLock`], which
 /// the fork handlers can reach. Nothing is mapped until the first allocation.
-static POOL: HostPool<PoolLock> = SharedPool::new(Pool::new(
-    InlineHeap::new(),
-    MmapSource::new(),
-    HostAllocator::POLICY,
-));
+static POOL: SharedPool<InlineHeap, MmapSource, Ranges, PoolLock> =
+    SharedPool::new(Pool::with_hooks(
+        InlineHeap::new(),
+        MmapSource::new(),
+        HostAllocator::POLICY,
+        Ranges::new(),
+    ));
+
+/// The pool itself, as the lock holder sees it.
+type Inner = Pool<InlineHeap, MmapSource, Ranges>;
 
 /// The threads' caches in front of [`POOL`].
 static CACHES: CacheBinding = CacheBinding::new();
@@ -87,54 +109,95 @@ pub(crate) fn alloc(size: usize, align: usize) -> Option<NonNull<u8>> {
     }
 }
 
-/// The usable size of `ptr`, read under the lock (see the module docs): proven in checked
-/// mode, else from the block's tag (which refuses a block already free).
-///
-/// # Safety
-/// Unless checked mode is on, `ptr` must be a block of this pool, live or freed.
-#[inline]
-unsafe fn size_of(
-    p: &Pool<InlineHeap, MmapSource>,
-    ptr: NonNull<u8>,
-    checked: bool,
-) -> Result<usize, Error> {
-    if checked {
-        p.heap().checked_usable_size(ptr)
-    } else {
-        // SAFETY: forwarded caller contract.
-        unsafe { p.heap().usable_size(ptr) }
+/// The usable size of the live block at `ptr`, proven before anything is read at it (see the
+/// module docs), under the lock. Refused: `ForeignPointer` (not a block's payload),
+/// `DoubleFree` (a free block, one a merge absorbed, or a large block whose region went back
+/// at its first free); `Corrupted`: tags around it that cannot be.
+#[inline(always)]
+fn block_size(p: &Inner, ptr: NonNull<u8>, checked: bool) -> Result<usize, BlockError> {
+    if !checked {
+        if let Some((base, len)) = p.hooks().find(ptr.addr().get()) {
+            // SAFETY: `base..base + len` is one of the heap's regions: the hooks' table holds
+            // the ranges the pool added to the heap, as grown and cut.
+            return unsafe { p.heap().usable_size_in(ptr, base, len) };
+        }
+    }
+    block_size_slow(p, ptr, checked)
+}
+
+/// [`block_size`] in checked mode, or for an address the table does not hold.
+#[cold]
+#[inline(never)]
+fn block_size_slow(p: &Inner, ptr: NonNull<u8>, checked: bool) -> Result<usize, BlockError> {
+    let a = ptr.addr().get();
+    let ranges = p.hooks();
+    let region = match ranges.find(a) {
+        Some(r) => Some(r),
+        None if !ranges.complete() => p.heap().region_of(a).map(|(b, l)| (b.addr().get(), l)),
+        None => None,
+    };
+    match region {
+        None if ranges.given_back(a) => Err(BlockError::Refused(Error::DoubleFree)),
+        None => Err(BlockError::Refused(Error::ForeignPointer)),
+        Some(_) if checked => p.heap().checked_usable_size(ptr),
+        // SAFETY: `base..base + len` is one of the heap's regions (as above, or the heap
+        // named it).
+        Some((base, len)) => unsafe { p.heap().usable_size_in(ptr, base, len) },
     }
 }
 
-/// Frees `ptr`. A refusal (a double free; in checked mode also a foreign pointer) is counted
-/// and reported, and frees nothing.
+/// The usable size of `ptr` if a thread's cache may take it, proven without the lock (see the
+/// module docs); `None` sends the free to the lock.
+#[inline]
+fn cached_size(ptr: NonNull<u8>) -> Option<usize> {
+    let a = ptr.addr().get();
+    let (base, len) = ranges::find_unlocked(a)?;
+    // The tag word lies in the region too (a payload is at least one word into it).
+    if a < base.checked_add(core::mem::size_of::<usize>())? || a % MIN_ALIGN != 0 {
+        return None;
+    }
+    // SAFETY: the word before `ptr` lies inside one of the pool's mapped regions (the mirror
+    // was consistent, and a region holding a live block is not given back while it is), so
+    // the load is in bounds; it is atomic, and for a live block, which C's contract makes
+    // `ptr`, the lock holder's only write to that word is atomic too (see
+    // `InlineHeap::unlocked_usable_size`). For a pointer that breaks the contract inside a
+    // region (into a block's middle, or to a block freed to the heap since) the load may meet
+    // a plain write of the lock holder: no fault, but a value the checks above and below may
+    // take for a tag; only checked mode proves such pointers.
+    let size = unsafe { <InlineHeap>::unlocked_usable_size(ptr) }?;
+    let fits = a.checked_add(size)? <= base + len;
+    (fits && Class::of(size, 1).is_some()).then_some(size)
+}
+
+/// Frees `ptr`. A refusal (a double free, a foreign pointer) is counted and reported, and
+/// frees nothing; damaged tags are reported and the process aborts.
 ///
 /// # Safety
-/// `ptr` came from this pool and is not used after this call. In checked mode a pointer that
-/// did not is refused, not undefined behaviour.
+/// None beyond C's: a pointer that is not a live block is refused, not obeyed, except one
+/// into a block whose preceding bytes read as sound tags (see `InlineHeap::usable_size_in`),
+/// which only checked mode tells apart.
 #[inline]
 pub(crate) unsafe fn free(ptr: NonNull<u8>) {
     let checked = options::checked();
     if !checked {
-        // SAFETY: forwarded caller contract: outside checked mode `ptr` is a live block of
-        // this pool, owned by the caller (see the module docs on the unlocked read).
-        let size = unsafe { <InlineHeap>::unlocked_usable_size(ptr) };
-        if let Some(size) = size.filter(|&n| Class::of(n, 1).is_some()) {
-            // SAFETY: forwarded caller contract; `size` is the block's usable size.
+        if let Some(size) = cached_size(ptr) {
+            // SAFETY: `ptr` is a live block of this pool of `size` usable bytes (as far as the
+            // unlocked proof goes: see the module docs), given up by the caller.
             if let Err(e) = unsafe { CACHES.free(&POOL, ptr, size) } {
-                report::refusal("free", ptr.as_ptr(), e);
+                report::bad_pointer("free", ptr.as_ptr(), BlockError::Refused(e));
             }
             return;
         }
     }
     let done = POOL.with_pool(|p| {
-        // SAFETY: forwarded caller contract.
-        let size = unsafe { size_of(p, ptr, checked) }?;
-        // SAFETY: forwarded caller contract; `size` is the block's own.
-        unsafe { p.free(ptr, size) }
+        let size = block_size(p, ptr, checked)?;
+        // SAFETY: `ptr` is a live block of `size` bytes of this pool (just proven).
+        unsafe { p.free(ptr, size) }.map_err(BlockError::Refused)
     });
-    if let Err(e) | Ok(Err(e)) = done {
-        report::refusal("free", ptr.as_ptr(), e);
+    match done {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => report::bad_pointer("free", ptr.as_ptr(), e),
+        Err(e) => report::bad_pointer("free", ptr.as_ptr(), BlockError::Refused(e)),
     }
 }
 
@@ -148,12 +211,11 @@ pub(crate) unsafe fn realloc(ptr: NonNull<u8>, new_size: usize) -> Option<NonNul
     let checked = options::checked();
     let saved = errno();
     let done = POOL.with_pool(|p| {
-        // SAFETY: forwarded caller contract.
-        let old = match unsafe { size_of(p, ptr, checked) } {
+        let old = match block_size(p, ptr, checked) {
             Ok(n) => n,
             Err(e) => return Err(Some(e)),
         };
-        // SAFETY: forwarded caller contract; `old` is the block's own size.
+        // SAFETY: `ptr` is a live block of `old` bytes of this pool (just proven).
         unsafe { p.realloc(ptr, old, MIN_ALIGN, new_size.max(1)) }.map_err(|_| None)
     });
     match done {
@@ -165,8 +227,13 @@ pub(crate) unsafe fn realloc(ptr: NonNull<u8>, new_size: usize) -> Option<NonNul
             set_errno(libc::ENOMEM);
             None
         }
-        Ok(Err(Some(e))) | Err(e) => {
-            report::refusal("realloc", ptr.as_ptr(), e);
+        Ok(Err(Some(e))) => {
+            report::bad_pointer("realloc", ptr.as_ptr(), e);
+            set_errno(libc::EINVAL);
+            None
+        }
+        Err(e) => {
+            report::bad_pointer("realloc", ptr.as_ptr(), BlockError::Refused(e));
             set_errno(libc::EINVAL);
             None
         }
@@ -179,9 +246,11 @@ pub(crate) unsafe fn realloc(ptr: NonNull<u8>, new_size: usize) -> Option<NonNul
 /// As for [`free`], except that `ptr` stays live.
 pub(crate) unsafe fn usable_size(ptr: NonNull<u8>) -> usize {
     let checked = options::checked();
-    // SAFETY: forwarded caller contract.
-    match POOL.with_pool(|p| unsafe { size_of(p, ptr, checked) }) {
+    match POOL.with_pool(|p| block_size(p, ptr, checked)) {
         Ok(Ok(n)) => n,
+        Ok(Err(BlockError::Corrupted(c))) => {
+            report::corruption("malloc_usable_size", ptr.as_ptr(), c)
+        }
         _ => 0,
     }
 }

@@ -6,7 +6,7 @@
 use core::fmt::{self, Write};
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use tagalloc::Error;
+use tagalloc::{BlockError, CheckError, Error};
 
 use crate::pool;
 
@@ -71,18 +71,23 @@ impl Write for Buf {
 
 /// Writes `args` and a newline to stderr in one `write(2)` (cut to 1 KiB).
 pub(crate) fn line(args: fmt::Arguments<'_>) {
-    let mut buf = Buf::new();
-    let _ = buf.write_fmt(args);
-    write_stderr(buf.finish());
+    line_to(2, args);
 }
 
-/// `write(2)` of all of `bytes` to stderr, keeping the caller's `errno`.
-fn write_stderr(mut bytes: &[u8]) {
+/// [`line`] to file descriptor `fd`.
+fn line_to(fd: i32, args: fmt::Arguments<'_>) {
+    let mut buf = Buf::new();
+    let _ = buf.write_fmt(args);
+    write_fd(fd, buf.finish());
+}
+
+/// `write(2)` of all of `bytes` to `fd`, keeping the caller's `errno`.
+fn write_fd(fd: i32, mut bytes: &[u8]) {
     // SAFETY: `__errno_location` returns this thread's errno, valid for the thread's life.
     let errno = unsafe { *libc::__errno_location() };
     while !bytes.is_empty() {
         // SAFETY: `bytes` is valid for reads of its length.
-        let n = unsafe { libc::write(2, bytes.as_ptr().cast(), bytes.len()) };
+        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
         match usize::try_from(n) {
             Ok(n) if n > 0 => bytes = bytes.get(n..).unwrap_or(&[]),
             // Interrupted: try again; anything else (stderr closed, say): give up silently.
@@ -95,8 +100,7 @@ fn write_stderr(mut bytes: &[u8]) {
     unsafe { *libc::__errno_location() = errno };
 }
 
-/// Frees (and reallocs) refused: a double free, or, in checked mode, a pointer this allocator
-/// did not hand out.
+/// Frees (and reallocs) refused: a double free, or a pointer this allocator did not hand out.
 static REFUSED: AtomicU64 = AtomicU64::new(0);
 /// Whether the first refusal has been reported.
 static REPORTED: AtomicBool = AtomicBool::new(false);
@@ -106,7 +110,19 @@ pub(crate) fn refused() -> u64 {
     REFUSED.load(Ordering::Relaxed)
 }
 
-/// Counts a refused `call` of `ptr`, and reports the first one on stderr.
+/// A `call` of `ptr` that was not obeyed: refused ([`refusal`]) or, for damaged tags,
+/// reported and the process aborted ([`corruption`]).
+#[cold]
+#[inline(never)]
+pub(crate) fn bad_pointer(call: &str, ptr: *mut u8, why: BlockError) {
+    match why {
+        BlockError::Refused(e) => refusal(call, ptr, e),
+        BlockError::Corrupted(c) => corruption(call, ptr, c),
+    }
+}
+
+/// Counts a refused `call` of `ptr`, and reports the first one on stderr, naming the cause
+/// in glibc's words too.
 #[cold]
 #[inline(never)]
 pub(crate) fn refusal(call: &str, ptr: *mut u8, why: Error) {
@@ -115,14 +131,33 @@ pub(crate) fn refusal(call: &str, ptr: *mut u8, why: Error) {
         return;
     }
     let what = match why {
-        Error::DoubleFree => "a double free",
-        Error::ForeignPointer => "not a block this allocator handed out",
+        Error::DoubleFree => {
+            "a double free: the block was freed already (glibc: \"free(): double free detected\")"
+        }
+        Error::ForeignPointer => {
+            "an invalid pointer: not a block this allocator handed out (glibc: \"free(): invalid \
+             pointer\")"
+        }
         _ => "refused by the heap",
     };
     line(format_args!(
         "tagalloc: {call}({ptr:p}) refused: {what} ({why}); nothing was freed. Further refusals \
          are counted, not reported (TAGALLOC_STATS=1 prints the count at exit)."
     ));
+}
+
+/// Reports damaged heap tags found by a `call` of `ptr` and aborts, as glibc does for memory
+/// its caller corrupted: going on would hand out or merge memory the tags misdescribe.
+#[cold]
+#[inline(never)]
+pub(crate) fn corruption(call: &str, ptr: *mut u8, c: CheckError) -> ! {
+    line(format_args!(
+        "tagalloc: {call}({ptr:p}): heap corruption at {:#x}: {} (a write past a block's end, \
+         or into a freed block?); aborting (glibc: \"free(): invalid pointer\")",
+        c.at, c.what
+    ));
+    // SAFETY: `abort` has no preconditions; it does not return.
+    unsafe { libc::abort() }
 }
 
 /// Bytes as a figure with a binary unit, one decimal.
@@ -147,18 +182,164 @@ impl fmt::Display for Bytes {
     }
 }
 
-/// Writes the heap's figures to stderr, one line each prefixed `tagalloc:`.
-pub(crate) fn stats(when: &str) {
+/// Where the statistics go.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum To {
+    /// Standard error (`malloc_stats`, as glibc's).
+    Stderr,
+    /// The exit report's place (`TAGALLOC_STATS`): the file it names, else standard error
+    /// while it is open, else [`FALLBACK`].
+    Exit,
+}
+
+/// The exit report's file when standard error is closed, `%p` standing for the pid.
+pub(crate) const FALLBACK: &[u8] = b"/tmp/tagalloc-stats-%p.txt";
+
+/// A file path of at most [`PATH_MAX`] bytes, written once while the library starts (one
+/// thread, before any report) and read by the reports after.
+struct StatsPath(core::cell::UnsafeCell<([u8; PATH_MAX], usize)>);
+
+const PATH_MAX: usize = 256;
+
+// SAFETY: written only by `set_stats_path`, which the library's start calls on one thread
+// before it marks itself started (a release store that every later report's start check
+// acquires), and read only by reports made after that.
+unsafe impl Sync for StatsPath {}
+
+static STATS_PATH: StatsPath = StatsPath(core::cell::UnsafeCell::new(([0; PATH_MAX], 0)));
+
+/// Keeps `TAGALLOC_STATS`'s file, if it names one (a longer path than [`PATH_MAX`] is
+/// ignored, with a line on stderr).
+pub(crate) fn set_stats_path(path: Option<&[u8]>) {
+    let Some(path) = path else { return };
+    if path.len() >= PATH_MAX {
+        line(format_args!(
+            "tagalloc: TAGALLOC_STATS is a path of {} bytes, more than {}; the statistics go \
+             to stderr",
+            path.len(),
+            PATH_MAX - 1
+        ));
+        return;
+    }
+    // SAFETY: see `StatsPath`: the one write, before any read.
+    let (buf, len) = unsafe { &mut *STATS_PATH.0.get() };
+    if let Some(dst) = buf.get_mut(..path.len()) {
+        dst.copy_from_slice(path);
+        *len = path.len();
+    }
+}
+
+/// Opens `pattern` (`%p` replaced by `pid`) to append to; -1 if it cannot be.
+fn open_report(pattern: &[u8], pid: u32) -> i32 {
+    let mut path = Buf::new();
+    let mut rest = pattern;
+    while let Some(i) = rest.windows(2).position(|w| w == b"%p") {
+        let _ = path.push(rest.get(..i).unwrap_or(&[]));
+        let _ = write!(path, "{pid}");
+        rest = rest.get(i + 2..).unwrap_or(&[]);
+    }
+    let _ = path.push(rest);
+    let _ = path.push(b"\0");
+    if path.len > PATH_MAX + 16 {
+        return -1;
+    }
+    // SAFETY: `path` is NUL-terminated (just pushed) and valid for reads.
+    unsafe {
+        libc::open(
+            path.bytes.as_ptr().cast(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC,
+            0o644,
+        )
+    }
+}
+
+/// The descriptor the statistics go to, and whether it was opened here (to close).
+fn destination(to: To, pid: u32) -> (i32, bool) {
+    if to == To::Stderr {
+        return (2, false);
+    }
+    // SAFETY: see `StatsPath`: read after the one write.
+    let (buf, len) = unsafe { &*STATS_PATH.0.get() };
+    if let Some(path) = buf.get(..*len).filter(|p| !p.is_empty()) {
+        return (open_report(path, pid), true);
+    }
+    // SAFETY: `fcntl(F_GETFD)` on any descriptor number only asks whether it is open.
+    if unsafe { libc::fcntl(2, libc::F_GETFD) } != -1 {
+        return (2, false);
+    }
+    (open_report(FALLBACK, pid), true)
+}
+
+/// The program's name (`/proc/self/comm`, at most 15 bytes), read without allocating.
+struct Program {
+    name: [u8; 16],
+    len: usize,
+}
+
+impl Program {
+    fn read() -> Program {
+        let mut p = Program {
+            name: [0; 16],
+            len: 0,
+        };
+        // SAFETY: a NUL-terminated path; the descriptor is closed below.
+        let fd = unsafe {
+            libc::open(
+                c"/proc/self/comm".as_ptr(),
+                libc::O_RDONLY | libc::O_CLOEXEC,
+            )
+        };
+        if fd >= 0 {
+            // SAFETY: `name` is valid for writes of its length.
+            let n = unsafe { libc::read(fd, p.name.as_mut_ptr().cast(), p.name.len()) };
+            p.len = usize::try_from(n).unwrap_or(0);
+            // SAFETY: the descriptor opened above, closed once.
+            unsafe { libc::close(fd) };
+        }
+        while p.len > 0 && p.name.get(p.len - 1) == Some(&b'\n') {
+            p.len -= 1;
+        }
+        p
+    }
+}
+
+impl fmt::Display for Program {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match core::str::from_utf8(self.name.get(..self.len).unwrap_or(&[])) {
+            Ok(name) if !name.is_empty() => f.write_str(name),
+            _ => f.write_str("?"),
+        }
+    }
+}
+
+/// Writes the heap's figures, one line each prefixed `tagalloc: PROGRAM[PID] WHEN:`, where
+/// `to` says.
+pub(crate) fn stats(when: &str, to: To) {
     let pid = std::process::id();
+    let program = Program::read();
+    let (fd, opened) = destination(to, pid);
+    if fd < 0 {
+        return;
+    }
+    report_to(fd, when, &program, pid);
+    if opened {
+        // SAFETY: the descriptor `destination` opened, closed once.
+        unsafe { libc::close(fd) };
+    }
+}
+
+fn report_to(fd: i32, when: &str, program: &Program, pid: u32) {
+    let line = |args: fmt::Arguments<'_>| line_to(fd, args);
     let Some(s) = pool::stats() else {
         line(format_args!(
-            "tagalloc: [{pid}] {when}: no statistics (the pool's lock is held by this thread)"
+            "tagalloc: {program}[{pid}] {when}: no statistics (the pool's lock is held by this \
+             thread)"
         ));
         return;
     };
     let h = &s.heap;
     line(format_args!(
-        "tagalloc: [{pid}] {when}: reserved {} (peak {}) in {} regions; in use {} (peak {}) in \
+        "tagalloc: {program}[{pid}] {when}: reserved {} (peak {}) in {} regions; in use {} (peak {}) in \
          {} blocks",
         Bytes(s.reserved),
         Bytes(s.peak_reserved),
@@ -168,7 +349,7 @@ pub(crate) fn stats(when: &str) {
         h.live,
     ));
     line(format_args!(
-        "tagalloc: [{pid}] {when}: free {} in {} chunks, largest {}: fragmentation {:.1} % \
+        "tagalloc: {program}[{pid}] {when}: free {} in {} chunks, largest {}: fragmentation {:.1} % \
          (1 - largest free / free)",
         Bytes(h.free),
         h.free_chunks,
@@ -176,7 +357,7 @@ pub(crate) fn stats(when: &str) {
         h.fragmentation() * 100.0,
     ));
     line(format_args!(
-        "tagalloc: [{pid}] {when}: {} allocations, {} frees, {} reallocs in place, {} refused \
+        "tagalloc: {program}[{pid}] {when}: {} allocations, {} frees, {} reallocs in place, {} refused \
          frees; regions obtained {}, given back {}, grown in place {}; {} requests bypassed",
         h.allocs,
         h.frees,
@@ -204,7 +385,7 @@ pub(crate) fn stats(when: &str) {
 
 /// The exit handler registered when `TAGALLOC_STATS` is set.
 pub(crate) extern "C" fn at_exit() {
-    stats("at exit");
+    stats("at exit", To::Exit);
 }
 
 /// Writes `args` to a C stream (`malloc_info`); whether all of it was written. The text is

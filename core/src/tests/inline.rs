@@ -5,7 +5,7 @@ use std::vec::Vec;
 
 use core::ptr::NonNull;
 
-use crate::{Error, HostGranule, InlineHeap, RegionSource, Stats, Tally};
+use crate::{BlockError, Error, HostGranule, InlineHeap, RegionSource, Stats, Tally};
 
 /// A granule-aligned arena that outlives the heap using it.
 pub(crate) struct Arena {
@@ -457,13 +457,22 @@ fn checked_usable_size_proves_the_pointer() {
     }
     // SAFETY: a live allocation, freed once and not used again.
     unsafe { h.free(q, 3000).unwrap() };
-    assert_eq!(h.checked_usable_size(q), Err(Error::DoubleFree));
+    assert_eq!(
+        h.checked_usable_size(q),
+        Err(BlockError::Refused(Error::DoubleFree))
+    );
     // SAFETY: `p` is a live block of at least 100 bytes, so `p + 16` is inside it.
     let inside = unsafe { p.add(16) };
-    assert_eq!(h.checked_usable_size(inside), Err(Error::ForeignPointer));
+    assert_eq!(
+        h.checked_usable_size(inside),
+        Err(BlockError::Refused(Error::ForeignPointer))
+    );
     let mut other = [0u128; 4];
     let outside = core::ptr::NonNull::new(other.as_mut_ptr().cast::<u8>()).unwrap();
-    assert_eq!(h.checked_usable_size(outside), Err(Error::ForeignPointer));
+    assert_eq!(
+        h.checked_usable_size(outside),
+        Err(BlockError::Refused(Error::ForeignPointer))
+    );
     assert_eq!(h.stats().refused_frees, 0);
     h.check().unwrap();
 }

@@ -12,6 +12,8 @@ mod plan;
 #[cfg(not(loom))]
 mod pool;
 #[cfg(not(loom))]
+mod probe;
+#[cfg(not(loom))]
 mod region;
 #[cfg(not(loom))]
 mod shared;

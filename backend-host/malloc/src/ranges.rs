@@ -1,0 +1,220 @@
+//! The address ranges the pool holds from the system, and those it gave back lately: what
+//! `free` consults before it reads a single byte at a pointer, so that a stack address, an
+//! `mmap` of the program's or a large block unmapped by its first free is refused by its
+//! address instead of read (a bare SIGSEGV where nothing is mapped, garbage followed where
+//! something is).
+//!
+//! The table is kept by the pool's [`Hooks`], which it calls, under its lock, once for every
+//! range it obtains, grows, cuts and gives back (large blocks' own regions included), so it is
+//! exact without the pool knowing of it. It holds [`LIVE`] ranges: the pool's regions double
+//! from 1 MiB to 64 MiB and grow in place, and at most 32 large blocks have regions of their
+//! own at a time, so a program needs more only past several GiB; then the table says so
+//! ([`Ranges::complete`]) and `free` asks the heap, which walks its list of regions, instead.
+//! The ranges given back are kept in a ring of the last [`GONE`], so that a second free of a
+//! large block, whose region went back to the system at its first free, is named a double
+//! free (a range obtained again over one of them takes it off the ring).
+//!
+//! A free into a thread's cache proves its pointer without the lock: the hooks also publish
+//! the live ranges to [`MIRROR`] under a sequence lock (the sequence odd while they change),
+//! which [`find_unlocked`] reads with atomic loads and trusts only if the sequence did not move
+//! meanwhile; any doubt sends the free to the lock.
+
+use core::cell::Cell;
+use core::sync::atomic::{fence, AtomicUsize, Ordering};
+
+use tagalloc::Hooks;
+
+/// Live ranges the table holds before it gives up on being complete.
+const LIVE: usize = 128;
+/// Ranges given back that are remembered.
+const GONE: usize = 16;
+
+/// The pool's ranges (see the module docs).
+///
+/// Invariants: `live[..count]` are the ranges the pool holds from its source, as `(base, end)`,
+/// each as grown and cut, none twice; unless `incomplete`, they are all of them. `gone` holds
+/// ranges given back since, none overlapping a live one.
+pub(crate) struct Ranges {
+    live: [(usize, usize); LIVE],
+    count: usize,
+    incomplete: bool,
+    gone: [(usize, usize); GONE],
+    next_gone: usize,
+    /// The index in `live` that [`Ranges::find`] found last (a hint: any value is safe).
+    last: Cell<usize>,
+}
+
+impl Ranges {
+    /// No range yet.
+    pub(crate) const fn new() -> Self {
+        Ranges {
+            live: [(0, 0); LIVE],
+            count: 0,
+            incomplete: false,
+            gone: [(0, 0); GONE],
+            next_gone: 0,
+            last: Cell::new(0),
+        }
+    }
+
+    /// The live range holding `addr`, as `(base, len)`: the one found last, else the first
+    /// that holds it (then remembered), as frees of one region tend to come together.
+    #[inline]
+    pub(crate) fn find(&self, addr: usize) -> Option<(usize, usize)> {
+        let live = self.live.get(..self.count).unwrap_or(&[]);
+        let hit = |&(base, end): &(usize, usize)| addr >= base && addr < end;
+        let i = match live.get(self.last.get()) {
+            Some(r) if hit(r) => self.last.get(),
+            _ => {
+                let i = live.iter().position(hit)?;
+                self.last.set(i);
+                i
+            }
+        };
+        live.get(i).map(|&(base, end)| (base, end - base))
+    }
+
+    /// Whether every live range is in the table (else a miss proves nothing).
+    #[inline]
+    pub(crate) fn complete(&self) -> bool {
+        !self.incomplete
+    }
+
+    /// Whether `addr` lies in a range given back lately (and not obtained again since).
+    pub(crate) fn given_back(&self, addr: usize) -> bool {
+        self.gone
+            .iter()
+            .any(|&(base, end)| addr >= base && addr < end)
+    }
+
+    /// The index of the live range starting at `base`.
+    fn index(&self, base: usize) -> Option<usize> {
+        self.live
+            .get(..self.count)
+            .unwrap_or(&[])
+            .iter()
+            .position(|&(b, _)| b == base)
+    }
+
+    /// Takes `base..end`, in use again, off the ring of ranges given back.
+    fn reuse(&mut self, base: usize, end: usize) {
+        for g in &mut self.gone {
+            if g.0 < end && base < g.1 {
+                *g = (0, 0);
+            }
+        }
+    }
+}
+
+/// The live ranges, for readers without the lock (see the module docs): written only by the
+/// hooks, under the pool's lock, so one writer at a time.
+pub(crate) struct Mirror {
+    seq: AtomicUsize,
+    count: AtomicUsize,
+    live: [(AtomicUsize, AtomicUsize); LIVE],
+}
+
+/// The one pool's mirror (the library has one pool).
+pub(crate) static MIRROR: Mirror = Mirror {
+    seq: AtomicUsize::new(0),
+    count: AtomicUsize::new(0),
+    live: [const { (AtomicUsize::new(0), AtomicUsize::new(0)) }; LIVE],
+};
+
+impl Mirror {
+    /// Copies `live` in (the writer's side of the sequence lock).
+    fn publish(&self, live: &[(usize, usize)]) {
+        let s = self.seq.load(Ordering::Relaxed);
+        self.seq.store(s.wrapping_add(1), Ordering::Relaxed);
+        fence(Ordering::Release);
+        for (slot, &(base, end)) in self.live.iter().zip(live) {
+            slot.0.store(base, Ordering::Relaxed);
+            slot.1.store(end, Ordering::Relaxed);
+        }
+        self.count.store(live.len(), Ordering::Relaxed);
+        self.seq.store(s.wrapping_add(2), Ordering::Release);
+    }
+}
+
+/// The live range holding `addr`, as `(base, len)`, read without the lock; `None` when none
+/// does or the ranges changed meanwhile (then the caller asks under the lock).
+#[inline]
+pub(crate) fn find_unlocked(addr: usize) -> Option<(usize, usize)> {
+    let m = &MIRROR;
+    let s1 = m.seq.load(Ordering::Acquire);
+    if s1 & 1 != 0 {
+        return None;
+    }
+    let n = m.count.load(Ordering::Relaxed).min(LIVE);
+    let mut hit = None;
+    for slot in m.live.iter().take(n) {
+        let (base, end) = (slot.0.load(Ordering::Relaxed), slot.1.load(Ordering::Relaxed));
+        if addr >= base && addr < end {
+            hit = Some((base, end - base));
+            break;
+        }
+    }
+    fence(Ordering::Acquire);
+    if m.seq.load(Ordering::Relaxed) != s1 {
+        return None;
+    }
+    hit
+}
+
+impl Ranges {
+    /// Publishes the live ranges to [`MIRROR`].
+    fn mirror(&self) {
+        MIRROR.publish(self.live.get(..self.count).unwrap_or(&[]));
+    }
+}
+
+impl Hooks for Ranges {
+    fn obtained(&mut self, base: usize, len: usize) {
+        let end = base.saturating_add(len);
+        self.reuse(base, end);
+        match self.live.get_mut(self.count) {
+            Some(slot) => {
+                *slot = (base, end);
+                self.count += 1;
+            }
+            None => self.incomplete = true,
+        }
+        self.mirror();
+    }
+
+    fn grown(&mut self, base: usize, at: usize, len: usize) {
+        let end = at.saturating_add(len);
+        self.reuse(at, end);
+        if let Some(i) = self.index(base) {
+            if let Some(r) = self.live.get_mut(i) {
+                r.1 = end;
+            }
+        }
+        self.mirror();
+    }
+
+    fn given_back(&mut self, base: usize, len: usize) {
+        if let Some(i) = self.index(base) {
+            self.count -= 1;
+            self.live.swap(i, self.count);
+        }
+        if let Some(g) = self.gone.get_mut(self.next_gone) {
+            *g = (base, base.saturating_add(len));
+        }
+        self.next_gone = (self.next_gone + 1) % GONE;
+        self.mirror();
+    }
+
+    fn shrunk(&mut self, base: usize, at: usize, len: usize) {
+        if let Some(i) = self.index(base) {
+            if let Some(r) = self.live.get_mut(i) {
+                r.1 = at;
+            }
+        }
+        if let Some(g) = self.gone.get_mut(self.next_gone) {
+            *g = (at, at.saturating_add(len));
+        }
+        self.next_gone = (self.next_gone + 1) % GONE;
+        self.mirror();
+    }
+}

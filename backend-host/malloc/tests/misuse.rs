@@ -1,0 +1,161 @@
+//! Misuse of the library by a C program (`tests/c/misuse.c`), one case per run, in both modes
+//! (default, and `TAGALLOC_CHECKED=1`): each must be refused or reported with its own cause,
+//! and none may end in a bare signal. A refused free leaves the program's blocks and the
+//! figures (`mallinfo2`) as they were and is reported once on stderr; damaged tags are
+//! reported with their address and the process aborts (SIGABRT), as glibc does.
+
+mod common;
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use common::{compile_c, library, scratch, Program, Run};
+
+/// The misuse program, compiled once per test binary.
+fn program() -> PathBuf {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| {
+        let dir = scratch("misuse");
+        compile_c("tests/c/misuse.c", &dir, &["-Wno-use-after-free"])
+    })
+    .clone()
+}
+
+/// Runs `case` on the library, checked or not.
+fn run(case: &str, checked: bool) -> Run {
+    let exe = program();
+    let dir = exe.parent().expect("a directory").to_path_buf();
+    let dir: &'static std::path::Path = Box::leak(dir.into_boxed_path());
+    let exe: &'static str = Box::leak(exe.to_str().expect("a UTF-8 path").into());
+    let mut p = Program::new(exe, &[case], dir);
+    p.limit = Duration::from_secs(60);
+    let env: &[(&str, &str)] = if checked {
+        &[("TAGALLOC_CHECKED", "1")]
+    } else {
+        &[]
+    };
+    p.run(Some(&library()), env)
+}
+
+/// The library's reports of a run (not its statistics).
+fn reports(r: &Run) -> Vec<&String> {
+    r.tagalloc_lines
+        .iter()
+        .filter(|l| l.contains(") refused: ") || l.contains("): heap corruption at "))
+        .collect()
+}
+
+/// `case` runs to its end in both modes, every check passing, with one report whose cause
+/// contains `cause` (and not `not`), and `refused` frees counted.
+fn refused(case: &str, cause: &str, not: &str, refused: u32) {
+    for checked in [false, true] {
+        let r = run(case, checked);
+        let out = r.stdout_text();
+        let what = format!(
+            "{case} (checked: {checked}): {:?}\n{out}{}",
+            r.status,
+            r.stderr_text()
+        );
+        assert!(r.status.success(), "{what}");
+        assert!(
+            out.ends_with(&format!("{case}: done, 0 failed\n")),
+            "{what}"
+        );
+        let rep = reports(&r);
+        assert_eq!(rep.len(), 1, "{what}{:?}", r.tagalloc_lines);
+        assert!(rep[0].starts_with("tagalloc: "), "{}", rep[0]);
+        assert!(
+            rep[0].contains(cause) && !rep[0].contains(not),
+            "{}",
+            rep[0]
+        );
+        let stats = r.tagalloc_lines.join("\n");
+        assert!(
+            stats.contains(&format!(", {refused} refused frees;")),
+            "{what}{stats}"
+        );
+    }
+}
+
+/// `case` aborts in both modes after reporting heap corruption at an address.
+fn corrupted(case: &str) {
+    for checked in [false, true] {
+        let r = run(case, checked);
+        let what = format!(
+            "{case} (checked: {checked}): {:?}\n{}{:?}",
+            r.status,
+            r.stderr_text(),
+            r.tagalloc_lines
+        );
+        assert_eq!(r.status.signal(), Some(libc_sigabrt()), "{what}");
+        let rep = reports(&r);
+        assert_eq!(rep.len(), 1, "{what}");
+        assert!(
+            rep[0].starts_with("tagalloc: free(0x")
+                && rep[0].contains("): heap corruption at 0x")
+                && rep[0].contains("aborting"),
+            "{}",
+            rep[0]
+        );
+    }
+}
+
+/// SIGABRT's number on Linux.
+fn libc_sigabrt() -> i32 {
+    6
+}
+
+macro_rules! needs_cc {
+    ($($item:item)*) => {$(
+        #[cfg_attr(
+            not(tagalloc_has_cc),
+            ignore = "needs cc on PATH when the tests were built (CI installs it)"
+        )]
+        $item
+    )*};
+}
+
+needs_cc! {
+    /// `free(a); free(b); free(b)`: `b` merged into its free predecessor `a`; the refused free
+    /// and realloc of `b` are counted (`malloc_usable_size` answers 0 and counts nothing).
+    #[test]
+    fn a_double_free_after_a_merge_with_the_predecessor_is_refused() {
+        refused("merged", "a double free", "invalid pointer", 2);
+    }
+
+    /// `free(b); free(a); free(b)`: `b` absorbed as `a`'s free successor.
+    #[test]
+    fn a_double_free_after_a_merge_with_the_successor_is_refused() {
+        refused("merged-next", "a double free", "invalid pointer", 2);
+    }
+
+    /// A large block (a mapping of its own, unmapped by its first free), freed twice.
+    #[test]
+    fn a_double_free_of_a_large_block_is_refused() {
+        refused("large", "a double free", "invalid pointer", 1);
+    }
+
+    /// Pointers into the middle of a block, with zeros, 0xff bytes or text before them.
+    #[test]
+    fn a_pointer_into_a_block_is_refused_as_invalid_not_a_double_free() {
+        for case in ["middle-zero", "middle-garbage", "middle-text"] {
+            refused(case, "an invalid pointer", "double free", 3);
+        }
+    }
+
+    /// A stack address and addresses of a mapping of the program's own, full of garbage.
+    #[test]
+    fn stack_and_mmap_pointers_are_refused_as_invalid() {
+        refused("foreign", "an invalid pointer", "double free", 3);
+    }
+
+    /// One byte past a block's usable size, onto the next chunk's tag ('x', and the NUL of an
+    /// off-by-one `strcpy`), then frees: heap corruption reported, then an abort.
+    #[test]
+    fn a_write_past_a_block_is_reported_as_corruption_then_aborts() {
+        corrupted("past-end-x");
+        corrupted("past-end-nul");
+    }
+}

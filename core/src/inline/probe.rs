@@ -1,0 +1,281 @@
+//! Proving a pointer a live block of an inline heap without trusting the tags it reads: what
+//! a C `free`, which gets any pointer, needs before it writes anything.
+//!
+//! Two ways, both bounded by the region the pointer lies in, so that no word outside it is
+//! ever read, whatever the tags say:
+//!
+//! - [`InlineHeap::usable_size_in`], `O(1)`: the block's head and the tags its free would
+//!   follow (its successor's `PREV_IN_USE` bit, a free successor's size and footer, a free
+//!   predecessor's footer and head) must be plausible: in use, a whole number of granules,
+//!   inside the region, the neighbours' flags and footers agreeing. One compare each on words
+//!   the free reads anyway; an in-use successor's size, which the free does not follow, is
+//!   left to that block's own free. Where anything disagrees it hands over to the walk, which
+//!   names the cause.
+//! - the walk (`InlineHeap::find_block`), `O(chunks of the region)`: every chunk from the
+//!   region's first to the block's successor, each size checked against the region's end
+//!   before anything past the head is read, each footer and `PREV_IN_USE` bit against its
+//!   neighbour. It tells a double free (the payload of a free chunk, or a head a merge marked
+//!   absorbed) from a foreign pointer (anything else that is not a live block's payload) and
+//!   from damaged tags (a [`CheckError`] naming the chunk).
+
+use core::ptr::NonNull;
+
+use super::{Chunk, InlineHeap, ABSORBED, FLAGS, IN_USE, PREV_IN_USE};
+use crate::error::{BlockError, CheckError, Error};
+use crate::granule::Granule;
+use crate::layout::W;
+use crate::stats::Tally;
+use crate::tags::Tags;
+
+/// A region as the probe sees it: the address of its first chunk's head and of its fence, and
+/// a pointer through which its words are read.
+///
+/// Invariant: every word-aligned address from `first - W` to `fence` is inside one region of
+/// the heap, readable through `through` (which has the region's provenance).
+#[derive(Clone, Copy)]
+struct Span {
+    through: NonNull<u8>,
+    first: usize,
+    fence: usize,
+}
+
+impl Span {
+    /// The word at `at`.
+    ///
+    /// # Safety
+    /// `at` is word-aligned and `first - W <= at <= fence` (inside the region).
+    #[inline(always)]
+    unsafe fn word(self, at: usize) -> usize {
+        // SAFETY: the caller keeps `at` inside the region (type invariant), so it is not null
+        // and `through` may read it; it is word-aligned.
+        unsafe {
+            self.through
+                .with_addr(core::num::NonZeroUsize::new_unchecked(at))
+                .cast::<usize>()
+                .read()
+        }
+    }
+
+    /// Whether `bytes` is a chunk size a chunk at `c` can have: a whole number of granules,
+    /// at least the minimum chunk, ending at or before the fence.
+    #[inline(always)]
+    fn fits(self, c: usize, bytes: usize, granule: usize, min: usize) -> bool {
+        bytes & (granule - 1) == 0 && bytes >= min && bytes <= self.fence - c
+    }
+}
+
+impl<G: Granule, K: Tally> InlineHeap<G, K> {
+    /// The usable bytes of the live block at `ptr`, proven as the module docs say, `O(1)`
+    /// unless something disagrees: `Refused(DoubleFree)` (a free chunk's payload, or a chunk
+    /// a merge absorbed), `Refused(ForeignPointer)` (not a block's payload), or `Corrupted`
+    /// (tags that cannot be, with the chunk where they are). Nothing is written.
+    ///
+    /// What a caller that knows the region a pointer lies in (a table of its regions, kept by
+    /// [`crate::Hooks`]) uses to check every free cheaply; a pointer into the middle of a live
+    /// block whose preceding bytes happen to look like tags that agree is taken for a block
+    /// (only [`InlineHeap::checked_usable_size`]'s walk tells it apart).
+    ///
+    /// # Time Complexity
+    /// `O(1)`; `O(chunks of the region)` when the tags disagree.
+    ///
+    /// # Safety
+    /// `base..base + len` is one of this heap's regions, as [`InlineHeap::region_of`] reports
+    /// it (or as the pool's source obtained, grew and cut it), and its memory may be read
+    /// through `ptr` (a pointer into it; for Rust's provenance rules, one derived from the
+    /// region's memory, as every block of the heap is).
+    #[inline(always)]
+    pub unsafe fn usable_size_in(
+        &self,
+        ptr: NonNull<u8>,
+        base: usize,
+        len: usize,
+    ) -> Result<usize, BlockError> {
+        // SAFETY: forwarded caller contract.
+        match unsafe { self.plausible_size(ptr, base, len) } {
+            Some(n) => Ok(n),
+            None => self.find_block_size(self.span(ptr, base, len), ptr.addr().get()),
+        }
+    }
+
+    /// The region `base..base + len` as a [`Span`] read through `ptr`.
+    #[inline(always)]
+    fn span(&self, ptr: NonNull<u8>, base: usize, len: usize) -> Span {
+        Span {
+            through: ptr,
+            first: base + self.heap.tags().layout().region_lead(),
+            fence: base + len - W,
+        }
+    }
+
+    /// [`InlineHeap::usable_size_in`]'s `O(1)` part: the usable bytes if every tag the free
+    /// of `ptr` follows is plausible, else `None` (the walk then names the cause). Each check
+    /// is one compare on a word the free reads anyway: the common case (both neighbours in
+    /// use) is three loads and four compares.
+    ///
+    /// # Safety
+    /// As for [`InlineHeap::usable_size_in`].
+    #[inline(always)]
+    unsafe fn plausible_size(&self, ptr: NonNull<u8>, base: usize, len: usize) -> Option<usize> {
+        let l = self.heap.tags().layout();
+        let (g, min) = (l.granule(), l.bytes_of(l.min_chunk()));
+        let s = self.span(ptr, base, len);
+        let c = ptr.addr().get().wrapping_sub(W);
+        // The head is a chunk's (`≡ first (mod g)`), with room for a minimum chunk before the
+        // fence: one compare for both ends, one for the alignment.
+        let off = c.wrapping_sub(s.first);
+        if off > s.fence - s.first - min || off & (g - 1) != 0 {
+            return None;
+        }
+        // SAFETY (every read below): each address is word-aligned (heads are `≡ −W (mod g)`,
+        // sizes whole granules) and checked to lie between the first head and the fence
+        // before it is read.
+        let h = unsafe { s.word(c) };
+        // In use, and a whole number of granules (no bit below the granule but the flags).
+        if h & (g - 1) & !PREV_IN_USE != IN_USE {
+            return None;
+        }
+        let bytes = h & !FLAGS;
+        // `min <= bytes <= fence − c` (where `fence − c >= min`) in one compare.
+        if bytes.wrapping_sub(min) > s.fence - c - min {
+            return None;
+        }
+        let n = c + bytes;
+        // SAFETY: as above: `n <= fence`.
+        let nh = unsafe { s.word(n) };
+        if nh & PREV_IN_USE == 0 {
+            return None;
+        }
+        if nh & IN_USE == 0 {
+            // A free successor is merged: its size must fit and its footer agree.
+            let nb = nh & !FLAGS;
+            // SAFETY: as above: the footer is inside the successor, which fits.
+            if !s.fits(n, nb, g, min) || unsafe { s.word(n + nb - W) } != nb {
+                return None;
+            }
+        }
+        if h & PREV_IN_USE == 0 {
+            // A free predecessor is merged: its footer must fit and its head agree.
+            // SAFETY: as above: `c >= first`, so the word before it is in the region.
+            let f = unsafe { s.word(c - W) };
+            // SAFETY: as above: `c − f` is at or after the first head.
+            if f & (g - 1) != 0
+                || f < min
+                || f > c - s.first
+                || unsafe { s.word(c - f) } != f | PREV_IN_USE
+            {
+                return None;
+            }
+        }
+        Some(bytes - W)
+    }
+
+    /// The usable bytes of the live block at `a`, found by the walk.
+    #[cold]
+    #[inline(never)]
+    fn find_block_size(&self, s: Span, a: usize) -> Result<usize, BlockError> {
+        let c = self.find_block(s, a)?;
+        let t = self.heap.tags();
+        Ok(t.layout().bytes_of(t.size(c)) - W)
+    }
+
+    /// The region `ptr` lies in, as a [`Span`] read through the region's own pointer.
+    fn span_of(&self, a: usize) -> Option<Span> {
+        let (base, len) = self.heap.region_of(a)?;
+        let l = self.heap.tags().layout();
+        let b = base.addr().get();
+        Some(Span {
+            through: base,
+            first: b + l.region_lead(),
+            fence: b + len - W,
+        })
+    }
+
+    /// The live chunk whose payload is `ptr`, proven by a walk of its region (see the module
+    /// docs): never reads outside the heap's regions.
+    pub(super) fn find_checked(&self, ptr: NonNull<u8>) -> Result<Chunk, BlockError> {
+        let a = ptr.addr().get();
+        match self.span_of(a) {
+            Some(s) => self.find_block(s, a),
+            None => Err(BlockError::Refused(Error::ForeignPointer)),
+        }
+    }
+
+    /// Walks region `s` from its first chunk, checking each chunk's tags before it follows
+    /// them, until the chunk holding `a` and its successor have been checked.
+    fn find_block(&self, s: Span, a: usize) -> Result<Chunk, BlockError> {
+        let l = self.heap.tags().layout();
+        let (g, min) = (l.granule(), l.bytes_of(l.min_chunk()));
+        let broken = |what, at| Err(BlockError::Corrupted(CheckError::new(what, at)));
+        let mut c = s.first;
+        let mut prev_free = false;
+        let mut found: Option<Result<usize, Error>> = None;
+        while c < s.fence {
+            // SAFETY: `first <= c < fence`, word-aligned (`c` advances by whole granules).
+            let h = unsafe { s.word(c) };
+            let bytes = h & !FLAGS;
+            if !s.fits(c, bytes, g, min) {
+                return broken(
+                    "chunk size not a whole number of granules, or past the region",
+                    c,
+                );
+            }
+            if (h & PREV_IN_USE == 0) != prev_free {
+                return broken("PREV_IN_USE bit disagrees with the predecessor", c);
+            }
+            let free = h & IN_USE == 0;
+            if free {
+                if prev_free {
+                    return broken("two free chunks side by side", c);
+                }
+                // SAFETY: the chunk fits in the region, so its last word is inside it.
+                if unsafe { s.word(c + bytes - W) } != bytes {
+                    return broken("free chunk's footer disagrees with its head", c);
+                }
+            }
+            if let Some(found) = found {
+                // The successor of the block's chunk is sound too.
+                return match found {
+                    Ok(block) => Ok(self.chunk_at(s, block)),
+                    Err(e) => Err(BlockError::Refused(e)),
+                };
+            }
+            if a > c && a < c + bytes {
+                found = Some(if a == c + W && !free {
+                    Ok(c)
+                } else if free
+                    && (a == c + W
+                        || (
+                            // A head a merge marked: the payload of a block that was freed and merged.
+                            // SAFETY: `c < a − W`, inside this chunk.
+                            (a - c - W) & (g - 1) == 0 && unsafe { s.word(a - W) } == ABSORBED
+                        ))
+                {
+                    Err(Error::DoubleFree)
+                } else {
+                    Err(Error::ForeignPointer)
+                });
+            }
+            prev_free = free;
+            c += bytes;
+        }
+        // SAFETY: `c == fence` (chunks end at or before it), inside the region.
+        let fence = unsafe { s.word(c) };
+        if fence & !FLAGS != 0 || fence & IN_USE == 0 || (fence & PREV_IN_USE == 0) != prev_free {
+            return broken("region fence damaged", c);
+        }
+        match found {
+            Some(Ok(block)) => Ok(self.chunk_at(s, block)),
+            Some(Err(e)) => Err(BlockError::Refused(e)),
+            None => Err(BlockError::Refused(Error::ForeignPointer)),
+        }
+    }
+
+    /// The chunk whose head is at `at`, a chunk the walk of `s` proved.
+    fn chunk_at(&self, s: Span, at: usize) -> Chunk {
+        // SAFETY: `at` is a chunk head inside the region, not null.
+        Chunk(
+            s.through
+                .with_addr(unsafe { core::num::NonZeroUsize::new_unchecked(at) }),
+        )
+    }
+}

@@ -1,0 +1,217 @@
+//! Pointers a C `free` may be handed, proven against an inline heap's tags before anything is
+//! written: a double free after the block merged with a free neighbour (either side), a
+//! pointer into the middle of a block (zeros or garbage before it), a pointer outside the
+//! heap, and tags damaged by a write past a block's end or by a size that leaves the region.
+//! Each through the `O(1)` probe (`usable_size_in`), the walk (`checked_usable_size`) and,
+//! where it applies, the plain `free` and `realloc`; none may crash, and each names its cause.
+
+use core::ptr::NonNull;
+
+use super::inline::Arena;
+use crate::{BlockError, Error, InlineHeap};
+
+const DOUBLE: Result<usize, BlockError> = Err(BlockError::Refused(Error::DoubleFree));
+const FOREIGN: Result<usize, BlockError> = Err(BlockError::Refused(Error::ForeignPointer));
+
+/// A heap over `a`, and the region's base and length as its pool's table would give them.
+fn heap(a: &mut Arena) -> (InlineHeap, usize, usize) {
+    let mut h = InlineHeap::new();
+    // SAFETY: the arena outlives the heap and nothing else uses its memory.
+    unsafe { h.add_region(a.ptr(), a.len()).unwrap() };
+    let (base, len) = h.region_of(a.ptr_addr()).unwrap();
+    (h, base.addr().get(), len)
+}
+
+/// The probe's answer for `p` in the heap's one region.
+fn probe(h: &InlineHeap, base: usize, len: usize, p: NonNull<u8>) -> Result<usize, BlockError> {
+    // SAFETY: `base..base + len` is the heap's region and `p` was derived from the arena.
+    unsafe { h.usable_size_in(p, base, len) }
+}
+
+/// Both ways of proving `p` agree on `want`.
+fn both(h: &InlineHeap, base: usize, len: usize, p: NonNull<u8>, want: Result<usize, BlockError>) {
+    assert_eq!(probe(h, base, len, p), want, "probe of {p:p}");
+    assert_eq!(h.checked_usable_size(p), want, "walk of {p:p}");
+}
+
+/// The probe and the walk agree wherever the probe refuses (it hands over to the walk); where
+/// it proves a block, the walk finds the same block or damage past it that its free does not
+/// follow (an in-use successor's size).
+fn agree(h: &InlineHeap, p: NonNull<u8>, got: Result<usize, BlockError>) {
+    let walk = h.checked_usable_size(p);
+    match got {
+        Ok(_) => assert!(
+            walk == got || matches!(walk, Err(BlockError::Corrupted(_))),
+            "{p:p}: probe {got:?}, walk {walk:?}"
+        ),
+        Err(_) => assert_eq!(got, walk, "{p:p}"),
+    }
+}
+
+#[test]
+fn a_live_block_is_proven_with_its_usable_size() {
+    let mut a = Arena::new(1 << 14);
+    let (mut h, base, len) = heap(&mut a);
+    for size in [1, 24, 100, 3000] {
+        let p = h.alloc(size, 16).unwrap();
+        // SAFETY: a live allocation of this heap.
+        let plain = unsafe { h.usable_size(p) }.unwrap();
+        both(&h, base, len, p, Ok(plain));
+    }
+    // Next to a free predecessor and a free successor too.
+    let x = h.alloc(64, 16).unwrap();
+    let y = h.alloc(64, 16).unwrap();
+    let z = h.alloc(64, 16).unwrap();
+    let _keep = h.alloc(64, 16).unwrap();
+    // SAFETY: live allocations, each freed once.
+    unsafe {
+        h.free(x, 64).unwrap();
+        h.free(z, 64).unwrap();
+    }
+    // SAFETY: a live allocation of this heap.
+    let plain = unsafe { h.usable_size(y) }.unwrap();
+    both(&h, base, len, y, Ok(plain));
+    h.check().unwrap();
+}
+
+/// `free(a); free(b); free(b)` with `b` merged into `a`, and `free(b); free(a); free(b)` with
+/// `b` absorbed as `a`'s successor: the plain free (which reads only the head) refuses both,
+/// and so do `realloc` and `usable_size`; nothing is freed twice.
+#[test]
+fn a_double_free_after_a_merge_is_refused_by_the_plain_free() {
+    for b_first in [false, true] {
+        let mut ar = Arena::new(1 << 14);
+        let (mut h, base, len) = heap(&mut ar);
+        let a = h.alloc(64, 16).unwrap();
+        let b = h.alloc(64, 16).unwrap();
+        let _keep = h.alloc(64, 16).unwrap();
+        let in_use = h.stats().in_use;
+        let order = if b_first { [b, a] } else { [a, b] };
+        for p in order {
+            // SAFETY: live allocations, each freed once.
+            unsafe { h.free(p, 64).unwrap() };
+        }
+        let after = h.stats();
+        assert_eq!(
+            after.free_chunks, 2,
+            "a and b merged into one chunk (and the top)"
+        );
+        // SAFETY: deliberately a double free: refused before anything is written.
+        assert_eq!(unsafe { h.free(b, 64) }, Err(Error::DoubleFree));
+        // SAFETY: as above, through realloc and usable_size.
+        unsafe {
+            assert_eq!(h.realloc(b, 64, 16, 200), Err(Error::DoubleFree));
+            assert_eq!(h.usable_size(b), Err(Error::DoubleFree));
+        }
+        both(&h, base, len, b, DOUBLE);
+        let now = h.stats();
+        assert_eq!((now.in_use, now.free), (after.in_use, after.free));
+        assert!(now.in_use < in_use);
+        h.check().unwrap();
+    }
+}
+
+/// A pointer into the middle of a live block is foreign, never a double free, whether the
+/// bytes before it are zeros or garbage that reads as a size leaving the region.
+#[test]
+fn a_pointer_into_a_block_is_foreign_whatever_precedes_it() {
+    let mut a = Arena::new(1 << 14);
+    let (mut h, base, len) = heap(&mut a);
+    let p = h.alloc(256, 16).unwrap();
+    let _keep = h.alloc(64, 16).unwrap();
+    for fill in [0x00u8, 0xff, 0x41, 0x20] {
+        // SAFETY: `p` is a live block of at least 256 bytes.
+        unsafe { p.as_ptr().write_bytes(fill, 256) };
+        for off in [16, 32, 128, 5] {
+            // SAFETY: inside the block.
+            let inside = unsafe { p.add(off) };
+            both(&h, base, len, inside, FOREIGN);
+        }
+    }
+    h.check().unwrap();
+}
+
+/// A pointer outside every region is foreign to the walk (the probe is only ever given a
+/// pointer inside the region its caller found).
+#[test]
+fn a_pointer_outside_the_heap_is_foreign() {
+    let mut a = Arena::new(1 << 14);
+    let (h, _, _) = heap(&mut a);
+    let mut other = [0u128; 4];
+    let outside = NonNull::new(other.as_mut_ptr().cast::<u8>()).unwrap();
+    assert_eq!(h.checked_usable_size(outside), FOREIGN);
+}
+
+/// One byte written past a block's usable size lands on the next chunk's head: for every
+/// byte value, the probe and the walk agree (as [`agree`] says), neither calls it a double free or a foreign
+/// pointer, nothing is read outside the region, and the block or its neighbour is reported
+/// as corruption with an address in the heap, but for the one value that leaves a heap as
+/// consistent as a sound one. (Where only one of the two frees reports it, the other is safe:
+/// it does not follow the damaged head.)
+#[test]
+fn a_write_past_a_block_is_reported_as_corruption() {
+    for byte in 0..=255u8 {
+        let mut ar = Arena::new(1 << 12);
+        let (mut h, base, len) = heap(&mut ar);
+        let a = h.alloc(24, 16).unwrap();
+        let b = h.alloc(24, 16).unwrap();
+        let _keep = h.alloc(24, 16).unwrap();
+        // SAFETY: a live block of this heap.
+        let usable = unsafe { h.usable_size(a) }.unwrap();
+        // SAFETY: deliberately one byte past the block: the next head's low byte, in the arena.
+        let old = unsafe { a.as_ptr().add(usable).replace(byte) };
+        if byte == old {
+            continue;
+        }
+        let mut reported = 0;
+        for p in [a, b] {
+            let got = probe(&h, base, len, p);
+            agree(&h, p, got);
+            match got {
+                Err(BlockError::Corrupted(c)) => {
+                    assert!(c.at >= base && c.at < base + len, "{c}");
+                    reported += 1;
+                }
+                Ok(_) => {}
+                Err(e) => panic!("byte {byte:#x} at {p:p}: {e:?}"),
+            }
+        }
+        // 0x43 makes `b`'s head say 64 bytes in use: `b` then spans `_keep` exactly, a
+        // heap as consistent as one where `b` was that large; no tag can tell.
+        if byte == 0x43 {
+            assert_eq!(reported, 0);
+            continue;
+        }
+        assert!(reported > 0, "byte {byte:#x}: neither free reports it");
+        assert!(h.check().is_err(), "byte {byte:#x}");
+    }
+}
+
+/// A head whose size leaves the region, on the block itself: the probe and the walk stop at
+/// it and report it, and so does `check()`.
+#[test]
+fn a_size_that_leaves_the_region_is_reported_not_followed() {
+    for bad in [usize::MAX & !3, 1 << 40, 0x7fff_fff0, 0] {
+        let mut ar = Arena::new(1 << 12);
+        let (mut h, base, len) = heap(&mut ar);
+        let a = h.alloc(24, 16).unwrap();
+        let b = h.alloc(24, 16).unwrap();
+        // SAFETY: `b`'s head, one word before it, inside the arena.
+        unsafe { b.as_ptr().cast::<usize>().sub(1).write(bad | 3) };
+        let got = probe(&h, base, len, b);
+        assert!(
+            matches!(got, Err(BlockError::Corrupted(_))),
+            "size {bad:#x}: {got:?}"
+        );
+        // The walk reports it from either block; the probe of `a`, which does not follow an
+        // in-use successor's size, may let `a` be freed.
+        for p in [a, b] {
+            agree(&h, p, probe(&h, base, len, p));
+            assert!(matches!(
+                h.checked_usable_size(p),
+                Err(BlockError::Corrupted(_))
+            ));
+        }
+        assert!(h.check().is_err());
+    }
+}

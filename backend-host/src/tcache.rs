@@ -240,6 +240,20 @@ impl CacheBinding {
         })
     }
 
+    /// Whether the block at `ptr` carries the caches' key, so sits in a thread's cache (freed):
+    /// what a `realloc` or a size query checks before it trusts a block the heap calls in use.
+    ///
+    /// # Safety
+    /// `ptr` is a block of a pool these caches serve, in use for its heap, of at least 16
+    /// bytes (proven so under the pool's lock). Its second word is read: racing with its
+    /// owner's writes only if it is in another thread's cache, that is, for a call on a freed
+    /// block.
+    #[inline]
+    pub unsafe fn is_cached(&self, ptr: NonNull<u8>) -> bool {
+        // SAFETY: the caller's promise: 16 readable, 8-aligned bytes.
+        unsafe { ptr.cast::<usize>().add(1).read_volatile() == secret() }
+    }
+
     /// Gives the calling thread's cache back to `pool` (before a trim).
     pub fn flush_current<K: Hooks, L: RawLock>(&self, pool: &'static Pool<K, L>) {
         flush_current(pool, &self.id);

@@ -488,9 +488,11 @@ where
         };
         let pool = &mut st.heap;
         cache.drain(c, ThreadCache::batch(c).max(1), |p| {
-            // SAFETY: the cache's blocks are live blocks of this pool of class `c` or larger
-            // (its invariant), freed once. A refusal is counted by the heap.
-            let _ = unsafe { pool.free(p, c.usable()) };
+            if pool.hooks().cached_block_returns(pool.heap(), p) {
+                // SAFETY: the cache's blocks are live blocks of this pool of class `c` or
+                // larger (its invariant), freed once. A refusal is counted by the heap.
+                let _ = unsafe { pool.free(p, c.usable()) };
+            }
         });
         // SAFETY: forwarded caller contract.
         let cached = unsafe { cache.put(c, ptr) };
@@ -517,9 +519,11 @@ where
         let mut st = self.shared.lock()?;
         let pool = &mut st.heap;
         cache.drain_all(|c, p| {
-            // SAFETY: the cache's blocks are live blocks of this pool (the caller's promise and
-            // the cache's invariant), freed once. A refusal is counted by the heap.
-            let _ = unsafe { pool.free(p, c.usable()) };
+            if pool.hooks().cached_block_returns(pool.heap(), p) {
+                // SAFETY: the cache's blocks are live blocks of this pool (the caller's promise
+                // and the cache's invariant), freed once. A refusal is counted by the heap.
+                let _ = unsafe { pool.free(p, c.usable()) };
+            }
         });
         let s = pool.cache_stats_mut();
         s.flushes += 1;

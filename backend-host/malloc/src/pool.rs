@@ -33,10 +33,12 @@
 //! ends inside the region. Anything else (an address in no region, ranges changing meanwhile,
 //! a free or larger chunk) takes the locked path above, which proves and reports. A double free
 //! of a block sitting in a cache, this thread's or another's, is refused by the cache's key (see
-//! `tagalloc::ThreadCache`). Not made on the cached path: the neighbours' flags and footers of
-//! `usable_size_in` (the lock holder writes them as it carves and merges, so they cannot be read
-//! without the lock), so a small block whose own tag survived but whose successor's was damaged
-//! is not reported at its free. Checked mode bypasses the caches altogether: every allocation
+//! `tagalloc::ThreadCache`), and a `realloc` or size query of such a block too. Not made at a
+//! cached free: the neighbours' flags and footers of `usable_size_in` (the lock holder writes
+//! them as it carves and merges, so they cannot be read without the lock); they are checked
+//! when the block leaves its cache for the heap, under the lock (`Ranges`'s
+//! `cached_block_returns`), so damage after a small block is reported then, before the heap
+//! follows it. Checked mode bypasses the caches altogether: every allocation
 //! and free goes to the pool under the lock, and every free is proven by a walk.
 
 use core::ptr::NonNull;
@@ -125,6 +127,18 @@ fn block_size(p: &Inner, ptr: NonNull<u8>, checked: bool) -> Result<usize, Block
     block_size_slow(p, ptr, checked)
 }
 
+/// [`block_size`] of a block that must not sit in a thread's cache (a `realloc`, a size
+/// query): one that carries the caches' key was freed, so is refused as a double free.
+#[inline]
+fn block_size_uncached(p: &Inner, ptr: NonNull<u8>, checked: bool) -> Result<usize, BlockError> {
+    let n = block_size(p, ptr, checked)?;
+    // SAFETY: `ptr` was just proven a live block of this pool (at least 24 bytes).
+    if !checked && unsafe { CACHES.is_cached(ptr) } {
+        return Err(BlockError::Refused(Error::DoubleFree));
+    }
+    Ok(n)
+}
+
 /// [`block_size`] in checked mode, or for an address the table does not hold.
 #[cold]
 #[inline(never)]
@@ -211,7 +225,7 @@ pub(crate) unsafe fn realloc(ptr: NonNull<u8>, new_size: usize) -> Option<NonNul
     let checked = options::checked();
     let saved = errno();
     let done = POOL.with_pool(|p| {
-        let old = match block_size(p, ptr, checked) {
+        let old = match block_size_uncached(p, ptr, checked) {
             Ok(n) => n,
             Err(e) => return Err(Some(e)),
         };
@@ -246,7 +260,7 @@ pub(crate) unsafe fn realloc(ptr: NonNull<u8>, new_size: usize) -> Option<NonNul
 /// As for [`free`], except that `ptr` stays live.
 pub(crate) unsafe fn usable_size(ptr: NonNull<u8>) -> usize {
     let checked = options::checked();
-    match POOL.with_pool(|p| block_size(p, ptr, checked)) {
+    match POOL.with_pool(|p| block_size_uncached(p, ptr, checked)) {
         Ok(Ok(n)) => n,
         Ok(Err(BlockError::Corrupted(c))) => {
             report::corruption("malloc_usable_size", ptr.as_ptr(), c)

@@ -22,7 +22,11 @@
 use core::cell::Cell;
 use core::sync::atomic::{fence, AtomicUsize, Ordering};
 
-use tagalloc::Hooks;
+use core::ptr::NonNull;
+
+use tagalloc::{BlockError, Hooks, InlineHeap};
+
+use crate::report;
 
 /// Live ranges the table holds before it gives up on being complete.
 const LIVE: usize = 128;
@@ -148,7 +152,10 @@ pub(crate) fn find_unlocked(addr: usize) -> Option<(usize, usize)> {
     let n = m.count.load(Ordering::Relaxed).min(LIVE);
     let mut hit = None;
     for slot in m.live.iter().take(n) {
-        let (base, end) = (slot.0.load(Ordering::Relaxed), slot.1.load(Ordering::Relaxed));
+        let (base, end) = (
+            slot.0.load(Ordering::Relaxed),
+            slot.1.load(Ordering::Relaxed),
+        );
         if addr >= base && addr < end {
             hit = Some((base, end - base));
             break;
@@ -203,6 +210,23 @@ impl Hooks for Ranges {
         }
         self.next_gone = (self.next_gone + 1) % GONE;
         self.mirror();
+    }
+
+    /// A block a thread's cache gives back is proven as an uncached free proves it (its
+    /// region, its tags and its neighbours'), before the heap follows its tags: damaged tags
+    /// are reported and the process aborts; anything else refused stays out of the heap.
+    fn cached_block_returns(&self, heap: &InlineHeap, ptr: NonNull<u8>) -> bool {
+        let Some((base, len)) = self.find(ptr.addr().get()) else {
+            return false;
+        };
+        // SAFETY: `base..base + len` is one of the heap's regions (the table holds the ranges
+        // the pool added to the heap, as grown and cut), and `ptr`, a block handed out by the
+        // heap, derives from its memory.
+        match unsafe { heap.usable_size_in(ptr, base, len) } {
+            Ok(_) => true,
+            Err(BlockError::Corrupted(c)) => report::corruption("free", ptr.as_ptr(), c),
+            Err(BlockError::Refused(_)) => false,
+        }
     }
 
     fn shrunk(&mut self, base: usize, at: usize, len: usize) {

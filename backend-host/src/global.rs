@@ -1,11 +1,13 @@
 //! A ready global allocator for `std` programs: [`HostAllocator`], a shared pool of `mmap`
 //! regions behind a [`FutexLock`].
 //!
-//! Nothing on its allocation and free paths allocates: the pool and the heap work inside the
-//! regions they manage, the source calls `mmap`/`mremap`/`munmap`/`madvise` and reads `/proc`
-//! files into stack buffers, the lock is one atomic word and a futex, and the core's re-entry
-//! check reads the address of a constant-initialised thread-local without a destructor (no
-//! lazy initialisation, no destructor registration). `tests/global.rs` checks this with the
+//! Nothing on its allocation and free paths allocates through it: the pool and the heap work
+//! inside the regions they manage, the source calls `mmap`/`mremap`/`munmap`/`madvise` and
+//! reads `/proc` files into stack buffers, the lock is one atomic word and a futex, the core's
+//! re-entry check reads the address of a constant-initialised thread-local without a
+//! destructor, and each thread's cache of small blocks (`crate::tcache`) is another such
+//! thread-local; the one registration a thread makes, its cache's exit destructor, takes a
+//! list node from glibc's own `malloc` (not this allocator) once per thread. `tests/global.rs` checks this with the
 //! allocator installed as a test program's `#[global_allocator]`, wrapped so that a call made
 //! from inside another is counted.
 
@@ -34,7 +36,11 @@ pub type HostPool<L = FutexLock> = SharedPool<InlineHeap, MmapSource, NoHooks, L
 /// 64 MiB, requests above 1 MiB in regions of their own (returned to the system as soon as
 /// they are freed), and [`HostAllocator::trim`] giving back wholly free regions, cutting free
 /// region ends and releasing the pages of free chunks of 64 KiB or more. Waiting threads sleep
-/// ([`FutexLock`]). Nothing is mapped until the first allocation.
+/// ([`FutexLock`]). Nothing is mapped until the first allocation. Requests of up to 1032
+/// bytes (alignment up to 16) go through the calling thread's cache in front of the pool,
+/// without the lock (see `tagalloc::ThreadCache`): a thread's cache serves the first
+/// `HostAllocator` it uses and goes back to it at the thread's exit, on [`HostAllocator::trim`]
+/// and [`HostAllocator::flush_thread_cache`].
 ///
 /// # Examples
 ///

@@ -38,7 +38,7 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::Relaxed};
 
 use core::ptr::NonNull;
 
-use tagalloc::{Error, Hooks, InlineHeap, PoolError, RawLock, SharedPool, ThreadCache};
+use tagalloc::{Class, Error, Hooks, InlineHeap, PoolError, RawLock, SharedPool, ThreadCache};
 
 use crate::mmap::MmapSource;
 
@@ -217,6 +217,23 @@ impl CacheBinding {
             Some(cache) => pool.alloc_with_cache(cache, size, align),
             None => pool.alloc(size, align),
         })
+    }
+
+    /// A block of `size` bytes aligned to `align` from the calling thread's cache if it holds
+    /// one (a hit: no lock, no system call, so `errno` is untouched); `None` otherwise, and
+    /// nothing counted as a miss.
+    #[inline]
+    pub fn take<K: Hooks, L: RawLock>(
+        &self,
+        pool: &'static Pool<K, L>,
+        size: usize,
+        align: usize,
+    ) -> Option<NonNull<u8>> {
+        if !tagalloc::tcache_enabled() {
+            return None;
+        }
+        let class = Class::of(size, align)?;
+        with_cache(pool, &self.id, |cache| cache?.take(class))
     }
 
     /// Frees a block of `size` bytes into the calling thread's cache (see

@@ -164,7 +164,7 @@ pub use shared_detached::SharedDetachedHeap;
 pub use shared_pool::{OomHandler, SharedPool};
 pub use source::RegionSource;
 pub use stats::{Counters, NoCounters, Stats, Tally};
-pub use tcache::{CacheStats, Class, ThreadCache, CLASSES, TOTAL_BYTES};
+pub use tcache::{tcache_enabled, CacheStats, Class, ThreadCache, CLASSES, TOTAL_BYTES};
 
 #[cfg(test)]
 mod tests;

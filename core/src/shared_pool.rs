@@ -414,6 +414,11 @@ where
         let first = match self.shared.lock() {
             Ok(mut st) => {
                 let pool = &mut st.heap;
+                if pool.bypasses(c.usable()) {
+                    // A policy that bypasses small sizes: its blocks have regions of their own,
+                    // which a cache must not keep.
+                    return pool.alloc(size, align);
+                }
                 let first = pool.alloc(c.usable(), align);
                 if first.is_ok() {
                     for _ in 0..cache.room(c) {

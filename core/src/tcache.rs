@@ -47,6 +47,13 @@ pub const TOTAL_BYTES: usize = 128 << 10;
 /// under the lock.
 pub const ENABLED: bool = !cfg!(feature = "checked");
 
+/// [`ENABLED`], for the crates that put caches in front of pools: whether this build of the
+/// core uses them (`false` with the `checked` feature).
+#[inline]
+pub const fn tcache_enabled() -> bool {
+    ENABLED
+}
+
 /// A size class: the chunks of `MIN + class` granules (host granule), always below
 /// [`CLASSES`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

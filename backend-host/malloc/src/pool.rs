@@ -93,8 +93,15 @@ fn errno() -> i32 {
 /// leaves `errno` as it was, though the pool's growth may have made a failed `mremap` first.
 #[inline]
 pub(crate) fn alloc(size: usize, align: usize) -> Option<NonNull<u8>> {
+    let checked = options::checked();
+    if !checked {
+        // A hit makes no system call, so `errno` needs no saving.
+        if let Some(p) = CACHES.take(&POOL, size.max(1), align) {
+            return Some(p);
+        }
+    }
     let saved = errno();
-    let got = if options::checked() {
+    let got = if checked {
         POOL.alloc(size.max(1), align)
     } else {
         CACHES.alloc(&POOL, size.max(1), align)

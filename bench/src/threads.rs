@@ -1033,6 +1033,8 @@ mod tests {
         unsafe fn dealloc(&self, _ptr: *mut u8, _layout: Layout) {}
     }
 
+    impl Contended for OneBuffer {}
+
     #[test]
     fn overlapping_blocks_are_caught() {
         // One thread: blocks that overlap are written one after the other, never at once.

@@ -174,7 +174,7 @@ fn cached_size(ptr: NonNull<u8>) -> Option<usize> {
     let a = ptr.addr().get();
     let (base, len) = ranges::find_unlocked(a)?;
     // The tag word lies in the region too (a payload is at least one word into it).
-    if a < base.checked_add(core::mem::size_of::<usize>())? || a % MIN_ALIGN != 0 {
+    if a < base.checked_add(core::mem::size_of::<usize>())? || !a.is_multiple_of(MIN_ALIGN) {
         return None;
     }
     // SAFETY: the word before `ptr` lies inside one of the pool's mapped regions (the mirror

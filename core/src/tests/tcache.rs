@@ -34,7 +34,7 @@ fn pool(len: usize) -> (TestPool, (usize, usize)) {
     (pool, region)
 }
 
-const KEY: usize = 0x5eed_0f_ca5e;
+const KEY: usize = 0x5eed_0fca_5e00;
 
 #[test]
 fn a_freed_small_block_comes_back_from_the_cache() {

@@ -100,7 +100,9 @@ OPTIONS:
                         (default 50000)
     --out DIR           the directory the SVG charts go to (default:
                         target/tagalloc-bench; made if missing); for snapshot, a
-                        directory or the .svg file to write; anything else is refused
+                        directory or the .svg file to write; for plan, a directory
+                        for NAME.plan.csv of each problem, or the .csv file of one
+                        problem's plan (id,offset lines); anything else is refused
     --no-plots          write no charts
     --sizes N[,N...]    random-actions: only these maximum sizes in bytes (default
                         talc's 200,1000,3000,10000,30000; each from 17 to 100000)
@@ -280,9 +282,11 @@ fn parse_args() -> Result<Option<Args>, String> {
         return Err("snapshot takes exactly one trace file".into());
     }
     if let Some(out) = &args.out {
+        let plan = args.command.as_deref() == Some("plan");
         match (snapshot, out_kind(out)) {
             (_, Out::Dir) | (true, Out::Svg) => {}
-            (true, Out::Other) => {
+            (false, Out::Csv) if plan => {}
+            (true, Out::Other | Out::Csv) => {
                 return Err(format!(
                     "snapshot: --out {} is neither a directory nor an .svg file (the picture \
                      is SVG; `rsvg-convert -o snap.png snap.svg` makes a PNG of it)",
@@ -307,6 +311,8 @@ enum Out {
     Dir,
     /// An SVG file to write (the snapshot's picture).
     Svg,
+    /// A CSV file to write (a plan).
+    Csv,
     /// Anything else (an existing file, another extension): refused.
     Other,
 }
@@ -319,6 +325,7 @@ fn out_kind(path: &Path) -> Out {
         _ if path.file_name().is_none() => Out::Dir,
         None if !path.exists() => Out::Dir,
         Some("svg") => Out::Svg,
+        Some("csv") => Out::Csv,
         _ => Out::Other,
     }
 }
@@ -563,7 +570,7 @@ fn run(args: &Args) -> Result<(), Failure> {
     // `--out` names a directory, or (snapshot) the picture's file; the directory is made here.
     let plots = if args.plots {
         let dir = match (&args.out, only("snapshot")) {
-            (Some(file), true) if out_kind(file) == Out::Svg => file
+            (Some(file), _) if matches!(out_kind(file), Out::Svg | Out::Csv) => file
                 .parent()
                 .filter(|d| !d.as_os_str().is_empty())
                 .map_or_else(|| PathBuf::from("."), Path::to_path_buf),
@@ -825,6 +832,7 @@ fn run(args: &Args) -> Result<(), Failure> {
                 Mode::Quick => 0.2,
                 _ => 10.0,
             })),
+            out: args.out.clone(),
         };
         let bar = progress(problems.len() as u64);
         let (md, json) = plan::run(&problems, &opts, &bar).map_err(run_err)?;
@@ -929,6 +937,11 @@ fn main() -> ExitCode {
         Ok(Some(args)) => args,
         Ok(None) => {
             print!("{HELP}");
+            println!(
+                "\nPLANNING PROBLEMS (plan CSV...): {}; a plan written with --out has the \
+                 lines `id,offset` and ends with `# arena BYTES`.",
+                plan::FORMAT
+            );
             return ExitCode::SUCCESS;
         }
         Err(e) => {

@@ -72,23 +72,36 @@ const SAMPLES: usize = 500;
 /// Requests without `align=` get the platform's malloc alignment.
 const DEFAULT_ALIGN: usize = 16;
 
+/// The largest `align=` replayed: the bump reference's arena holds every request with its
+/// alignment as slack, so far larger ones would ask for an arena no machine has (the traces
+/// in `../shared/traces` ask for at most 16).
+const MAX_ALIGN: usize = 1 << 20;
+
 /// Loads and prepares a trace, keeping its first `max_events` events if given.
 pub fn load(path: &Path, max_events: Option<usize>) -> Result<Prepared, String> {
     let mut trace = Trace::load(path).map_err(|e| e.to_string())?;
     if let Some(max) = max_events {
         trace.events.truncate(max);
     }
-    prepare(trace)
+    prepare_from(trace, &path.display().to_string())
 }
 
+/// Prepares a trace for replay; errors name the trace, the event (counted from 1) and why.
 pub fn prepare(trace: Trace) -> Result<Prepared, String> {
+    let origin = trace.name.clone();
+    prepare_from(trace, &origin)
+}
+
+/// [`prepare`], errors naming `origin` (the file the trace came from) rather than its name.
+fn prepare_from(trace: Trace, origin: &str) -> Result<Prepared, String> {
     use std::collections::HashMap;
     let stats = trace.stats();
     let n = trace.events.len();
     let sample_every = (n / SAMPLES).max(1);
-    let bad = |what: &str, e: &Event| format!("{}: {what}: `{e}`", trace.name);
-    let small = |size: usize, e: &Event| {
-        u32::try_from(size.max(1)).map_err(|_| bad("size over 4 GiB, beyond this replay", e))
+    let bad =
+        |i: usize, what: &str, e: &Event| format!("{origin}: event {} (`{e}`): {what}", i + 1);
+    let small = |i: usize, size: usize, e: &Event| {
+        u32::try_from(size.max(1)).map_err(|_| bad(i, "size over 4 GiB, beyond this replay", e))
     };
     // id -> (slot, size, alignment exponent)
     let mut live: HashMap<u64, (u32, u32, u8)> = HashMap::with_capacity(stats.peak_live_count);
@@ -109,7 +122,13 @@ pub fn prepare(trace: Trace) -> Result<Prepared, String> {
             } => {
                 zero_sizes += usize::from(size == 0);
                 let align = align.unwrap_or(DEFAULT_ALIGN);
-                let size32 = small(size, e)?;
+                if align > MAX_ALIGN {
+                    let why = format!(
+                        "alignment {align} is above the largest this replay gives ({MAX_ALIGN} bytes)"
+                    );
+                    return Err(bad(i, &why, e));
+                }
+                let size32 = small(i, size, e)?;
                 let slot = match free_slots.pop() {
                     Some(s) => s,
                     None => {
@@ -119,7 +138,7 @@ pub fn prepare(trace: Trace) -> Result<Prepared, String> {
                 };
                 let a = align.trailing_zeros() as u8;
                 if live.insert(id, (slot, size32, a)).is_some() {
-                    return Err(bad("id reused", e));
+                    return Err(bad(i, "id reused", e));
                 }
                 ops.push(Op {
                     size: size32,
@@ -132,7 +151,7 @@ pub fn prepare(trace: Trace) -> Result<Prepared, String> {
                 live_bytes += size as u64;
             }
             Event::Free { id, .. } => {
-                let (slot, old, a) = live.remove(&id).ok_or_else(|| bad("id not live", e))?;
+                let (slot, old, a) = live.remove(&id).ok_or_else(|| bad(i, "id not live", e))?;
                 ops.push(Op {
                     size: old,
                     old,
@@ -145,8 +164,8 @@ pub fn prepare(trace: Trace) -> Result<Prepared, String> {
             }
             Event::Realloc { id, new_size, .. } => {
                 zero_sizes += usize::from(new_size == 0);
-                let size32 = small(new_size, e)?;
-                let entry = live.get_mut(&id).ok_or_else(|| bad("id not live", e))?;
+                let size32 = small(i, new_size, e)?;
+                let entry = live.get_mut(&id).ok_or_else(|| bad(i, "id not live", e))?;
                 let (slot, old, a) = *entry;
                 entry.1 = size32;
                 ops.push(Op {
@@ -838,6 +857,26 @@ mod tests {
 
     fn trace(text: &str) -> Prepared {
         prepare(Trace::parse("t", text.as_bytes()).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn errors_name_the_event_and_the_cause() {
+        let cases = [
+            (
+                format!("# tagalloc trace v1\na 0 16\na 1 8 align={}\n", 1u64 << 63),
+                "event 2 (`a 1 8 align=9223372036854775808`): alignment 9223372036854775808 is above",
+            ),
+            (
+                "# tagalloc trace v1\na 0 8\na 1 4294967296\n".to_string(),
+                "event 2 (`a 1 4294967296`): size over 4 GiB",
+            ),
+        ];
+        for (text, want) in cases {
+            let err = prepare(Trace::parse("t", text.as_bytes()).unwrap())
+                .err()
+                .expect("refused");
+            assert!(err.starts_with("t: ") && err.contains(want), "{err}");
+        }
     }
 
     #[test]

@@ -98,6 +98,12 @@ const LOOKS: &[(&str, Look)] = &[
         "tagalloc inline, no statistics",
         look(VERMILLION, Shape::Square, false, true),
     ),
+    // The same heap with the compact bins: another configuration, its colour, dotted by its
+    // own marker, hollow.
+    (
+        "tagalloc inline, compact bins",
+        look(VERMILLION, Shape::TriangleDown, true, true),
+    ),
     ("talc", look(BLUE, Shape::TriangleUp, false, false)),
     // talc built with its `counters` feature (the bench's `talc-counters`): talc in another
     // configuration, so its colour, dashed, as for the heap without statistics.

@@ -25,7 +25,7 @@ use std::marker::PhantomData;
 use std::ptr::{null_mut, NonNull};
 
 use tagalloc::model::{self, DetachedSubject, InlineSubject, Memory, Subject as _};
-use tagalloc::{DetachedHeap, Error, HostGranule, InlineHeap, Record, Tally};
+use tagalloc::{BinShape, DetachedHeap, Error, HostGranule, InlineHeap, Record, Tally};
 
 use crate::bump::Bump;
 
@@ -176,6 +176,9 @@ pub enum Peer {
     /// The same heap without statistics ([`InlineHeap::without_stats`]): same addresses, no
     /// counters updated.
     InlineWithoutStats,
+    /// The same heap with the bins of small machines ([`InlineHeap::compact`]): same
+    /// addresses, lists only up to 64 granules.
+    InlineCompact,
     /// tagalloc's heap with detached tags ([`DetachedHeap`], growable table), granule in bytes.
     Detached(usize),
     /// glibc's malloc through `std::alloc::System`.
@@ -201,9 +204,10 @@ pub enum Peer {
 impl Peer {
     /// The names the examples (`examples/profile.rs`, `examples/counters.rs`) take on their
     /// command lines, with the allocators they name.
-    pub const EXAMPLE_NAMES: [(&'static str, Peer); 5] = [
+    pub const EXAMPLE_NAMES: [(&'static str, Peer); 6] = [
         ("tagalloc", Peer::Inline),
         ("tagalloc-nostats", Peer::InlineWithoutStats),
+        ("tagalloc-compact", Peer::InlineCompact),
         ("talc", Peer::Talc),
         ("dlmalloc", Peer::Dlmalloc),
         ("rlsf", Peer::Rlsf),
@@ -227,9 +231,10 @@ impl Peer {
     };
 
     /// The host allocators, tagalloc's first (every ratio is taken against it).
-    pub const HOST: [Peer; 9] = [
+    pub const HOST: [Peer; 10] = [
         Peer::Inline,
         Peer::InlineWithoutStats,
+        Peer::InlineCompact,
         Peer::Talc,
         Peer::Rlsf,
         Peer::Dlmalloc,
@@ -256,6 +261,7 @@ impl Peer {
         match self {
             Peer::Inline => "tagalloc inline".into(),
             Peer::InlineWithoutStats => "tagalloc inline, no statistics".into(),
+            Peer::InlineCompact => "tagalloc inline, compact bins".into(),
             Peer::Detached(g) => format!("tagalloc detached ({g} B)"),
             Peer::Glibc => "glibc malloc".into(),
             Peer::Talc => Peer::TALC_NAME.into(),
@@ -274,6 +280,7 @@ impl Peer {
         match self {
             Peer::Inline => "tagalloc_inline".into(),
             Peer::InlineWithoutStats => "tagalloc_inline_nostats".into(),
+            Peer::InlineCompact => "tagalloc_inline_compact".into(),
             Peer::Detached(g) => format!("tagalloc_detached_{g}"),
             Peer::Glibc => "glibc".into(),
             Peer::Talc => "talc".into(),
@@ -368,6 +375,9 @@ pub fn with_subject<B: Bench>(
         (Peer::InlineWithoutStats, Space::Host(a)) => {
             bench.run(tagalloc_inline(a, InlineHeap::without_stats())?, base)
         }
+        (Peer::InlineCompact, Space::Host(a)) => {
+            bench.run(tagalloc_inline(a, InlineHeap::compact())?, base)
+        }
         (Peer::Talc, Space::Host(a)) => bench.run(talc(a)?, base),
         (Peer::Rlsf, Space::Host(a)) => bench.run(rlsf(a), base),
         (Peer::Dlmalloc, Space::Host(a)) => bench.run(dlmalloc(a), base),
@@ -407,12 +417,12 @@ pub struct Tagalloc<A> {
     refused: u64,
 }
 
-/// tagalloc's inline heap `heap` (with or without statistics) over the whole arena, as one
-/// region.
-pub fn tagalloc_inline<K: Tally>(
+/// tagalloc's inline heap `heap` (with or without statistics, of either bin shape) over the
+/// whole arena, as one region.
+pub fn tagalloc_inline<K: Tally, B: BinShape>(
     arena: &mut Arena,
-    heap: InlineHeap<HostGranule, K>,
-) -> Result<Tagalloc<InlineSubject<&mut Arena, HostGranule, K>>, String> {
+    heap: InlineHeap<HostGranule, K, B>,
+) -> Result<Tagalloc<InlineSubject<&mut Arena, HostGranule, K, B>>, String> {
     let (base, len) = (arena.ptr.addr().get(), arena.len());
     let mut heap = InlineSubject::new(heap, arena);
     heap.add_region(base, len)

@@ -547,13 +547,18 @@ fn plan_json_has_exactly_the_documented_fields() {
             [
                 "arena",
                 "buffers",
+                "ids",
                 "lower_bound",
+                "offsets",
                 "optimal",
                 "problem",
                 "seconds"
             ]
         );
         assert!(p["arena"].as_u64() >= p["lower_bound"].as_u64());
+        let n = p["buffers"].as_u64().expect("a count") as usize;
+        assert_eq!(p["offsets"].as_array().map(Vec::len), Some(n));
+        assert_eq!(p["ids"].as_array().map(Vec::len), Some(n));
         assert!(p["seconds"].as_f64().is_some_and(|s| s >= 0.0));
     }
     // The ladder is where both greedy plans miss the bound and the search closes the gap.

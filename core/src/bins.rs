@@ -26,28 +26,30 @@
 //! end) hands its place straight to what replaces it, the rest of an allocation carved from it
 //! or a merge that absorbs it, when that stays in the same bin. A 64-bit map says which tries
 //! are non-empty.
+//!
+//! **Shapes.** That is the [`Wide`](crate::Wide) shape, the default. The
+//! [`Compact`](crate::Compact) shape (`crate::shape`) keeps lists up to 64 granules, no size
+//! table, and tries from bin 64 to bin 79, its last, open-ended: a few hundred bytes instead of
+//! some 20 KiB. The policy is the same in both: what a request takes is decided by
+//! [`LIST_SIZES`] (the victim, the realloc's move), never by where a shape keeps a size, and
+//! every structure finds the exact best fit, oldest first.
 
 use core::hint::select_unpredictable;
 
-use crate::size_table::{self, SizeTable};
+use crate::shape::sealed::Shape;
+use crate::shape::{Slots, Wide};
+use crate::size_table::Table;
 use crate::tags::{Link, Tags};
 
-/// Number of bins.
+/// Number of bins of the [`Wide`](crate::Wide) shape ([`Compact`](crate::Compact) keeps fewer
+/// tree bins, its last one open-ended).
 pub(crate) const BIN_COUNT: usize = 128;
 /// Bins below this index hold exactly one size each.
 pub(crate) const EXACT_BINS: usize = 64;
-/// Sizes up to this many granules are kept in one list per size (bins 0 to 83).
+/// The listed sizes of the policy: a request of up to this many granules may take the victim,
+/// and a realloc's move is bounded by it (see `crate::heap`). Every shape serves the same policy;
+/// the [`Wide`](crate::Wide) shape also keeps a list for each of these sizes.
 pub(crate) const LIST_SIZES: usize = 2047;
-/// The first bin kept as a trie: the bin of the first size above the size table.
-pub(crate) const FIRST_TRIE_BIN: usize = bin_of(size_table::LAST + 1);
-/// Words of the list map (one bit per size).
-const MAP_WORDS: usize = LIST_SIZES.div_ceil(64);
-/// Slots of the list arrays: a power of two, so that indices masked with `LIST_SLOTS − 1`
-/// need no bounds check (the last slot, of size 512, is never used).
-const LIST_SLOTS: usize = (LIST_SIZES + 1).next_power_of_two();
-const _: () = assert!(MAP_WORDS.is_power_of_two() && LIST_SLOTS == 64 * MAP_WORDS);
-/// Tries: one per bin from [`FIRST_TRIE_BIN`] on.
-const TRIES: usize = BIN_COUNT - FIRST_TRIE_BIN;
 /// Tree sub-bins per power of two (a power of two itself).
 const SUB_BINS_LOG2: u32 = 2;
 /// The smallest power of two served by the tree bins: `2^6 = 64` granules.
@@ -123,50 +125,114 @@ pub(crate) const fn top_bit(bin: usize) -> u32 {
 /// search reads first, then the list map, then each list's ends side by side, so that a
 /// list operation touches one cache line of ends rather than one for heads and one for tails.
 #[repr(C)]
-pub(crate) struct Bins<C> {
+pub(crate) struct Bins<C: Copy + Eq + core::fmt::Debug, S: Shape = Wide> {
     summary: u64,
     tries: u64,
-    lists: [u64; MAP_WORDS],
-    /// Per size up to `LIST_SIZES` (at `size − 1`): the oldest chunk and the newest.
-    ends: [Ends<C>; LIST_SLOTS],
-    /// Per tree bin from `FIRST_TRIE_BIN` on: the trie's root.
-    roots: [Option<C>; TRIES],
-    /// The sizes above the lists, up to `size_table::LAST`.
-    table: SizeTable<C>,
+    lists: S::Map,
+    /// Per size up to `S::LISTS` (at `size − 1`): the oldest chunk and the newest.
+    ends: S::Lists<C>,
+    /// Per tree bin from `first_trie_bin` on: the trie's root.
+    roots: S::Roots<C>,
+    /// The sizes above the lists, up to `S::TABLE_LAST`.
+    table: S::Table<C>,
 }
 
 /// The two ends of a list: its oldest chunk (where chunks are taken) and its newest (where
 /// they are filed).
 #[derive(Clone, Copy)]
 #[repr(C)]
-struct Ends<C> {
+pub struct Ends<C> {
     head: Option<C>,
     tail: Option<C>,
 }
 
-impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
+impl<C> Ends<C> {
+    /// An empty list's ends.
+    pub(crate) const NONE: Self = Ends {
+        head: None,
+        tail: None,
+    };
+}
+
+impl<C: Copy + Eq + core::fmt::Debug, S: Shape> Bins<C, S> {
+    /// Words of the list map (one bit per size).
+    const MAP_WORDS: usize = S::LISTS.div_ceil(64);
+    /// Slots of the list arrays: a power of two, so that indices masked with `SLOTS − 1` need
+    /// no bounds check (with 2047 lists, the last slot, of size 2048, is never used).
+    const SLOTS: usize = S::LISTS.next_power_of_two();
+    /// Whether this shape's lists stop below the policy's listed sizes ([`LIST_SIZES`]), so
+    /// that the calls for a listed size must look beyond them. A constant, so that with
+    /// [`Wide`]'s lists the test is compiled away: as a comparison of the size, whose bound the
+    /// callers' own tests do not always prove, it cost the free about 9 instructions
+    /// (callgrind, talc's random actions at 200 B).
+    const SHORT_LISTS: bool = S::LISTS < LIST_SIZES;
+    /// The first bin kept as a trie: the bin of the first size above the table (or the lists).
+    pub(crate) const FIRST_TRIE_BIN: usize = bin_of(S::TABLE_LAST + 1);
+    /// The shape's figures agree with its storage.
+    const SHAPE_OK: () = assert!(
+        Self::MAP_WORDS.is_power_of_two()
+            && Self::SLOTS <= 64 * Self::MAP_WORDS
+            && size_of::<S::Lists<C>>() == Self::SLOTS * size_of::<Ends<C>>()
+            && size_of::<S::Map>() == Self::MAP_WORDS * 8
+            && size_of::<S::Roots<C>>()
+                == (S::LAST_BIN + 1 - Self::FIRST_TRIE_BIN) * size_of::<Option<C>>()
+            && S::LAST_BIN + 1 - Self::FIRST_TRIE_BIN <= 64
+            && S::LAST_BIN < BIN_COUNT
+            && S::TABLE_LAST >= S::LISTS
+    );
+
     pub const fn new() -> Self {
+        let () = Self::SHAPE_OK;
         Bins {
-            lists: [0; MAP_WORDS],
+            lists: S::Map::EMPTY,
             summary: 0,
             tries: 0,
-            ends: [Ends {
-                head: None,
-                tail: None,
-            }; LIST_SLOTS],
-            table: SizeTable::new(),
-            roots: [None; TRIES],
+            ends: S::Lists::EMPTY,
+            table: S::Table::EMPTY,
+            roots: S::Roots::EMPTY,
         }
     }
 
-    /// The list of `size` granules (`1..=LIST_SIZES`): its head, its tail, and whether the map
+    /// The bin that holds free chunks of `size` granules in this shape: [`bin_of`], the sizes
+    /// of the bins above the last gathered in it.
+    #[inline]
+    pub(crate) fn bin(size: usize) -> usize {
+        let b = bin_of(size);
+        if b > S::LAST_BIN {
+            S::LAST_BIN
+        } else {
+            b
+        }
+    }
+
+    /// [`top_bit`] in this shape: the last bin branches on every bit.
+    #[inline]
+    pub(crate) fn top_bit(b: usize) -> u32 {
+        if b == S::LAST_BIN {
+            usize::BITS - 1
+        } else {
+            top_bit(b)
+        }
+    }
+
+    /// The bins this shape keeps as tries.
+    pub(crate) fn trie_bins() -> core::ops::RangeInclusive<usize> {
+        Self::FIRST_TRIE_BIN..=S::LAST_BIN
+    }
+
+    /// The words of the list map.
+    pub(crate) fn map_words() -> usize {
+        Self::MAP_WORDS
+    }
+
+    /// The list of `size` granules (`1..=S::LISTS`): its head, its tail, and whether the map
     /// says it is non-empty.
     pub(crate) fn list(&self, size: usize) -> (Option<C>, Option<C>, bool) {
         let i = size - 1;
         (
-            self.ends[i].head,
-            self.ends[i].tail,
-            self.lists[i / 64] >> (i % 64) & 1 == 1,
+            self.ends.as_ref()[i].head,
+            self.ends.as_ref()[i].tail,
+            self.lists.as_ref()[i / 64] >> (i % 64) & 1 == 1,
         )
     }
 
@@ -174,12 +240,12 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
     /// which of those 64 lists have a head and which a tail, as the same kind of bit mask: a
     /// branch-free pass over the ends, so that checking all 2048 lists stays cheap.
     pub(crate) fn list_word(&self, w: usize) -> (u64, u64, u64) {
-        let ends = &self.ends[w * 64..w * 64 + 64];
+        let ends = &self.ends.as_ref()[w * 64..w * 64 + 64];
         // The common case, 64 empty lists, in a branch-free loop the compiler can vectorise.
         let any = ends
             .iter()
             .fold(false, |any, e| any | e.head.is_some() | e.tail.is_some());
-        if !any && self.lists[w] == 0 {
+        if !any && self.lists.as_ref()[w] == 0 {
             return (0, 0, 0);
         }
         let mut heads = 0u64;
@@ -188,32 +254,32 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
             heads |= u64::from(e.head.is_some()) << k;
             tails |= u64::from(e.tail.is_some()) << k;
         }
-        (self.lists[w], heads, tails)
+        (self.lists.as_ref()[w], heads, tails)
     }
 
     /// Whether the summary word says word `w` of the list map is non-empty, and whether it is.
     pub(crate) fn summary(&self, w: usize) -> (bool, bool) {
-        (self.summary >> w & 1 == 1, self.lists[w] != 0)
+        (self.summary >> w & 1 == 1, self.lists.as_ref()[w] != 0)
     }
 
     /// The size table, for the check.
-    pub(crate) fn table(&self) -> &SizeTable<C> {
+    pub(crate) fn table(&self) -> &S::Table<C> {
         &self.table
     }
 
     /// Tree bin `b`'s root (`b ≥ FIRST_TRIE_BIN`), and whether the map says it is non-empty.
     pub(crate) fn root(&self, b: usize) -> (Option<C>, bool) {
-        let i = b - FIRST_TRIE_BIN;
-        (self.roots[i], self.tries >> i & 1 == 1)
+        let i = b - Self::FIRST_TRIE_BIN;
+        (self.roots.as_ref()[i], self.tries >> i & 1 == 1)
     }
 
     /// Files the free chunk `c` of `size` granules into its bin, behind every older chunk of
     /// its size.
     #[inline(always)]
     pub fn insert<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) {
-        if size <= LIST_SIZES {
+        if size <= S::LISTS {
             self.list_push(t, c, size - 1);
-        } else if size <= size_table::LAST {
+        } else if size <= S::TABLE_LAST {
             self.table.insert(t, c, size);
         } else {
             self.trie_insert(t, c, size);
@@ -231,36 +297,36 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
     /// cleared (on unlink) whatever the list held.
     #[inline(always)]
     fn list_push<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, i: usize) {
-        let i = i & (LIST_SLOTS - 1);
-        let Ends { head, tail } = self.ends[i];
+        let i = i & (Self::SLOTS - 1);
+        let Ends { head, tail } = self.ends.as_ref()[i];
         // The old tail's successor, or for an empty list `c`'s own, set to `None` next.
         t.set_link(tail.unwrap_or(c), Link::Next, Some(c));
         t.set_link(c, Link::Next, None);
         t.set_link(c, Link::Prev, tail);
-        self.ends[i] = Ends {
+        self.ends.as_mut()[i] = Ends {
             head: select_unpredictable(tail.is_none(), Some(c), head),
             tail: Some(c),
         };
         // Setting a bit already set changes nothing.
-        self.lists[(i / 64) & (MAP_WORDS - 1)] |= 1 << (i % 64);
+        self.lists.as_mut()[(i / 64) & (Self::MAP_WORDS - 1)] |= 1 << (i % 64);
         self.summary |= 1 << (i / 64);
     }
 
     /// Marks list `i` empty in the maps if `emptied`.
     #[inline(always)]
     fn list_emptied(&mut self, i: usize, emptied: bool) {
-        let w = (i / 64) & (MAP_WORDS - 1);
-        self.lists[w] &= !(u64::from(emptied) << (i % 64));
-        self.summary &= !(u64::from(self.lists[w] == 0) << w);
+        let w = (i / 64) & (Self::MAP_WORDS - 1);
+        self.lists.as_mut()[w] &= !(u64::from(emptied) << (i % 64));
+        self.summary &= !(u64::from(self.lists.as_ref()[w] == 0) << w);
     }
 
-    /// Files the free chunk `c` of `size` (> `size_table::LAST`) granules into its tree bin's
+    /// Files the free chunk `c` of `size` (> `S::TABLE_LAST`) granules into its tree bin's
     /// trie.
     fn trie_insert<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) {
-        let b = bin_of(size);
-        let Some(head) = self.roots[b - FIRST_TRIE_BIN] else {
-            self.roots[b - FIRST_TRIE_BIN] = Some(c);
-            self.tries |= 1 << (b - FIRST_TRIE_BIN);
+        let b = Self::bin(size);
+        let Some(head) = self.roots.as_ref()[b - Self::FIRST_TRIE_BIN] else {
+            self.roots.as_mut()[b - Self::FIRST_TRIE_BIN] = Some(c);
+            self.tries |= 1 << (b - Self::FIRST_TRIE_BIN);
             ring_init(t, c);
             t.set_link(c, Link::Left, None);
             t.set_link(c, Link::Right, None);
@@ -270,7 +336,7 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         // Walk the trie until the size is found (join its ring) or a free child slot is. The
         // branching bit of each level is the top bit of `bits`.
         let mut node = head;
-        let mut bits = size << (usize::BITS - 1 - top_bit(b));
+        let mut bits = size << (usize::BITS - 1 - Self::top_bit(b));
         loop {
             if t.size(node) == size {
                 ring_push_back(t, node, c);
@@ -302,26 +368,26 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
     /// Takes the free chunk `c` of `size` granules out of its bin.
     #[inline]
     pub fn remove<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) {
-        if size <= LIST_SIZES {
+        if size <= S::LISTS {
             self.list_unlink(t, c, size - 1);
-        } else if size <= size_table::LAST {
+        } else if size <= S::TABLE_LAST {
             self.table.remove(t, c, size);
         } else {
-            self.trie_unlink(t, c, bin_of(size));
+            self.trie_unlink(t, c, Self::bin(size));
         }
     }
 
     /// Takes `c` out of list `i` (branch-free: see [`Bins::list_push`]).
     #[inline(always)]
     fn list_unlink<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, i: usize) {
-        let i = i & (LIST_SLOTS - 1);
+        let i = i & (Self::SLOTS - 1);
         let next = t.link(c, Link::Next);
         let prev = t.link(c, Link::Prev);
         // Where a neighbour is missing, `c`'s own link word takes the write: it is dead now.
         t.set_link(prev.unwrap_or(c), Link::Next, next);
         t.set_link(next.unwrap_or(c), Link::Prev, prev);
-        let Ends { head, tail } = self.ends[i];
-        self.ends[i] = Ends {
+        let Ends { head, tail } = self.ends.as_ref()[i];
+        self.ends.as_mut()[i] = Ends {
             head: select_unpredictable(prev.is_none(), next, head),
             tail: select_unpredictable(next.is_none(), prev, tail),
         };
@@ -338,27 +404,27 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
     /// exactly the size and the best fit, and with two copies the compiler called it.
     #[inline(always)]
     fn pop_oldest<T: Tags<Chunk = C>>(&mut self, t: &mut T, i: usize) -> Option<C> {
-        let i = i & (LIST_SLOTS - 1);
-        let c = self.ends[i].head?;
+        let i = i & (Self::SLOTS - 1);
+        let c = self.ends.as_ref()[i].head?;
         let next = t.link(c, Link::Next);
-        self.ends[i].head = next;
+        self.ends.as_mut()[i].head = next;
         match next {
             Some(n) => t.set_link(n, Link::Prev, None),
             None => {
-                self.ends[i].tail = None;
+                self.ends.as_mut()[i].tail = None;
                 self.list_emptied(i, true);
             }
         }
         Some(c)
     }
 
-    /// The smallest size with a non-empty list at or above `need` (`1..=LIST_SIZES`).
+    /// The smallest size with a non-empty list at or above `need` (`1..=S::LISTS`).
     #[inline(always)]
     fn first_list_at_least(&self, need: usize) -> Option<usize> {
         let i = need - 1;
-        let w = (i / 64) & (MAP_WORDS - 1);
+        let w = (i / 64) & (Self::MAP_WORDS - 1);
         // The lists of `need` and up within its map word, `need`'s at bit 0.
-        let here = self.lists[w] >> (i % 64);
+        let here = self.lists.as_ref()[w] >> (i % 64);
         if here != 0 {
             return Some(need + here.trailing_zeros() as usize);
         }
@@ -366,8 +432,8 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         if later == 0 {
             return None;
         }
-        let w = later.trailing_zeros() as usize & (MAP_WORDS - 1);
-        Some(w * 64 + self.lists[w].trailing_zeros() as usize + 1)
+        let w = later.trailing_zeros() as usize & (Self::MAP_WORDS - 1);
+        Some(w * 64 + self.lists.as_ref()[w].trailing_zeros() as usize + 1)
     }
 
     /// Takes the free chunk `c` out of tree bin `b`, which must be its bin. A trie node
@@ -404,9 +470,9 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         };
         match parent {
             None => {
-                self.roots[b - FIRST_TRIE_BIN] = replacement;
+                self.roots.as_mut()[b - Self::FIRST_TRIE_BIN] = replacement;
                 if replacement.is_none() {
-                    self.tries &= !(1 << (b - FIRST_TRIE_BIN));
+                    self.tries &= !(1 << (b - Self::FIRST_TRIE_BIN));
                 }
             }
             Some(p) => {
@@ -445,19 +511,30 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         T: Tags<Chunk = C>,
         F: FnOnce(&mut T, C, usize) -> Option<(C, usize)>,
     {
-        if need <= LIST_SIZES {
+        if need <= S::LISTS {
             if let Some(size) = self.first_list_at_least(need) {
                 return self.take_listed(t, size, carve);
             }
-            return self.take_above_lists(t, carve);
+            return self.take_above_lists(t, need, carve);
         }
-        if need <= size_table::LAST {
+        if need <= S::TABLE_LAST {
             if let Some((c, size)) = self.table.best_fit(t, need) {
                 return Some(self.take_tabled(t, c, size, carve));
             }
-            return self.take_smallest_trie(t, FIRST_TRIE_BIN, carve);
+            return self.take_smallest_trie(t, Self::FIRST_TRIE_BIN, carve);
         }
-        let b = bin_of(need);
+        self.take_best_trie(t, need, carve)
+    }
+
+    /// [`Bins::take_best`] for a size above the table (and the lists): the best fit in its
+    /// bin's trie, else the smallest chunk of a higher bin.
+    #[inline(always)]
+    fn take_best_trie<T, F>(&mut self, t: &mut T, need: usize, carve: F) -> Option<(C, usize)>
+    where
+        T: Tags<Chunk = C>,
+        F: FnOnce(&mut T, C, usize) -> Option<(C, usize)>,
+    {
+        let b = Self::bin(need);
         if let Some((c, size)) = self.trie_best_fit(t, b, need) {
             self.take_log(t, b, c, size, carve);
             return Some((c, size));
@@ -466,19 +543,24 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         self.take_smallest_trie(t, b + 1, carve)
     }
 
-    /// [`Bins::take_best`] for a listed size that no list serves: the smallest chunk above
-    /// the lists, oldest among equals (every such chunk is larger than a listed size), from the
-    /// size table, else from the tries.
+    /// [`Bins::take_best`] for a listed size (of the policy, at most [`LIST_SIZES`]) that no
+    /// list serves: the best fit among the chunks above the lists. With every policy-listed
+    /// size in a list ([`Wide`]) that is the smallest chunk above them, oldest among equals,
+    /// from the size table, else from the tries; with lists that stop below (`Compact`), a
+    /// request above them is a best-fit search of the tries.
     #[inline(always)]
-    pub fn take_above_lists<T, F>(&mut self, t: &mut T, carve: F) -> Option<(C, usize)>
+    pub fn take_above_lists<T, F>(&mut self, t: &mut T, need: usize, carve: F) -> Option<(C, usize)>
     where
         T: Tags<Chunk = C>,
         F: FnOnce(&mut T, C, usize) -> Option<(C, usize)>,
     {
+        if Self::SHORT_LISTS && need > S::LISTS {
+            return self.take_best_trie(t, need, carve);
+        }
         if let Some((c, size)) = self.table.min() {
             return Some(self.take_tabled(t, c, size, carve));
         }
-        self.take_smallest_trie(t, FIRST_TRIE_BIN, carve)
+        self.take_smallest_trie(t, Self::FIRST_TRIE_BIN, carve)
     }
 
     /// Whether any chunk above the lists is free (in the size table or a trie).
@@ -504,39 +586,68 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
     }
 
     /// Takes the oldest chunk of exactly `need` granules (`1..=LIST_SIZES`) out of its list;
-    /// `None` when that list is empty.
+    /// `None` when there is none. A size above this shape's lists is looked up in its trie.
     #[inline(always)]
     pub fn pop_exact<T: Tags<Chunk = C>>(&mut self, t: &mut T, need: usize) -> Option<C> {
+        if Self::SHORT_LISTS && need > S::LISTS {
+            return self.trie_take_exact(t, need);
+        }
         let i = need - 1;
         // The map word, which the search for the best fit reads next anyway, rather than the
         // list's ends, a line of their own.
-        if self.lists[(i / 64) & (MAP_WORDS - 1)] >> (i % 64) & 1 == 0 {
+        if self.lists.as_ref()[(i / 64) & (Self::MAP_WORDS - 1)] >> (i % 64) & 1 == 0 {
             return None;
         }
         self.pop_oldest(t, i)
     }
 
+    /// [`Bins::pop_exact`] above the lists: the trie node of exactly `need` granules (the
+    /// oldest of its size), taken out.
+    #[inline(never)]
+    fn trie_take_exact<T: Tags<Chunk = C>>(&mut self, t: &mut T, need: usize) -> Option<C> {
+        let b = Self::bin(need);
+        match self.trie_best_fit(t, b, need) {
+            Some((c, size)) if size == need => {
+                self.trie_unlink(t, c, b);
+                Some(c)
+            }
+            _ => None,
+        }
+    }
+
     /// Takes the oldest of the smallest listed chunks of at least `need` granules
     /// (`1..=LIST_SIZES`) out of its list, with its size; `None` when no list holds one (the
-    /// tries may). The first half of [`Bins::take_best`]'s list case, for the allocation fast
-    /// path, which carves the chunk and keeps the rest as its victim.
+    /// chunks above the lists may: [`Bins::take_above_lists`]). The first half of
+    /// [`Bins::take_best`]'s list case, for the allocation fast path, which carves the chunk
+    /// and keeps the rest as its victim.
     #[inline(always)]
     pub fn pop_listed<T: Tags<Chunk = C>>(&mut self, t: &mut T, need: usize) -> Option<(C, usize)> {
+        if Self::SHORT_LISTS && need > S::LISTS {
+            return None;
+        }
         let size = self.first_list_at_least(need)?;
         Some((self.pop_oldest(t, size - 1)?, size))
     }
 
-    /// Files the free chunk `c` of `size` granules (`1..=LIST_SIZES`) into its list.
+    /// Files the free chunk `c` of `size` granules (`1..=LIST_SIZES`) into its list, or its
+    /// trie when this shape's lists stop below.
     #[inline(always)]
     pub fn push_listed<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) {
         debug_assert!((1..=LIST_SIZES).contains(&size));
+        if Self::SHORT_LISTS && size > S::LISTS {
+            return self.trie_insert(t, c, size);
+        }
         self.list_push(t, c, size - 1);
     }
 
-    /// Takes the free chunk `c` of `size` granules (`1..=LIST_SIZES`) out of its list.
+    /// Takes the free chunk `c` of `size` granules (`1..=LIST_SIZES`) out of its list, or its
+    /// trie when this shape's lists stop below.
     #[inline(always)]
     pub fn unlink_listed<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) {
         debug_assert!((1..=LIST_SIZES).contains(&size));
+        if Self::SHORT_LISTS && size > S::LISTS {
+            return self.trie_unlink(t, c, Self::bin(size));
+        }
         self.list_unlink(t, c, size - 1);
     }
 
@@ -567,13 +678,13 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
     {
         let above = self.tries
             & u64::MAX
-                .checked_shl((from - FIRST_TRIE_BIN) as u32)
+                .checked_shl((from - Self::FIRST_TRIE_BIN) as u32)
                 .unwrap_or(0);
         if above == 0 {
             return None;
         }
-        let b = FIRST_TRIE_BIN + above.trailing_zeros() as usize;
-        let (c, size) = smallest(t, self.roots[b - FIRST_TRIE_BIN]?);
+        let b = Self::FIRST_TRIE_BIN + above.trailing_zeros() as usize;
+        let (c, size) = smallest(t, self.roots.as_ref()[b - Self::FIRST_TRIE_BIN]?);
         self.take_log(t, b, c, size, carve);
         Some((c, size))
     }
@@ -586,13 +697,13 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         T: Tags<Chunk = C>,
         F: FnOnce(&mut T, C, usize) -> Option<(C, usize)>,
     {
-        if self.roots[b - FIRST_TRIE_BIN] == Some(c) && is_lone_root(t, c) {
+        if self.roots.as_ref()[b - Self::FIRST_TRIE_BIN] == Some(c) && is_lone_root(t, c) {
             // Nothing links to `c` but the bin: carving may overwrite its links.
             match carve(t, c, size) {
                 Some((rest, rsize)) if rsize >= log_bin_min(b) => self.set_lone_root(t, b, rest),
                 other => {
-                    self.roots[b - FIRST_TRIE_BIN] = None;
-                    self.tries &= !(1 << (b - FIRST_TRIE_BIN));
+                    self.roots.as_mut()[b - Self::FIRST_TRIE_BIN] = None;
+                    self.tries &= !(1 << (b - Self::FIRST_TRIE_BIN));
                     if let Some((rest, rsize)) = other {
                         self.insert(t, rest, rsize);
                     }
@@ -624,18 +735,18 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         T: Tags<Chunk = C>,
         F: FnOnce(&mut T) -> C,
     {
-        if old_size > size_table::LAST {
-            let b = bin_of(old_size);
-            if self.roots[b - FIRST_TRIE_BIN] == Some(old)
+        if old_size > S::TABLE_LAST {
+            let b = Self::bin(old_size);
+            if self.roots.as_ref()[b - Self::FIRST_TRIE_BIN] == Some(old)
                 && is_lone_root(t, old)
-                && (b == BIN_COUNT - 1 || new_size < log_bin_min(b + 1))
+                && (b == S::LAST_BIN || new_size < log_bin_min(b + 1))
             {
                 let m = merge(t);
                 self.set_lone_root(t, b, m);
                 return m;
             }
             self.trie_unlink(t, old, b);
-        } else if old_size > LIST_SIZES {
+        } else if old_size > S::LISTS {
             let spot = self.table.detach(t, old, old_size);
             let m = merge(t);
             let file = self
@@ -656,7 +767,7 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
     /// Makes `c` the only chunk of tree bin `b`, whose map bit is already set.
     #[inline]
     fn set_lone_root<T: Tags<Chunk = C>>(&mut self, t: &mut T, b: usize, c: C) {
-        self.roots[b - FIRST_TRIE_BIN] = Some(c);
+        self.roots.as_mut()[b - Self::FIRST_TRIE_BIN] = Some(c);
         ring_init(t, c);
         t.set_link(c, Link::Left, None);
         t.set_link(c, Link::Right, None);
@@ -677,9 +788,9 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         // Follow `need`'s bits (the top bit of `bits` at each level; zeros once they run out).
         // A right subtree passed by while going left holds only sizes above `need`; the
         // deepest such subtree holds the smallest of them.
-        let mut node = self.roots[b - FIRST_TRIE_BIN];
+        let mut node = self.roots.as_ref()[b - Self::FIRST_TRIE_BIN];
         let mut larger = None;
-        let mut bits = need << (usize::BITS - 1 - top_bit(b));
+        let mut bits = need << (usize::BITS - 1 - Self::top_bit(b));
         while let Some(n) = node {
             let size = t.size(n);
             if size >= need && better(best, size) {
@@ -721,11 +832,11 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
         mut each: impl FnMut(C, usize),
     ) {
         let mut size = min;
-        while size <= LIST_SIZES {
+        while size <= S::LISTS {
             let Some(s) = self.first_list_at_least(size) else {
                 break;
             };
-            let mut c = self.ends[s - 1].head;
+            let mut c = self.ends.as_ref()[s - 1].head;
             while let Some(ch) = c {
                 each(ch, s);
                 c = t.link(ch, Link::Next);
@@ -733,8 +844,8 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
             size = s + 1;
         }
         self.table.each_at_least(t, min, &mut each);
-        for b in bin_of(min).max(FIRST_TRIE_BIN)..BIN_COUNT {
-            let Some(head) = self.roots[b - FIRST_TRIE_BIN] else {
+        for b in Self::bin(min).max(Self::FIRST_TRIE_BIN)..=S::LAST_BIN {
+            let Some(head) = self.roots.as_ref()[b - Self::FIRST_TRIE_BIN] else {
                 continue;
             };
             // Depth-first over the trie (its depth is bounded by the bits of a size), each
@@ -765,14 +876,14 @@ impl<C: Copy + Eq + core::fmt::Debug> Bins<C> {
     /// The size in granules of the largest free chunk, if any.
     pub fn largest<T: Tags<Chunk = C>>(&self, t: &T) -> Option<usize> {
         if self.tries != 0 {
-            let b = FIRST_TRIE_BIN + 63 - self.tries.leading_zeros() as usize;
-            let root = self.roots[b - FIRST_TRIE_BIN]?;
+            let b = Self::FIRST_TRIE_BIN + 63 - self.tries.leading_zeros() as usize;
+            let root = self.roots.as_ref()[b - Self::FIRST_TRIE_BIN]?;
             Some(largest_size(t, root))
         } else if let Some(size) = self.table.largest() {
             Some(size)
         } else if self.summary != 0 {
             let w = 63 - self.summary.leading_zeros() as usize;
-            Some(w * 64 + 64 - self.lists[w].leading_zeros() as usize)
+            Some(w * 64 + 64 - self.lists.as_ref()[w].leading_zeros() as usize)
         } else {
             None
         }
@@ -871,9 +982,9 @@ mod tests {
         b.lists[0] |= 1 << 9;
         b.ends[9].head = Some(2);
         b.ends[9].tail = Some(3);
-        b.ends[LIST_SLOTS - 1].tail = Some(4);
+        b.ends[Bins::<u32>::SLOTS - 1].tail = Some(4);
         assert_eq!(b.list_word(0), (1 << 9, 1 << 5 | 1 << 9, 1 << 9));
-        assert_eq!(b.list_word(MAP_WORDS - 1), (0, 0, 1 << 63));
+        assert_eq!(b.list_word(Bins::<u32>::MAP_WORDS - 1), (0, 0, 1 << 63));
         assert_eq!(b.list_word(1), (0, 0, 0));
     }
 

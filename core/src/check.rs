@@ -5,14 +5,15 @@
 //! every step, so it never trusts a link to stay in bounds: every walk is bounded by the number
 //! of free chunks found.
 
-use crate::bins::{bin_of, top_bit, Bins, BIN_COUNT, FIRST_TRIE_BIN, LIST_SIZES};
+use crate::bins::Bins;
 use crate::error::CheckError;
 use crate::heap::Heap;
-use crate::size_table::{self, SizeTable};
+use crate::shape::sealed::Shape;
+use crate::size_table::{self, SizeTable, Table};
 use crate::stats::Tally;
 use crate::tags::{Link, Tags};
 
-impl<T: Tags, K: Tally> Heap<T, K> {
+impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
     /// Verifies every invariant of the heap: each region is covered by whole, consistent chunks
     /// whose sizes add up to it; no two free chunks are adjacent; every free chunk is in the bin
     /// of its size and nothing else is, but the top, which is the free end of the top region
@@ -148,8 +149,8 @@ impl<T: Tags, K: Tally> Heap<T, K> {
 /// Verifies every bin invariant (see [`Bins`]); returns the number of free chunks filed and
 /// their total size in granules. `limit` (the free chunks found in the regions) bounds every
 /// walk, so a cycle of links is reported, not followed forever.
-fn check_bins<T: Tags>(
-    bins: &Bins<T::Chunk>,
+fn check_bins<T: Tags, S: Shape>(
+    bins: &Bins<T::Chunk, S>,
     t: &T,
     limit: usize,
 ) -> Result<(usize, usize), CheckError> {
@@ -159,7 +160,7 @@ fn check_bins<T: Tags>(
         if !t.is_free(c) {
             return Err(CheckError::new("chunk in a bin is not free", t.addr(c)));
         }
-        if bin_of(t.size(c)) != b {
+        if Bins::<T::Chunk, S>::bin(t.size(c)) != b {
             return Err(CheckError::new("free chunk in the wrong bin", t.addr(c)));
         }
         count += 1;
@@ -175,7 +176,7 @@ fn check_bins<T: Tags>(
     // The lists 64 at a time: the map word, the summary bit, and which lists have a head and
     // a tail must all agree (every slot is looked at, the unused last one included); then each
     // non-empty list is walked.
-    for w in 0..LIST_SIZES.div_ceil(64) {
+    for w in 0..Bins::<T::Chunk, S>::map_words() {
         let (said, is) = bins.summary(w);
         if said != is {
             return Err(CheckError::new("bin summary disagrees with the bin map", 0));
@@ -209,12 +210,14 @@ fn check_bins<T: Tags>(
             if t.size(head) != size {
                 return Err(CheckError::new("free chunk in the wrong bin", t.addr(head)));
             }
-            let b = bin_of(size);
+            let b = Bins::<T::Chunk, S>::bin(size);
             check_list(t, head, tail, limit, &mut |c| check_one(c, b))?;
         }
     }
-    check_table(bins.table(), t, limit, &mut check_one)?;
-    for b in FIRST_TRIE_BIN..BIN_COUNT {
+    if let Some(table) = bins.table().sizes() {
+        check_table(table, t, limit, &mut check_one)?;
+    }
+    for b in Bins::<T::Chunk, S>::trie_bins() {
         let (root, marked) = bins.root(b);
         if root.is_some() != marked {
             let at = root.map_or(0, |c| t.addr(c));
@@ -224,7 +227,9 @@ fn check_bins<T: Tags>(
         if t.link(root, Link::Parent).is_some() {
             return Err(CheckError::new("trie root has a parent", t.addr(root)));
         }
-        check_trie(t, root, top_bit(b), limit, &mut |c| check_one(c, b))?;
+        check_trie(t, root, Bins::<T::Chunk, S>::top_bit(b), limit, &mut |c| {
+            check_one(c, b)
+        })?;
     }
     Ok((count, granules))
 }
@@ -284,7 +289,7 @@ fn check_table<T: Tags>(
             if t.link(h, Link::Parent).is_some() {
                 return Err(CheckError::new("size table head has a parent", t.addr(h)));
             }
-            let b = bin_of(size);
+            let b = Bins::<T::Chunk>::bin(size);
             check_ring(t, h, limit, &mut |c| {
                 if c != h && t.link(c, Link::Parent) != Some(c) {
                     return Err(CheckError::new("ring member not marked as such", t.addr(c)));
@@ -306,7 +311,7 @@ fn check_table<T: Tags>(
         if t.size(c) != size || !(size_table::FIRST..=size_table::LAST).contains(&size) {
             return Err(CheckError::new("free chunk in the wrong bin", t.addr(c)));
         }
-        return each(c, bin_of(size));
+        return each(c, Bins::<T::Chunk>::bin(size));
     }
     // The cached smallest chunk is the head of the smallest size marked.
     let smallest = table.smallest();

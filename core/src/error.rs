@@ -60,6 +60,9 @@ pub enum Error {
     Reentrant,
     /// A pool's policy limit leaves no room for the region a request needs.
     LimitExceeded,
+    /// A pool's policy has a field no pool can follow (see [`crate::Policy::check`]); the
+    /// pool obtained nothing.
+    BadPolicy(crate::PolicyError),
     /// Every detached heap gets an identity that its blocks carry; all 2^32 − 2 of them
     /// have been used in this process.
     TooManyHeaps,
@@ -71,6 +74,7 @@ pub enum Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
+            Error::BadPolicy(e) => return e.fmt(f),
             Error::ZeroSize => "zero-size request",
             Error::SizeOverflow => "size overflows the address space",
             Error::BadAlign => "alignment is not a power of two",

@@ -9,6 +9,7 @@ use crate::error::Error;
 use crate::granule::{Granule, HostGranule};
 use crate::inline::InlineHeap;
 use crate::lock::{RawLock, SpinLock};
+use crate::shape::{BinShape, Wide};
 use crate::shared::{QueuedFree, Shared};
 use crate::stats::{Counters, Stats, Tally};
 use crate::sync::const_unless_loom;
@@ -25,22 +26,34 @@ pub(crate) struct Queued {
 unsafe impl Send for Queued {}
 
 /// The heap and the arena it has yet to claim.
-pub(crate) struct ArenaHeap<G: Granule, K: Tally> {
-    heap: InlineHeap<G, K>,
-    pending: Option<(*mut u8, usize)>,
-    /// Why the arena of [`GlobalHeap::with_arena`] was refused, if it was.
-    refused: Option<Error>,
+pub(crate) struct ArenaHeap<G: Granule, K: Tally, B: BinShape> {
+    heap: InlineHeap<G, K, B>,
+    arena: Arena,
+}
+
+/// The arena of [`GlobalHeap::with_arena`]: none (the other constructors), pending until the
+/// first use claims it, or refused, with the reason.
+///
+/// `repr(u8)` makes "none" a zero tag and nothing else, so that an empty heap is all zeros and
+/// its `static` lands in `.bss`: as an `Option<Error>`, "none" was the niche after `Error`'s
+/// last variant, a non-zero byte that put the whole static (20 KiB) in `.data`.
+#[derive(Clone, Copy)]
+#[repr(u8)]
+enum Arena {
+    None = 0,
+    Pending(*mut u8, usize),
+    Refused(Error),
 }
 
 // SAFETY: the pending arena pointer is only a promise of memory (the `with_arena` contract)
 // that is claimed under the lock; the heap itself is `Send`.
-unsafe impl<G: Granule, K: Tally> Send for ArenaHeap<G, K> {}
+unsafe impl<G: Granule, K: Tally, B: BinShape> Send for ArenaHeap<G, K, B> {}
 
-impl<G: Granule, K: Tally> ArenaHeap<G, K> {
+impl<G: Granule, K: Tally, B: BinShape> ArenaHeap<G, K, B> {
     /// The heap, with the arena claimed.
     #[inline]
-    fn heap(&mut self) -> &mut InlineHeap<G, K> {
-        if self.pending.is_some() {
+    fn heap(&mut self) -> &mut InlineHeap<G, K, B> {
+        if let Arena::Pending(..) = self.arena {
             self.claim();
         }
         &mut self.heap
@@ -50,27 +63,30 @@ impl<G: Granule, K: Tally> ArenaHeap<G, K> {
     #[cold]
     #[inline(never)]
     fn claim(&mut self) {
-        if let Some((base, len)) = self.pending.take() {
+        if let Arena::Pending(base, len) = self.arena {
             let g = self.heap.granule();
             let skip = base.align_offset(g).min(len);
             // SAFETY: `with_arena`'s contract: the arena is valid, unused by anything else,
             // and lives for the program; `skip <= len` keeps the range inside it.
             let r = unsafe { self.heap.add_region(base.wrapping_add(skip), len - skip) };
-            self.refused = r.err();
+            self.arena = match r {
+                Ok(()) => Arena::None,
+                Err(why) => Arena::Refused(why),
+            };
         }
     }
 
     /// `e`, or the reason the arena was refused when `e` is running out of memory because of it.
     #[cold]
     fn explain(&self, e: Error) -> Error {
-        match (e, self.refused) {
-            (Error::OutOfMemory, Some(why)) => why,
+        match (e, self.arena) {
+            (Error::OutOfMemory, Arena::Refused(why)) => why,
             _ => e,
         }
     }
 }
 
-impl<G: Granule, K: Tally> QueuedFree for ArenaHeap<G, K> {
+impl<G: Granule, K: Tally, B: BinShape> QueuedFree for ArenaHeap<G, K, B> {
     type Freed = Queued;
 
     fn free_queued(&mut self, q: Queued) {
@@ -141,8 +157,9 @@ pub struct GlobalHeap<
     const N: usize = 64,
     G: Granule = HostGranule,
     K: Tally = Counters,
+    B: BinShape = Wide,
 > {
-    shared: Shared<ArenaHeap<G, K>, L, N>,
+    shared: Shared<ArenaHeap<G, K, B>, L, N>,
 }
 
 impl GlobalHeap {
@@ -173,7 +190,7 @@ impl GlobalHeap {
     }
 }
 
-impl<L: RawLock, const N: usize, K: Tally> GlobalHeap<L, N, HostGranule, K> {
+impl<L: RawLock, const N: usize, K: Tally, B: BinShape> GlobalHeap<L, N, HostGranule, K, B> {
     const_unless_loom! {
         /// [`GlobalHeap::new`] with another lock, queue length or tally.
         ///
@@ -183,8 +200,7 @@ impl<L: RawLock, const N: usize, K: Tally> GlobalHeap<L, N, HostGranule, K> {
             GlobalHeap {
                 shared: Shared::new(ArenaHeap {
                     heap: InlineHeap::host(),
-                    pending: None,
-                    refused: None,
+                    arena: Arena::None,
                 }),
             }
         }
@@ -210,15 +226,14 @@ impl<L: RawLock, const N: usize, K: Tally> GlobalHeap<L, N, HostGranule, K> {
             GlobalHeap {
                 shared: Shared::new(ArenaHeap {
                     heap: InlineHeap::host(),
-                    pending: Some((arena.cast::<u8>(), LEN)),
-                    refused: None,
+                    arena: Arena::Pending(arena.cast::<u8>(), LEN),
                 }),
             }
         }
     }
 }
 
-impl<L: RawLock, const N: usize, G: Granule, K: Tally> GlobalHeap<L, N, G, K> {
+impl<L: RawLock, const N: usize, G: Granule, K: Tally, B: BinShape> GlobalHeap<L, N, G, K, B> {
     const_unless_loom! {
         /// Shares `heap`, with whatever regions it has, between threads (for instance a heap
         /// of another granule, from [`InlineHeap::with_granule`], or one without statistics,
@@ -244,12 +259,11 @@ impl<L: RawLock, const N: usize, G: Granule, K: Tally> GlobalHeap<L, N, G, K> {
         ///
         /// # Time Complexity
         /// `O(N)` (the queue is built).
-        pub fn from_heap(heap: InlineHeap<G, K>) -> Self {
+        pub fn from_heap(heap: InlineHeap<G, K, B>) -> Self {
             GlobalHeap {
                 shared: Shared::new(ArenaHeap {
                     heap,
-                    pending: None,
-                    refused: None,
+                    arena: Arena::None,
                 }),
             }
         }
@@ -276,7 +290,7 @@ impl<L: RawLock, const N: usize, G: Granule, K: Tally> GlobalHeap<L, N, G, K> {
     ///
     /// # Time Complexity
     /// `f`'s, after the queued frees (at most `N`, each as [`InlineHeap::free`]).
-    pub fn with_heap<R>(&self, f: impl FnOnce(&mut InlineHeap<G, K>) -> R) -> Result<R, Error> {
+    pub fn with_heap<R>(&self, f: impl FnOnce(&mut InlineHeap<G, K, B>) -> R) -> Result<R, Error> {
         self.shared.with(|st| f(st.heap()))
     }
 
@@ -348,7 +362,7 @@ impl<L: RawLock, const N: usize, G: Granule, K: Tally> GlobalHeap<L, N, G, K> {
     }
 }
 
-impl<L: RawLock, const N: usize, G: Granule> GlobalHeap<L, N, G, Counters> {
+impl<L: RawLock, const N: usize, G: Granule, B: BinShape> GlobalHeap<L, N, G, Counters, B> {
     /// The heap's statistics, after doing every queued free (a heap that keeps them: see
     /// [`Tally`]).
     ///
@@ -368,8 +382,8 @@ impl Default for GlobalHeap {
 // SAFETY: `alloc` returns either null or a fresh block of at least `layout.size()` bytes aligned
 // to `layout.align()` that no other live allocation overlaps (the heap's invariants); `dealloc`
 // and `realloc` forward the caller's promise that `ptr` came from this allocator with `layout`.
-unsafe impl<L: RawLock, const N: usize, G: Granule, K: Tally> GlobalAlloc
-    for GlobalHeap<L, N, G, K>
+unsafe impl<L: RawLock, const N: usize, G: Granule, K: Tally, B: BinShape> GlobalAlloc
+    for GlobalHeap<L, N, G, K, B>
 {
     /// Null for a zero size (which `GlobalAlloc` callers must not ask for) and on any error.
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
@@ -405,6 +419,7 @@ macro_rules! allocator_api {
             use $krate::alloc::{AllocError, Allocator, Layout};
 
             use crate::lock::RawLock;
+            use crate::shape::BinShape;
             use crate::stats::Tally;
             use crate::GlobalHeap;
 
@@ -418,8 +433,8 @@ macro_rules! allocator_api {
             ///
             /// # Safety
             /// `ptr` is a live allocation of `heap` with `old`, given up if this succeeds.
-            unsafe fn move_to<L: RawLock, const N: usize, G: Granule, K: Tally>(
-                heap: &GlobalHeap<L, N, G, K>,
+            unsafe fn move_to<L: RawLock, const N: usize, G: Granule, K: Tally, B: BinShape>(
+                heap: &GlobalHeap<L, N, G, K, B>,
                 ptr: NonNull<u8>,
                 old: Layout,
                 new: Layout,
@@ -437,8 +452,8 @@ macro_rules! allocator_api {
             ///
             /// # Safety
             /// As for [`Allocator::grow`] / [`Allocator::shrink`].
-            unsafe fn resize<L: RawLock, const N: usize, G: Granule, K: Tally>(
-                heap: &GlobalHeap<L, N, G, K>,
+            unsafe fn resize<L: RawLock, const N: usize, G: Granule, K: Tally, B: BinShape>(
+                heap: &GlobalHeap<L, N, G, K, B>,
                 ptr: NonNull<u8>,
                 old: Layout,
                 new: Layout,
@@ -457,8 +472,8 @@ macro_rules! allocator_api {
             // heap's invariants) and stay valid until freed; zero-sized requests get a dangling
             // aligned pointer that is never passed to the heap; the heap may be moved or shared
             // (it is `Sync`), and blocks are freed through whichever reference to it.
-            unsafe impl<L: RawLock, const N: usize, G: Granule, K: Tally> Allocator
-                for GlobalHeap<L, N, G, K>
+            unsafe impl<L: RawLock, const N: usize, G: Granule, K: Tally, B: BinShape> Allocator
+                for GlobalHeap<L, N, G, K, B>
             {
                 fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
                     if layout.size() == 0 {

@@ -23,9 +23,14 @@ mod sealed {
 /// Where an inline heap's granule comes from: [`HostGranule`] or [`AnyGranule`]. Sealed: the
 /// heap relies on the answer matching the layout it was built with.
 pub trait Granule: sealed::Sealed {
-    /// The layout to compute with, given the one the heap stores.
+    /// What the heap stores to know its layout: nothing for [`HostGranule`], whose layout is
+    /// a constant (so an empty heap is all zeros and a `static` of one lands in `.bss`), the
+    /// layout itself for [`AnyGranule`].
     #[doc(hidden)]
-    fn layout(stored: &Layout) -> &Layout;
+    type Stored: Copy;
+    /// The layout to compute with, given what the heap stores.
+    #[doc(hidden)]
+    fn layout(stored: &Self::Stored) -> &Layout;
 }
 
 /// The host granule, 16 bytes ([`HOST_GRANULE`]), as a compile-time constant: the granule of
@@ -47,14 +52,18 @@ impl sealed::Sealed for HostGranule {}
 impl sealed::Sealed for AnyGranule {}
 
 impl Granule for HostGranule {
-    /// The constant: a heap of this kind is only ever built with [`HOST_LAYOUT`].
+    type Stored = ();
+
+    /// The constant: a heap of this kind stores nothing and computes with [`HOST_LAYOUT`].
     #[inline(always)]
-    fn layout(_stored: &Layout) -> &Layout {
+    fn layout(_stored: &()) -> &Layout {
         &HOST_LAYOUT
     }
 }
 
 impl Granule for AnyGranule {
+    type Stored = Layout;
+
     #[inline(always)]
     fn layout(stored: &Layout) -> &Layout {
         stored

@@ -6,6 +6,8 @@
 use crate::bins::{Bins, LIST_SIZES};
 use crate::error::{as_pair, Error};
 use crate::layout::Layout;
+use crate::shape::sealed::Shape;
+use crate::shape::Wide;
 use crate::stats::{Counters, Stats, Tally};
 use crate::tags::Tags;
 
@@ -23,9 +25,9 @@ pub(crate) const SHRINK_MOVE_MAX: usize = LIST_SIZES;
 /// [`Heap::check`] verifies all of them. The fields are private so that only the algorithm
 /// changes chunks: front ends read the tags through [`Heap::tags`] and change the heap through
 /// its methods.
-pub(crate) struct Heap<T: Tags, K: Tally = Counters> {
+pub(crate) struct Heap<T: Tags, K: Tally = Counters, S: Shape = Wide> {
     tags: T,
-    bins: Bins<T::Chunk>,
+    bins: Bins<T::Chunk, S>,
     top: Top<T::Chunk>,
     victim: Victim<T::Chunk>,
     tally: K,
@@ -105,7 +107,7 @@ impl<C: Copy + Eq> Victim<C> {
     }
 }
 
-impl<T: Tags, K: Tally> Heap<T, K> {
+impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
     pub const fn new(tags: T) -> Self {
         Heap {
             tags,
@@ -139,7 +141,7 @@ impl<T: Tags, K: Tally> Heap<T, K> {
     }
 
     /// The bins, to read (for the invariant walk).
-    pub(crate) fn bins(&self) -> &Bins<T::Chunk> {
+    pub(crate) fn bins(&self) -> &Bins<T::Chunk, S> {
         &self.bins
     }
 
@@ -349,16 +351,22 @@ impl<T: Tags, K: Tally> Heap<T, K> {
         self.alloc_top(need)
     }
 
-    /// A listed size from the smallest chunk above the lists (called with one free, and every
-    /// such chunk is larger than a listed size, so one is always found). Its rest becomes the
-    /// victim: the carve keeps it and gives the bins nothing to file.
+    /// A listed size from the best fit above the lists, else the top (called with one free
+    /// above the lists; with every listed size in a list, every such chunk is larger, so one is
+    /// always found: see [`Bins::take_above_lists`]). Its rest becomes the victim: the carve
+    /// keeps it and gives the bins nothing to file.
     #[inline(never)]
     fn alloc_above_lists(&mut self, need: usize) -> Option<T::Chunk> {
         let mut rest = None;
-        let (c, have) = self.bins.take_above_lists(&mut self.tags, |t, c, have| {
-            rest = t.carve(c, have, need).map(|tail| (tail, have - need));
-            None
-        })?;
+        let taken = self
+            .bins
+            .take_above_lists(&mut self.tags, need, |t, c, have| {
+                rest = t.carve(c, have, need).map(|tail| (tail, have - need));
+                None
+            });
+        let Some((c, have)) = taken else {
+            return self.alloc_top(need);
+        };
         self.counted_carve(need, have);
         Some(match rest {
             Some((tail, size)) => self.replace_victim(c, tail, size),
@@ -766,7 +774,7 @@ impl<T: Tags, K: Tally> Heap<T, K> {
     }
 }
 
-impl<T: Tags> Heap<T, Counters> {
+impl<T: Tags, S: Shape> Heap<T, Counters, S> {
     pub fn stats(&self) -> Stats {
         let top = self.top.chunk.map_or(0, |c| self.tags.size(c));
         let largest = self

@@ -18,9 +18,10 @@ use core::marker::PhantomData;
 use core::ptr::NonNull;
 
 use crate::error::{as_pair, BlockError, CheckError, Error};
-use crate::granule::{AnyGranule, Granule, HostGranule, HOST_LAYOUT};
+use crate::granule::{AnyGranule, Granule, HostGranule};
 use crate::heap::Heap;
 use crate::layout::{Layout, W};
+use crate::shape::{BinShape, Compact, Wide};
 use crate::stats::{Counters, NoCounters, Stats, Tally};
 use crate::tags::{Link, Tags};
 
@@ -103,16 +104,16 @@ impl Chunk {
 /// Invariant: every [`Chunk`] passed to these methods satisfies its type invariant, and every
 /// region on `regions` is memory the heap owns exclusively for as long as it is on the list
 /// (the contract of [`InlineHeap::add_region`]). `G` says whether the granule is a constant
-/// or read from `layout` (see [`crate::granule`]); either way the answer is `layout`.
-pub(crate) struct InlineTags<G> {
-    layout: Layout,
+/// or read from `layout` (see [`crate::granule`]), which holds it only for the latter.
+pub(crate) struct InlineTags<G: Granule> {
+    layout: G::Stored,
     regions: Option<NonNull<RegionHeader>>,
     granule: PhantomData<G>,
 }
 
 impl<G: Granule> InlineTags<G> {
-    /// Tags with this layout and no region yet.
-    const fn new(layout: Layout) -> Self {
+    /// Tags with this layout (what `G` stores of it) and no region yet.
+    const fn new(layout: G::Stored) -> Self {
         InlineTags {
             layout,
             regions: None,
@@ -538,13 +539,13 @@ impl<G: Granule> Tags for InlineTags<G> {
 /// # Ok(())
 /// # }
 /// ```
-pub struct InlineHeap<G: Granule = HostGranule, K: Tally = Counters> {
-    pub(crate) heap: Heap<InlineTags<G>, K>,
+pub struct InlineHeap<G: Granule = HostGranule, K: Tally = Counters, B: BinShape = Wide> {
+    pub(crate) heap: Heap<InlineTags<G>, K, B>,
 }
 
 // SAFETY: the heap owns its regions exclusively (the `add_region` contract) and holds no
 // thread-bound state, so it may move to another thread with them.
-unsafe impl<G: Granule, K: Tally> Send for InlineHeap<G, K> {}
+unsafe impl<G: Granule, K: Tally, B: BinShape> Send for InlineHeap<G, K, B> {}
 
 impl Default for InlineHeap {
     fn default() -> Self {
@@ -564,13 +565,13 @@ impl InlineHeap {
     }
 }
 
-impl<K: Tally> InlineHeap<HostGranule, K> {
+impl<K: Tally, B: BinShape> InlineHeap<HostGranule, K, B> {
     /// An empty heap with the host granule, counting with `K` (for the constructors that are
     /// generic over the tally; callers name [`InlineHeap::new`] or
     /// [`InlineHeap::without_stats`]).
     pub(crate) const fn host() -> Self {
         InlineHeap {
-            heap: Heap::new(InlineTags::new(HOST_LAYOUT)),
+            heap: Heap::new(InlineTags::new(())),
         }
     }
 }
@@ -602,6 +603,35 @@ impl InlineHeap<HostGranule, NoCounters> {
     /// # Time Complexity
     /// `O(1)`.
     pub const fn without_stats() -> Self {
+        Self::host()
+    }
+}
+
+impl InlineHeap<HostGranule, Counters, Compact> {
+    /// [`InlineHeap::new`] with the bins of small machines ([`Compact`]): the same policy and
+    /// addresses, a small fraction of the state (a `GlobalHeap` of them fits in 1 KiB on a
+    /// 32-bit target), and slower for sizes above 64 granules (1 KiB), which a trie serves
+    /// instead of a list (the README has the measured sizes and speeds).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use tagalloc::InlineHeap;
+    ///
+    /// let mut arena = vec![0u128; 1024];
+    /// let mut heap = InlineHeap::compact();
+    /// // SAFETY: the arena outlives the heap and nothing else touches it.
+    /// unsafe { heap.add_region(arena.as_mut_ptr().cast(), 16 << 10)? };
+    /// let p = heap.alloc(3000, 16)?; // above the compact lists: from a trie
+    /// // SAFETY: `p` is a live 3000-byte allocation of this heap, not used afterwards.
+    /// unsafe { heap.free_checked(p, 3000)? };
+    /// heap.check()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Time Complexity
+    /// `O(1)`.
+    pub const fn compact() -> Self {
         Self::host()
     }
 }
@@ -643,7 +673,7 @@ impl InlineHeap<AnyGranule> {
     }
 }
 
-impl<G: Granule, K: Tally> InlineHeap<G, K> {
+impl<G: Granule, K: Tally, B: BinShape> InlineHeap<G, K, B> {
     /// The granule in bytes.
     ///
     /// # Time Complexity
@@ -1012,7 +1042,7 @@ impl<G: Granule, K: Tally> InlineHeap<G, K> {
     }
 }
 
-impl<G: Granule> InlineHeap<G, Counters> {
+impl<G: Granule, B: BinShape> InlineHeap<G, Counters, B> {
     /// The heap's statistics.
     ///
     /// # Time Complexity

@@ -33,12 +33,70 @@ pub enum Growth {
 pub enum Reserve {
     /// Nothing: grow on demand.
     Nothing,
-    /// One region of this many bytes.
+    /// One region of this many bytes (at most `isize::MAX`).
     Bytes(usize),
-    /// One region of this fraction (0 to 1) of what the source says it has available (e.g. a
-    /// device's free memory); nothing if the source cannot say.
+    /// One region of this fraction (0 to 1, both included; 0 reserves nothing) of what the
+    /// source says it has available (e.g. a device's free memory); nothing if the source cannot
+    /// say. NaN, negative and larger fractions are refused ([`PolicyError::ReserveFraction`]).
     Fraction(f64),
 }
+
+/// A policy field whose value no pool can follow, found by [`Policy::check`]. A pool with
+/// such a policy refuses every request that would act on it with
+/// [`Error::BadPolicy`](crate::Error::BadPolicy), obtaining nothing.
+///
+/// ```
+/// use tagalloc::{Growth, Policy, PolicyError, Reserve};
+///
+/// let policy = Policy::new().reserve(Reserve::Fraction(f64::NAN));
+/// assert_eq!(policy.check(), Err(PolicyError::ReserveFraction));
+/// assert_eq!(PolicyError::ReserveFraction.field(), "reserve");
+/// let policy = Policy::new().growth(Growth::Fixed(usize::MAX));
+/// assert_eq!(policy.check(), Err(PolicyError::GrowthSize));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum PolicyError {
+    /// `reserve`: a [`Reserve::Fraction`] that is NaN, negative or above 1.
+    ReserveFraction,
+    /// `reserve`: [`Reserve::Bytes`] above `isize::MAX`, more than any address space holds.
+    ReserveBytes,
+    /// `growth`: a region size ([`Growth::Fixed`]'s, or [`Growth::Doubling`]'s `initial` or
+    /// `cap`) above `isize::MAX`, more than any address space holds.
+    GrowthSize,
+}
+
+impl PolicyError {
+    /// The name of the [`Policy`] field at fault.
+    pub const fn field(self) -> &'static str {
+        match self {
+            PolicyError::ReserveFraction | PolicyError::ReserveBytes => "reserve",
+            PolicyError::GrowthSize => "growth",
+        }
+    }
+
+    /// What is wrong with it.
+    pub const fn why(self) -> &'static str {
+        match self {
+            PolicyError::ReserveFraction => "Reserve::Fraction must be a number from 0 to 1",
+            PolicyError::ReserveBytes => "Reserve::Bytes is above isize::MAX",
+            PolicyError::GrowthSize => "a region size is above isize::MAX",
+        }
+    }
+}
+
+impl core::fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "bad pool policy field `{}`: {}",
+            self.field(),
+            self.why()
+        )
+    }
+}
+
+impl core::error::Error for PolicyError {}
 
 /// A pool's policy. Build one with [`Policy::new`] and the `const` setters.
 ///
@@ -120,6 +178,29 @@ impl Policy {
         Policy {
             release_above: Some(bytes),
             ..self
+        }
+    }
+}
+
+impl Policy {
+    /// Whether a pool can follow this policy: every region size at most `isize::MAX`, a
+    /// reserved fraction from 0 to 1. A `const fn`, so that a policy built in a constant can
+    /// be checked at compile time (`const _: () = assert!(P.check().is_ok());`); pools check
+    /// it themselves before they obtain anything.
+    pub const fn check(&self) -> Result<(), PolicyError> {
+        const MAX: usize = isize::MAX as usize;
+        match self.growth {
+            Growth::Fixed(bytes) if bytes > MAX => return Err(PolicyError::GrowthSize),
+            Growth::Doubling { initial, cap } if initial > MAX || cap > MAX => {
+                return Err(PolicyError::GrowthSize)
+            }
+            _ => {}
+        }
+        match self.reserve {
+            Reserve::Bytes(bytes) if bytes > MAX => Err(PolicyError::ReserveBytes),
+            // Written so that NaN, which compares false with everything, is refused.
+            Reserve::Fraction(f) if !(f >= 0.0 && f <= 1.0) => Err(PolicyError::ReserveFraction),
+            _ => Ok(()),
         }
     }
 }

@@ -403,17 +403,22 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
 
     /// Does the policy's up-front reservation now, if it has not been done (it is otherwise
     /// done on the first miss).
+    ///
+    /// A policy that fails [`Policy::check`] is refused here, before anything is obtained, with
+    /// [`Error::BadPolicy`] naming the field (and again on every later miss).
     pub fn reserve_now(&mut self) -> Result<(), PoolError> {
         if self.reserved_up_front {
             return Ok(());
         }
+        self.check_policy(0)?;
         self.reserved_up_front = true;
         let bytes = match self.policy.reserve {
             Reserve::Nothing => return Ok(()),
             Reserve::Bytes(b) => b,
             Reserve::Fraction(f) => match self.source.available() {
-                // The fraction of a byte count, rounded down: float precision is plenty.
-                Some(avail) if f > 0.0 => (avail as f64 * f.min(1.0)) as usize,
+                // The fraction (checked to be in [0, 1]) of a byte count, rounded down: float
+                // precision is plenty.
+                Some(avail) if f > 0.0 => (avail as f64 * f) as usize,
                 _ => return Ok(()),
             },
         };
@@ -569,6 +574,17 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
         }
     }
 
+    /// [`Policy::check`], refusing a request of `size` bytes with the field at fault; a growth
+    /// that cannot be rounded to the source's granularity is the growth field's fault too.
+    fn check_policy(&self, size: usize) -> Result<(), PoolError> {
+        let bad = |e| self.report(Error::BadPolicy(e), size);
+        self.policy.check().map_err(bad)?;
+        if self.round(self.increment).is_none() {
+            return Err(bad(crate::PolicyError::GrowthSize));
+        }
+        Ok(())
+    }
+
     /// `bytes` rounded up to the source's granularity.
     fn round(&self, bytes: usize) -> Option<usize> {
         let g = self.source.granularity();
@@ -708,6 +724,7 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
     #[inline(never)]
     fn grow_and_alloc(&mut self, size: usize, align: usize) -> Result<H::Block, PoolError> {
         let mut last = Error::OutOfMemory;
+        self.check_policy(size)?;
         if !self.reserved_up_front {
             self.reserve_now()?;
             if let Ok(b) = self.heap.alloc(size, align) {
@@ -761,6 +778,7 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
     #[cold]
     #[inline(never)]
     fn alloc_bypass(&mut self, size: usize, align: usize) -> Result<H::Block, PoolError> {
+        self.check_policy(size)?;
         let Some(slot) = self.bypass.iter().position(Option::is_none) else {
             // Every slot is taken: serve it like any other request.
             return match self.heap.alloc(size, align) {

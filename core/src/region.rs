@@ -12,10 +12,11 @@
 
 use crate::error::Error;
 use crate::heap::Heap;
+use crate::shape::sealed::Shape;
 use crate::stats::Tally;
 use crate::tags::Tags;
 
-impl<T: Tags, K: Tally> Heap<T, K> {
+impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
     /// Adds `base..base + len` as a new region (`base` granule-aligned, `len` rounded down to
     /// granules). Errors: `RegionMisaligned`, `RegionOverlap` (overlaps a region or wraps),
     /// `RegionTooSmall` (no room for the region's overhead and one chunk), `OutOfRecords`.

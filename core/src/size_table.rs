@@ -66,7 +66,7 @@ const _: () = assert!(
 /// marked, with that size, and `None` iff the map is empty. When `lone` is set, the map, the
 /// summaries and the chains are empty instead, and `min` is the table's only chunk.
 #[repr(C)]
-pub(crate) struct SizeTable<C> {
+pub struct SizeTable<C> {
     /// The smallest chunk, oldest among equals, and its size (0 when there is none): the
     /// answer for any request up to that size without a walk of the map's levels.
     min: Option<C>,
@@ -81,7 +81,7 @@ pub(crate) struct SizeTable<C> {
 }
 
 /// Where [`SizeTable::detach`] left a chunk, for [`SizeTable::attach`].
-pub(crate) enum Spot<C> {
+pub enum Spot<C> {
     /// The table's lone chunk.
     Lone,
     /// The only chunk of its size, still in its chain (between these neighbours) and the map.
@@ -112,7 +112,7 @@ impl<C: Copy + Eq + core::fmt::Debug> SizeTable<C> {
 
     /// Whether any chunk is in the table.
     #[inline(always)]
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.min.is_none()
     }
 
@@ -123,7 +123,7 @@ impl<C: Copy + Eq + core::fmt::Debug> SizeTable<C> {
 
     /// Whether the map says a chunk of `size` (`FIRST..=LAST`) is in the table.
     #[inline(always)]
-    pub fn has(&self, size: usize) -> bool {
+    pub(crate) fn has(&self, size: usize) -> bool {
         self.map[(size / 64) & (WORDS - 1)] >> (size % 64) & 1 == 1
     }
 
@@ -156,7 +156,7 @@ impl<C: Copy + Eq + core::fmt::Debug> SizeTable<C> {
 
     /// The smallest size in the table, if any, from the map.
     #[inline(always)]
-    pub fn smallest(&self) -> Option<usize> {
+    pub(crate) fn smallest(&self) -> Option<usize> {
         self.first_from_word(FIRST / 64)
     }
 
@@ -164,7 +164,7 @@ impl<C: Copy + Eq + core::fmt::Debug> SizeTable<C> {
     /// at or above `need`, with its size. The cached smallest chunk when it fits, else a search
     /// of the map from `need` (a lone chunk that does not fit leaves the map empty).
     #[inline(always)]
-    pub fn best_fit<T: Tags<Chunk = C>>(&self, t: &T, need: usize) -> Option<(C, usize)> {
+    pub(crate) fn best_fit<T: Tags<Chunk = C>>(&self, t: &T, need: usize) -> Option<(C, usize)> {
         match self.min() {
             Some((c, size)) if size >= need => Some((c, size)),
             _ => {
@@ -176,7 +176,7 @@ impl<C: Copy + Eq + core::fmt::Debug> SizeTable<C> {
 
     /// The smallest chunk in the table (the oldest of the smallest size), with its size.
     #[inline(always)]
-    pub fn min(&self) -> Option<(C, usize)> {
+    pub(crate) fn min(&self) -> Option<(C, usize)> {
         Some((self.min?, self.min_size))
     }
 
@@ -211,7 +211,7 @@ impl<C: Copy + Eq + core::fmt::Debug> SizeTable<C> {
     }
 
     /// The largest size in the table, if any.
-    pub fn largest(&self) -> Option<usize> {
+    pub(crate) fn largest(&self) -> Option<usize> {
         if self.lone {
             return Some(self.min_size);
         }
@@ -226,7 +226,7 @@ impl<C: Copy + Eq + core::fmt::Debug> SizeTable<C> {
     /// The head (oldest chunk) of `size`, found by walking its chain; `None` if the chain has
     /// none, which the map says beforehand.
     #[inline(always)]
-    pub fn head<T: Tags<Chunk = C>>(&self, t: &T, size: usize) -> Option<C> {
+    pub(crate) fn head<T: Tags<Chunk = C>>(&self, t: &T, size: usize) -> Option<C> {
         let mut node = self.buckets[bucket(size)];
         while let Some(n) = node {
             if t.size(n) == size {
@@ -240,7 +240,7 @@ impl<C: Copy + Eq + core::fmt::Debug> SizeTable<C> {
     /// Files the free chunk `c` of `size` granules (`FIRST..=LAST`), behind every older chunk
     /// of its size: into its head's ring, or as a new head at the front of its chain.
     #[inline]
-    pub fn insert<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) {
+    pub(crate) fn insert<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) {
         let Some(m) = self.min else {
             // The only chunk: alone, no link written.
             self.min = Some(c);
@@ -319,7 +319,7 @@ impl<C: Copy + Eq + core::fmt::Debug> SizeTable<C> {
     /// its chain by the next-oldest chunk of its size, or else leaves the chain and the map.
     /// Out of line, as [`SizeTable::file`] is.
     #[inline(never)]
-    pub fn remove<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) {
+    pub(crate) fn remove<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) {
         if self.lone {
             debug_assert_eq!(self.min, Some(c));
             self.min = None;
@@ -389,7 +389,7 @@ impl<C: Copy + Eq + core::fmt::Debug> SizeTable<C> {
     /// Two calls, not one taking the carve as a closure: on talc's random actions at 30000 B
     /// the closure was not always inlined, and the whole was too large for the free's merge.
     #[inline(always)]
-    pub fn detach<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) -> Spot<C> {
+    pub(crate) fn detach<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) -> Spot<C> {
         if self.lone {
             debug_assert_eq!(self.min, Some(c));
             return Spot::Lone;
@@ -416,7 +416,7 @@ impl<C: Copy + Eq + core::fmt::Debug> SizeTable<C> {
     /// Completes [`SizeTable::detach`] of `c` (of `size`) once the caller has carved or
     /// merged it into `file`, the free chunk to file, if any; returns it unless this filed it.
     #[inline(always)]
-    pub fn attach<T: Tags<Chunk = C>>(
+    pub(crate) fn attach<T: Tags<Chunk = C>>(
         &mut self,
         t: &mut T,
         c: C,
@@ -509,7 +509,7 @@ impl<C: Copy + Eq + core::fmt::Debug> SizeTable<C> {
 
     /// Calls `each(chunk, size)` for every chunk of at least `min` granules in the table, by
     /// size.
-    pub fn each_at_least<T: Tags<Chunk = C>>(
+    pub(crate) fn each_at_least<T: Tags<Chunk = C>>(
         &self,
         t: &T,
         min: usize,
@@ -554,6 +554,163 @@ impl<C: Copy + Eq + core::fmt::Debug> SizeTable<C> {
     /// The chain a size's head belongs in: for the check.
     pub(crate) fn bucket_of(size: usize) -> usize {
         bucket(size)
+    }
+}
+
+/// What the bins need of the sizes between their lists and their tries: the [`SizeTable`]
+/// (`crate::Wide`) or nothing ([`NoTable`], `crate::Compact`, whose tries start right above its
+/// lists). The bins reach it only for sizes in `FIRST..=TABLE_LAST` of their shape, so a shape
+/// without a table never calls the methods that file or take a chunk.
+// Reachable only as the storage of a sealed `BinShape`, which no one outside can name or
+// implement: `Tags` stays the crate's own.
+#[allow(private_bounds)]
+pub trait Table<C>: Sized {
+    /// An empty table.
+    const EMPTY: Self;
+    /// The size table itself, for the check.
+    fn sizes(&self) -> Option<&SizeTable<C>>;
+    /// Whether no chunk is in the table.
+    fn is_empty(&self) -> bool;
+    /// The smallest chunk (see [`SizeTable::min`]).
+    fn min(&self) -> Option<(C, usize)>;
+    /// See [`SizeTable::best_fit`].
+    fn best_fit<T: Tags<Chunk = C>>(&self, t: &T, need: usize) -> Option<(C, usize)>;
+    /// See [`SizeTable::insert`].
+    fn insert<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize);
+    /// See [`SizeTable::remove`].
+    fn remove<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize);
+    /// See [`SizeTable::detach`].
+    fn detach<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) -> Spot<C>;
+    /// See [`SizeTable::attach`].
+    fn attach<T: Tags<Chunk = C>>(
+        &mut self,
+        t: &mut T,
+        c: C,
+        size: usize,
+        spot: Spot<C>,
+        file: Option<(C, usize)>,
+    ) -> Option<(C, usize)>;
+    /// See [`SizeTable::each_at_least`].
+    fn each_at_least<T: Tags<Chunk = C>>(&self, t: &T, min: usize, each: impl FnMut(C, usize));
+    /// See [`SizeTable::largest`].
+    fn largest(&self) -> Option<usize>;
+}
+
+#[allow(private_bounds)]
+impl<C: Copy + Eq + core::fmt::Debug> Table<C> for SizeTable<C> {
+    const EMPTY: Self = SizeTable::new();
+
+    fn sizes(&self) -> Option<&SizeTable<C>> {
+        Some(self)
+    }
+
+    #[inline(always)]
+    fn is_empty(&self) -> bool {
+        SizeTable::is_empty(self)
+    }
+
+    #[inline(always)]
+    fn min(&self) -> Option<(C, usize)> {
+        SizeTable::min(self)
+    }
+
+    #[inline(always)]
+    fn best_fit<T: Tags<Chunk = C>>(&self, t: &T, need: usize) -> Option<(C, usize)> {
+        SizeTable::best_fit(self, t, need)
+    }
+
+    #[inline(always)]
+    fn insert<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) {
+        SizeTable::insert(self, t, c, size)
+    }
+
+    #[inline(always)]
+    fn remove<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) {
+        SizeTable::remove(self, t, c, size)
+    }
+
+    #[inline(always)]
+    fn detach<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) -> Spot<C> {
+        SizeTable::detach(self, t, c, size)
+    }
+
+    #[inline(always)]
+    fn attach<T: Tags<Chunk = C>>(
+        &mut self,
+        t: &mut T,
+        c: C,
+        size: usize,
+        spot: Spot<C>,
+        file: Option<(C, usize)>,
+    ) -> Option<(C, usize)> {
+        SizeTable::attach(self, t, c, size, spot, file)
+    }
+
+    fn each_at_least<T: Tags<Chunk = C>>(&self, t: &T, min: usize, each: impl FnMut(C, usize)) {
+        SizeTable::each_at_least(self, t, min, each)
+    }
+
+    fn largest(&self) -> Option<usize> {
+        SizeTable::largest(self)
+    }
+}
+
+/// No size table: the bins of a shape whose tries start right above its lists. Always empty;
+/// the bins never file a chunk in it (its `insert` and `remove` are unreachable, and say so
+/// in debug builds).
+pub struct NoTable;
+
+#[allow(private_bounds)]
+impl<C> Table<C> for NoTable {
+    const EMPTY: Self = NoTable;
+
+    fn sizes(&self) -> Option<&SizeTable<C>> {
+        None
+    }
+
+    #[inline(always)]
+    fn is_empty(&self) -> bool {
+        true
+    }
+
+    #[inline(always)]
+    fn min(&self) -> Option<(C, usize)> {
+        None
+    }
+
+    #[inline(always)]
+    fn best_fit<T: Tags<Chunk = C>>(&self, _: &T, _: usize) -> Option<(C, usize)> {
+        None
+    }
+
+    fn insert<T: Tags<Chunk = C>>(&mut self, _: &mut T, _: C, size: usize) {
+        debug_assert!(false, "a chunk of {size} granules filed in no table");
+    }
+
+    fn remove<T: Tags<Chunk = C>>(&mut self, _: &mut T, _: C, size: usize) {
+        debug_assert!(false, "a chunk of {size} granules taken from no table");
+    }
+
+    fn detach<T: Tags<Chunk = C>>(&mut self, _: &mut T, _: C, size: usize) -> Spot<C> {
+        debug_assert!(false, "a chunk of {size} granules detached from no table");
+        Spot::Gone
+    }
+
+    fn attach<T: Tags<Chunk = C>>(
+        &mut self,
+        _: &mut T,
+        _: C,
+        _: usize,
+        _: Spot<C>,
+        file: Option<(C, usize)>,
+    ) -> Option<(C, usize)> {
+        file
+    }
+
+    fn each_at_least<T: Tags<Chunk = C>>(&self, _: &T, _: usize, _: impl FnMut(C, usize)) {}
+
+    fn largest(&self) -> Option<usize> {
+        None
     }
 }
 

@@ -202,11 +202,13 @@ struct ErrorDetail {
 #[non_exhaustive]
 pub enum ReplayErrorKind {
     /// The heap refused a request the trace made (`op` is `alloc`, `free` or `realloc`), with a
-    /// size already adjusted as replayed (1 for a 0).
+    /// size already adjusted as replayed (1 for a 0) and the block's alignment (named in the
+    /// message when the trace asked for one, since it may be the cause).
     Heap {
         op: &'static str,
         id: u64,
         size: usize,
+        align: usize,
         error: Error,
     },
     /// A block's contents are not what was written into it.
@@ -297,8 +299,15 @@ impl fmt::Display for ReplayErrorKind {
                 op,
                 id,
                 size,
+                align,
                 error,
-            } => write!(f, "{op} of {size} bytes for id {id} failed: {error}"),
+            } => {
+                write!(f, "{op} of {size} bytes")?;
+                if *align != DEFAULT_ALIGN {
+                    write!(f, " aligned to {align}")?;
+                }
+                write!(f, " for id {id} failed: {error}")
+            }
             ReplayErrorKind::Contents {
                 id,
                 offset,
@@ -627,6 +636,7 @@ impl<'t, H: ReplayHeap> Replay<'t, H> {
                     op: "alloc",
                     id,
                     size,
+                    align: DEFAULT_ALIGN,
                     error,
                 },
             )
@@ -732,6 +742,7 @@ impl<'t, H: ReplayHeap> Replay<'t, H> {
             op: "free",
             id,
             size,
+            align: block.align,
             error,
         })
     }
@@ -793,6 +804,7 @@ impl<'t, H: ReplayHeap> Replay<'t, H> {
                         op: op_name,
                         id,
                         size,
+                        align,
                         error,
                     })
                 }

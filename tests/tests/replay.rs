@@ -246,3 +246,23 @@ fn bad_granule_is_an_error() {
     let err = replay(&trace, Placement::Detached, &options).unwrap_err();
     assert!(matches!(err.kind(), ReplayErrorKind::Setup(_)), "{err}");
 }
+
+#[test]
+fn an_alignment_no_memory_can_meet_names_the_event_and_the_alignment() {
+    let trace = parse(&format!("a 0 16\na 1 8 align={}\n", 1usize << 63));
+    for placement in Placement::ALL {
+        let err = replay(&trace, placement, &ReplayOptions::default())
+            .expect_err("an alignment of 2^63 cannot be met");
+        let (index, _) = err.event().expect("the error names its event");
+        assert_eq!(index, 1, "{err}");
+        let text = err.to_string();
+        assert!(text.contains("event 2"), "{text}");
+        // The cause, beyond the event's own text: the request's alignment.
+        let cause = text.split_once("`): ").map_or("", |(_, c)| c);
+        assert!(
+            cause.contains(&format!("aligned to {}", 1usize << 63)),
+            "{text}"
+        );
+        println!("{text}");
+    }
+}

@@ -24,6 +24,7 @@ use super::{Chunk, InlineHeap, ABSORBED, FLAGS, IN_USE, PREV_IN_USE};
 use crate::error::{BlockError, CheckError, Error};
 use crate::granule::Granule;
 use crate::layout::W;
+use crate::shape::BinShape;
 use crate::stats::Tally;
 use crate::tags::Tags;
 
@@ -64,7 +65,7 @@ impl Span {
     }
 }
 
-impl<G: Granule, K: Tally> InlineHeap<G, K> {
+impl<G: Granule, K: Tally, B: BinShape> InlineHeap<G, K, B> {
     /// The usable bytes of the live block at `ptr`, proven as the module docs say, `O(1)`
     /// unless something disagrees: `Refused(DoubleFree)` (a free chunk's payload, or a chunk
     /// a merge absorbed), `Refused(ForeignPointer)` (not a block's payload), or `Corrupted`

@@ -22,7 +22,7 @@ use crate::layout::Layout;
 use crate::records::RecordStore;
 use crate::stats::{Counters, Stats, Tally};
 use crate::tags::Tags;
-use crate::{Block, DetachedHeap, Granule, HostGranule, InlineHeap};
+use crate::{BinShape, Block, DetachedHeap, Granule, HostGranule, InlineHeap, Wide};
 
 /// A heap under test, in terms of addresses and handles.
 ///
@@ -134,25 +134,25 @@ unsafe impl<M: Memory + ?Sized> Memory for &mut M {
 ///
 /// The heap is declared before the memory, so it is gone before the memory is released (or,
 /// for a memory that zeroes what it lent, zeroed).
-pub struct InlineSubject<M, G: Granule = HostGranule, K: Tally = Counters> {
-    heap: InlineHeap<G, K>,
+pub struct InlineSubject<M, G: Granule = HostGranule, K: Tally = Counters, B: BinShape = Wide> {
+    heap: InlineHeap<G, K, B>,
     memory: M,
 }
 
-impl<M: Memory, G: Granule, K: Tally> InlineSubject<M, G, K> {
+impl<M: Memory, G: Granule, K: Tally, B: BinShape> InlineSubject<M, G, K, B> {
     /// `heap` (with no regions yet) over `memory`.
-    pub fn new(heap: InlineHeap<G, K>, memory: M) -> Self {
+    pub fn new(heap: InlineHeap<G, K, B>, memory: M) -> Self {
         InlineSubject { heap, memory }
     }
 
     /// The heap, for what the adapter does not cover.
-    pub fn heap(&self) -> &InlineHeap<G, K> {
+    pub fn heap(&self) -> &InlineHeap<G, K, B> {
         &self.heap
     }
 
     /// The heap, for what the adapter does not cover (for instance putting it behind a
     /// [`crate::GlobalHeap`] for a while).
-    pub fn heap_mut(&mut self) -> &mut InlineHeap<G, K> {
+    pub fn heap_mut(&mut self) -> &mut InlineHeap<G, K, B> {
         &mut self.heap
     }
 
@@ -184,7 +184,7 @@ impl<M: Memory, G: Granule, K: Tally> InlineSubject<M, G, K> {
     }
 }
 
-impl<M: Memory, G: Granule, K: Tally> Subject for InlineSubject<M, G, K> {
+impl<M: Memory, G: Granule, K: Tally, B: BinShape> Subject for InlineSubject<M, G, K, B> {
     type H = NonNull<u8>;
     const INLINE: bool = true;
 
@@ -276,7 +276,7 @@ impl<M: Memory, G: Granule, K: Tally> Subject for InlineSubject<M, G, K> {
     }
 }
 
-impl<M: Memory, G: Granule> Counted for InlineSubject<M, G, Counters> {
+impl<M: Memory, G: Granule, B: BinShape> Counted for InlineSubject<M, G, Counters, B> {
     fn stats(&self) -> Stats {
         self.heap.stats()
     }

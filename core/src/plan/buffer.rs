@@ -99,12 +99,14 @@ impl Plan {
 
 /// Checks what every solver relies on: lifetimes not empty, alignments powers of two, at most
 /// `u32::MAX - 1` buffers, and `Σ (size + align - 1)` within `u64`, so that no arena a solver
-/// builds (each buffer on top of others, padded to its alignment) can overflow. `O(n)`.
+/// builds (each buffer on top of others, padded to its alignment) can overflow: `TooLarge`
+/// when the sizes alone overflow, else `AlignTooLarge` naming the most aligned buffer. `O(n)`.
 pub(super) fn check_buffers(buffers: &[Buffer]) -> Result<(), PlanError> {
     if buffers.len() >= u32::MAX as usize {
         return Err(PlanError::TooMany);
     }
-    let mut total = 0u64;
+    let (mut sizes, mut padded) = (Some(0u64), Some(0u64));
+    let mut most_aligned = 0;
     for (index, b) in buffers.iter().enumerate() {
         if b.start >= b.end {
             return Err(PlanError::EmptyLifetime { index });
@@ -112,12 +114,21 @@ pub(super) fn check_buffers(buffers: &[Buffer]) -> Result<(), PlanError> {
         if !b.align.is_power_of_two() {
             return Err(PlanError::BadAlign { index });
         }
-        total = total
-            .checked_add(b.size)
-            .and_then(|t| t.checked_add(b.align - 1))
-            .ok_or(PlanError::TooLarge)?;
+        if b.align > buffers[most_aligned].align {
+            most_aligned = index;
+        }
+        sizes = sizes.and_then(|t| t.checked_add(b.size));
+        padded = padded
+            .and_then(|t| t.checked_add(b.size))
+            .and_then(|t| t.checked_add(b.align - 1));
     }
-    Ok(())
+    match (sizes, padded) {
+        (None, _) => Err(PlanError::TooLarge),
+        (Some(_), None) => Err(PlanError::AlignTooLarge {
+            index: most_aligned,
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// `x` rounded up to a multiple of `align` (a power of two); callers keep `x + align - 1`

@@ -26,9 +26,16 @@ pub enum PlanError {
         /// The buffer's index.
         index: usize,
     },
-    /// The sizes (plus alignment slack) of all buffers together overflow `u64`, so an arena
-    /// holding them could not be described.
+    /// The sizes of all buffers together overflow `u64`, so an arena holding them could not be
+    /// described.
     TooLarge,
+    /// The sizes fit in `u64`, but not once every buffer is padded to its alignment, which
+    /// the solvers need (they stack buffers at aligned offsets): this buffer has the largest
+    /// alignment, the one to lower.
+    AlignTooLarge {
+        /// The buffer's index.
+        index: usize,
+    },
     /// More buffers than the planner indexes (`u32::MAX - 1`).
     TooMany,
     /// The plan has a different number of offsets than there are buffers.
@@ -70,6 +77,11 @@ impl fmt::Display for PlanError {
                 write!(f, "buffer {index}: alignment is not a power of two")
             }
             PlanError::TooLarge => f.write_str("total buffer size overflows u64"),
+            PlanError::AlignTooLarge { index } => write!(
+                f,
+                "buffer {index}: alignment too large to be met: with every buffer padded to its \
+                 alignment, an arena could pass 2^64 bytes"
+            ),
             PlanError::TooMany => f.write_str("too many buffers (at most u32::MAX - 1)"),
             PlanError::WrongLength { buffers, offsets } => {
                 write!(f, "{offsets} offsets for {buffers} buffers")

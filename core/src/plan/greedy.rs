@@ -5,21 +5,66 @@
 //! (`tensorflow/lite/delegates/gpu/common/memory_management/greedy_by_size_assignment.cc`,
 //! `GreedyBySizeAssignment`): walk the buffers already placed that conflict with the new one,
 //! in offset order, and take the smallest gap between them that fits it, or else the top of
-//! the highest. The three solvers here differ only in the order they feed it.
+//! the highest. The three solvers here differ only in the order they feed it; the step itself
+//! is [`place::best_fit`](super::place), `O((n + p) log n)` for `p` conflicting pairs, with a
+//! cap on `p` (about a second of work) past which the buffers left are stacked on the
+//! highest buffer placed over their lifetime.
 
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::buffer::{align_up, check_buffers};
+use super::buffer::check_buffers;
+use super::place::{best_fit, Placed, WORK_LIMIT};
+use super::search::Monitor;
 use super::sweep::Instance;
 use super::{Buffer, Plan, PlanError};
+
+/// The order a heuristic feeds the placement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Order {
+    Size,
+    Breadth,
+    Peak,
+}
+
+impl Order {
+    pub(super) const ALL: [Order; 3] = [Order::Size, Order::Breadth, Order::Peak];
+
+    /// The buffers' indices in this order. `O(n log n)`.
+    pub(super) fn of(self, buffers: &[Buffer]) -> Vec<u32> {
+        match self {
+            Order::Size => by_size(buffers),
+            Order::Breadth => by_breadth(buffers),
+            Order::Peak => by_peak(buffers),
+        }
+    }
+}
+
+/// Places `buffers` (already checked) in `order`'s order, within `work_limit` conflicting
+/// pairs and while `monitor` lets it.
+pub(super) fn place<M: Monitor + ?Sized>(
+    buffers: &[Buffer],
+    order: Order,
+    work_limit: u64,
+    monitor: &mut M,
+) -> Placed {
+    best_fit(buffers, &order.of(buffers), work_limit, monitor)
+}
+
+/// The public heuristics: checked input, the default work cap, no monitor.
+fn greedy(buffers: &[Buffer], order: Order) -> Result<Plan, PlanError> {
+    check_buffers(buffers)?;
+    Ok(place(buffers, order, WORK_LIMIT, &mut || false).plan)
+}
 
 /// TensorFlow Lite's greedy by size: buffers in order of decreasing size (ties in input order),
 /// each at the smallest gap that fits it among the conflicting buffers placed before it, or on
 /// top of them. Fast and usually within a few percent of the lower bound on inference graphs;
 /// 30–40 % above it on adversarial sets such as MiniMalloc's.
 ///
-/// `O(n²)` time (each buffer scans those placed), `O(n)` memory.
+/// `O((n + p) log n)` time for `p` conflicting pairs, `O(n)` memory. The gap search stops
+/// after 2²⁹ units of work (pairs found times the log of their number, per buffer: a few
+/// seconds); the buffers left then go on top of their conflicts, `O(log n)` each.
 ///
 /// ```
 /// use tagalloc::plan::{greedy_by_size, validate, Buffer};
@@ -38,11 +83,14 @@ use super::{Buffer, Plan, PlanError};
 /// # Ok::<(), tagalloc::plan::PlanError>(())
 /// ```
 pub fn greedy_by_size(buffers: &[Buffer]) -> Result<Plan, PlanError> {
-    check_buffers(buffers)?;
+    greedy(buffers, Order::Size)
+}
+
+fn by_size(buffers: &[Buffer]) -> Vec<u32> {
     let mut order: Vec<u32> = (0..buffers.len() as u32).collect();
     // Stable: equal sizes keep their input order.
     order.sort_by(|&a, &b| buffers[b as usize].size.cmp(&buffers[a as usize].size));
-    Ok(best_fit(buffers, &order))
+    order
 }
 
 /// Greedy by breadth: the same gap-filling step, but buffers taken in order of their
@@ -52,7 +100,7 @@ pub fn greedy_by_size(buffers: &[Buffer]) -> Result<Plan, PlanError> {
 /// idea (`greedy_by_breadth_assignment.cc`, there for shared objects) and the `T` ("total")
 /// preordering of MiniMalloc applied to offsets.
 ///
-/// `O(n²)` time, `O(n)` memory beyond the sections.
+/// Time and memory as [`greedy_by_size`], plus the sections (`O(n log n)`).
 ///
 /// ```
 /// use tagalloc::plan::{greedy_by_breadth, lower_bound, validate, Buffer};
@@ -69,7 +117,10 @@ pub fn greedy_by_size(buffers: &[Buffer]) -> Result<Plan, PlanError> {
 /// # Ok::<(), tagalloc::plan::PlanError>(())
 /// ```
 pub fn greedy_by_breadth(buffers: &[Buffer]) -> Result<Plan, PlanError> {
-    check_buffers(buffers)?;
+    greedy(buffers, Order::Breadth)
+}
+
+fn by_breadth(buffers: &[Buffer]) -> Vec<u32> {
     let inst = Instance::new(buffers, None);
     let breadth = inst.breadth();
     // Zero-size buffers are not in the instance; they go anywhere, so last.
@@ -79,7 +130,7 @@ pub fn greedy_by_breadth(buffers: &[Buffer]) -> Result<Plan, PlanError> {
     }
     let mut order: Vec<u32> = (0..buffers.len() as u32).collect();
     order.sort_by(|&a, &b| key[b as usize].cmp(&key[a as usize]));
-    Ok(best_fit(buffers, &order))
+    order
 }
 
 /// Greedy by peak: the buffers live at the *peak* (the first moment where the most bytes are
@@ -99,7 +150,7 @@ pub fn greedy_by_breadth(buffers: &[Buffer]) -> Result<Plan, PlanError> {
 /// `SomasSolverCore::MemoryAllocationSolver`); [`search`](super::search) does the same with
 /// this solver and the two above.
 ///
-/// `O(n²)` time, `O(n)` memory.
+/// Time and memory as [`greedy_by_size`].
 ///
 /// ```
 /// use tagalloc::plan::{greedy_by_peak, lower_bound, validate, Buffer};
@@ -116,7 +167,10 @@ pub fn greedy_by_breadth(buffers: &[Buffer]) -> Result<Plan, PlanError> {
 /// # Ok::<(), tagalloc::plan::PlanError>(())
 /// ```
 pub fn greedy_by_peak(buffers: &[Buffer]) -> Result<Plan, PlanError> {
-    check_buffers(buffers)?;
+    greedy(buffers, Order::Peak)
+}
+
+fn by_peak(buffers: &[Buffer]) -> Vec<u32> {
     let peak = peak_moment(buffers);
     let at_peak = |b: &Buffer| b.size > 0 && peak.is_some_and(|t| b.start <= t && t < b.end);
     let mut order: Vec<u32> = (0..buffers.len() as u32).collect();
@@ -130,7 +184,7 @@ pub fn greedy_by_peak(buffers: &[Buffer]) -> Result<Plan, PlanError> {
             (false, false) => y.size.cmp(&x.size),
         }
     });
-    Ok(best_fit(buffers, &order))
+    order
 }
 
 /// The first moment at which the most bytes are live (`None` when no buffer has a size):
@@ -155,43 +209,4 @@ fn peak_moment(buffers: &[Buffer]) -> Option<u64> {
         }
     }
     at
-}
-
-/// Places `buffers` one at a time in `order` (a permutation of their indices): each at the
-/// start of the smallest gap that fits it between the conflicting buffers already placed
-/// (alignment respected), else on top of the highest of them. Zero-size buffers go at 0.
-pub(super) fn best_fit(buffers: &[Buffer], order: &[u32]) -> Plan {
-    let mut offsets = vec![0u64; buffers.len()];
-    // Placed buffers by offset (equal offsets in placement order).
-    let mut placed: Vec<u32> = Vec::with_capacity(buffers.len());
-    let mut arena = 0u64;
-    for &i in order {
-        let b = &buffers[i as usize];
-        if b.size == 0 {
-            continue;
-        }
-        let mut prev = 0u64; // the end of the placed conflicting buffers seen so far
-        let mut best: Option<(u64, u64)> = None; // (gap, offset)
-        for &p in &placed {
-            let q = &buffers[p as usize];
-            if q.end <= b.start || b.end <= q.start {
-                continue;
-            }
-            let po = offsets[p as usize];
-            let at = align_up(prev, b.align);
-            if po >= at && po - at >= b.size {
-                let gap = po - prev;
-                if best.is_none_or(|(g, _)| gap < g) {
-                    best = Some((gap, at));
-                }
-            }
-            prev = prev.max(po + q.size);
-        }
-        let off = best.map_or_else(|| align_up(prev, b.align), |(_, at)| at);
-        offsets[i as usize] = off;
-        arena = arena.max(off + b.size);
-        let pos = placed.partition_point(|&p| offsets[p as usize] <= off);
-        placed.insert(pos, i);
-    }
-    Plan { offsets, arena }
 }

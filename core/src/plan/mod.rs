@@ -37,6 +37,7 @@ mod bound;
 mod buffer;
 mod error;
 mod greedy;
+pub(crate) mod place;
 mod search;
 mod sweep;
 mod validate;

@@ -47,7 +47,8 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use super::buffer::{align_up, check_buffers};
-use super::greedy::{greedy_by_breadth, greedy_by_peak, greedy_by_size};
+use super::greedy::{self, Order};
+use super::place::WORK_LIMIT;
 use super::sweep::Instance;
 use super::{Buffer, Plan, PlanError};
 
@@ -107,6 +108,14 @@ pub struct Solution {
     pub optimal: bool,
     /// Search nodes used (placements tried).
     pub nodes: u64,
+    /// The plans of greedy by size, by breadth and by peak that the search started from, as
+    /// placed within the monitor's budget (with no time left, their later buffers are
+    /// stacked rather than fitted into gaps; see [`greedy_by_size`](super::greedy_by_size)).
+    pub greedy: [Plan; 3],
+    /// How many buffers of each of those plans were stacked on top of their conflicts rather
+    /// than fitted into a gap, because the work cap or the monitor stopped the gap search (0
+    /// for each plan that got every buffer its tightest gap).
+    pub greedy_stacked: [usize; 3],
 }
 
 /// What the search reports to, and asks of, its caller while it runs. The core has no clock,
@@ -189,27 +198,44 @@ pub fn search<M: Monitor + ?Sized>(
     monitor: &mut M,
 ) -> Result<Solution, PlanError> {
     check_buffers(buffers)?;
-    let inst = Instance::new(buffers, Some(options.graph_limit));
-    let mut lo = inst.lower_bound;
+    // The heuristics first, under the monitor: once it says stop, what is left of them is
+    // stacked, `O(n log n)`.
+    let mut stopped = false;
+    let mut greedy_stacked = [0; 3];
+    let mut k = 0;
+    let greedy = Order::ALL.map(|order| {
+        let limit = if stopped { 0 } else { WORK_LIMIT };
+        let placed = greedy::place(buffers, order, limit, monitor);
+        stopped |= placed.stopped;
+        greedy_stacked[k] = placed.stacked;
+        k += 1;
+        placed.plan
+    });
     // The heuristics' best, ties to the earlier one: greedy by size first, so that where the
     // newer orders do not beat it the search starts from the same plan as before.
-    let mut best = greedy_by_size(buffers)?;
-    for other in [greedy_by_breadth(buffers)?, greedy_by_peak(buffers)?] {
+    let mut best = &greedy[0];
+    for other in &greedy[1..] {
         if other.arena < best.arena {
             best = other;
         }
     }
+    let best = best.clone();
+    let stopped = stopped || monitor.stop();
+    let inst = Instance::new(buffers, (!stopped).then_some(options.graph_limit));
+    let mut lo = inst.lower_bound;
     monitor.improved(best.arena, lo);
     let mut nodes = 0u64;
-    let done = |best: Plan, lo: u64, nodes: u64| Solution {
+    let done = |best: Plan, lo: u64, nodes: u64, greedy: [Plan; 3]| Solution {
         optimal: best.arena == lo,
         plan: best,
         lower_bound: lo,
         nodes,
+        greedy,
+        greedy_stacked,
     };
     let indexable = inst.len() < INDEX_LIMIT && inst.sections() < INDEX_LIMIT;
-    if best.arena <= lo || !inst.has_graph() || !indexable || inst.len() == 0 {
-        return Ok(done(best, lo, nodes));
+    if best.arena <= lo || !inst.has_graph() || !indexable || inst.len() == 0 || stopped {
+        return Ok(done(best, lo, nodes, greedy));
     }
 
     let orders: Vec<(&'static str, Vec<u32>)> =
@@ -293,7 +319,7 @@ pub fn search<M: Monitor + ?Sized>(
     let best = Part::plan(&parts, &inst, buffers);
     debug_assert_eq!(best.arena, best_arena);
     let lo = lo.min(best.arena);
-    Ok(done(best, lo, nodes))
+    Ok(done(best, lo, nodes, greedy))
 }
 
 /// An independent part of the problem: a run of sections that no buffer crosses into the
@@ -411,6 +437,12 @@ impl<'i> Probe<'i> {
                     let mut engine = Engine::new(inst);
                     engine.start(cap, keys, order, part);
                     self.searches.push((i, engine));
+                    // Setting a search up is `O(n log n)`: with many parts, the monitor is
+                    // asked between them too.
+                    if budget.monitor.stop() {
+                        budget.stopped = true;
+                        return Step::Running;
+                    }
                 }
             }
         }
@@ -451,6 +483,10 @@ struct Budget<'m, M: Monitor + ?Sized> {
 
 /// Nodes between two calls of [`Monitor::stop`].
 const POLL: u64 = 256;
+
+/// Buffers and sections scanned between two calls of [`Monitor::stop`], whatever the nodes:
+/// about a millisecond.
+const POLL_WORK: u64 = 1 << 20;
 
 /// The preorders searched side by side: `TWA` (largest section total, then longest lifetime,
 /// then largest area) and `TAW`, two of MiniMalloc's three defaults, each once with static
@@ -692,6 +728,10 @@ struct Engine<'i> {
     opening: bool,
     outcome: Option<Outcome>,
     poll_at: u64,
+    /// Buffers and sections scanned so far, and when to ask the monitor next: on a large
+    /// problem a node scans its goal's whole list, so nodes alone are a poor clock.
+    work: u64,
+    work_poll_at: u64,
     counts: Vec<u32>,
     fill: Vec<u32>,
     /// Signatures of states proven to have no placement within `cap` (see [`Sig`]), in a
@@ -737,6 +777,8 @@ impl<'i> Engine<'i> {
             opening: false,
             outcome: None,
             poll_at: POLL,
+            work: 0,
+            work_poll_at: POLL_WORK,
             counts: Vec::new(),
             fill: Vec::new(),
             nogood: vec![0; (n * 256).clamp(1 << 10, NOGOODS)],
@@ -799,6 +841,7 @@ impl<'i> Engine<'i> {
         self.pool.clear();
         self.nodes = 0;
         self.poll_at = POLL;
+        self.work_poll_at = self.work + POLL_WORK;
         self.pool.extend_from_slice(&part.buffers);
         self.goals.push(Goal {
             list_lo: 0,
@@ -819,6 +862,7 @@ impl<'i> Engine<'i> {
     /// all are empty).
     fn split(&mut self, list_lo: u32, list_hi: u32, parent: &Goal, creator: u32) -> u32 {
         let inst = self.inst;
+        self.work += u64::from(list_hi - list_lo);
         let k = self.cutpoints.len() + 1;
         let (sec_lo, sec_hi) = (parent.sec_lo, parent.sec_hi);
         let bound = |cutpoints: &[u32], i: usize| -> u32 {
@@ -941,8 +985,9 @@ impl<'i> Engine<'i> {
                 if self.nodes >= stop_at {
                     return (Outcome::Aborted, self.nodes - first);
                 }
-                if self.nodes >= self.poll_at {
+                if self.nodes >= self.poll_at || self.work >= self.work_poll_at {
                     self.poll_at = self.nodes + POLL;
+                    self.work_poll_at = self.work + POLL_WORK;
                     if budget.monitor.stop() {
                         budget.stopped = true;
                         return (Outcome::Aborted, self.nodes - first);
@@ -977,6 +1022,7 @@ impl<'i> Engine<'i> {
                 return false;
             }
             let goal = self.goals[g as usize];
+            self.work += u64::from(goal.list_hi - goal.list_lo);
             let (mut unplaced, mut min_top) = (0u32, u64::MAX);
             // The lowest (offset, preorder) key of a buffer with no unplaced conflicts: its
             // minimum offset can no longer change, so it must be placed before anything with
@@ -1114,6 +1160,7 @@ impl<'i> Engine<'i> {
         self.avail[b] = UNPLACED;
         self.trail.push(Undo::new(PLACED, b as u32, 0, 0));
         let (blo, bhi) = (inst.lo[b] as usize, inst.hi[b] as usize);
+        self.work += (bhi - blo + inst.conflicts(b).len()) as u64;
         self.epoch += 1;
         if self.epoch == STALE {
             self.sec_seen.fill(0);
@@ -1169,6 +1216,7 @@ impl<'i> Engine<'i> {
         // Sections whose lowest minimum offset lost its last holder: rescan them.
         for i in 0..self.affected.len() {
             let s = self.affected[i] as usize;
+            self.work += inst.members(s).len() as u64;
             let (mut low, mut count) = (u64::MAX, 0u32);
             for &c in inst.members(s) {
                 let m = self.avail[c as usize];
@@ -1195,6 +1243,7 @@ impl<'i> Engine<'i> {
         if o == goal.floor_off {
             (blo..bhi).all(fits) && self.affected.iter().all(|&s| fits(s as usize))
         } else {
+            self.work += u64::from(goal.sec_hi - goal.sec_lo);
             (goal.sec_lo as usize..goal.sec_hi as usize).all(fits)
         }
     }

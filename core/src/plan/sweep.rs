@@ -222,15 +222,32 @@ impl Instance {
     }
 
     /// For each buffer, the largest total live in any of its sections: its "breadth".
-    /// `O(Σ sections spanned)`.
+    /// Range maxima over the section totals in a bottom-up tree: `O(n log s)`.
     pub fn breadth(&self) -> Vec<u64> {
+        let s = self.sections();
+        let leaves = s.max(1).next_power_of_two();
+        let mut tree = vec![0u64; 2 * leaves];
+        tree[leaves..leaves + s].copy_from_slice(&self.sec_total);
+        for v in (1..leaves).rev() {
+            tree[v] = tree[2 * v].max(tree[2 * v + 1]);
+        }
         (0..self.len())
             .map(|b| {
-                self.sec_total[self.lo[b] as usize..self.hi[b] as usize]
-                    .iter()
-                    .copied()
-                    .max()
-                    .unwrap_or(0)
+                let (mut l, mut r) = (self.lo[b] as usize + leaves, self.hi[b] as usize + leaves);
+                let mut best = 0;
+                while l < r {
+                    if l & 1 == 1 {
+                        best = best.max(tree[l]);
+                        l += 1;
+                    }
+                    if r & 1 == 1 {
+                        r -= 1;
+                        best = best.max(tree[r]);
+                    }
+                    l >>= 1;
+                    r >>= 1;
+                }
+                best
             })
             .collect()
     }

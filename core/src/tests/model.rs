@@ -17,7 +17,7 @@ use proptest::prelude::*;
 
 use super::inline::Arena;
 use crate::model::{DetachedSubject, InlineSubject, Memory, Model, Subject};
-use crate::{DetachedHeap, HostGranule, InlineHeap, Record, Tally};
+use crate::{BinShape, DetachedHeap, HostGranule, InlineHeap, Record, Tally};
 
 // SAFETY: the arena's buffer is valid for its length for as long as the arena lives, and the
 // tests hand it to one heap only.
@@ -305,10 +305,11 @@ fn inline_subject() -> (InlineSubject<Arena>, usize) {
     inline_subject_of(InlineHeap::new())
 }
 
-/// `heap` (with or without statistics) over an arena of the test's address space.
-fn inline_subject_of<K: Tally>(
-    heap: InlineHeap<HostGranule, K>,
-) -> (InlineSubject<Arena, HostGranule, K>, usize) {
+/// `heap` (with or without statistics, of either bin shape) over an arena of the test's
+/// address space.
+fn inline_subject_of<K: Tally, B: BinShape>(
+    heap: InlineHeap<HostGranule, K, B>,
+) -> (InlineSubject<Arena, HostGranule, K, B>, usize) {
     let mut arena = Arena::new(SPACE);
     let base = arena.ptr().addr();
     (InlineSubject::new(heap, arena), base)
@@ -338,6 +339,20 @@ proptest! {
     #[test]
     fn inline_without_stats_dense_tries_match_model(ops in ops_strategy(large_size_strategy())) {
         let (mut s, base) = inline_subject_of(InlineHeap::without_stats());
+        run(&mut s, base, SPACE / 2, &ops);
+    }
+
+    /// The compact bins (a list per size up to 64 granules, tries above) serve the same
+    /// policy: the model predicts every address, with sizes on both sides of their lists.
+    #[test]
+    fn inline_compact_matches_model(ops in ops_strategy(size_strategy())) {
+        let (mut s, base) = inline_subject_of(InlineHeap::compact());
+        run(&mut s, base, 32 * 1024, &ops);
+    }
+
+    #[test]
+    fn inline_compact_dense_tries_match_model(ops in ops_strategy(large_size_strategy())) {
+        let (mut s, base) = inline_subject_of(InlineHeap::compact());
         run(&mut s, base, SPACE / 2, &ops);
     }
 

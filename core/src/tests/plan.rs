@@ -7,6 +7,7 @@ use std::vec::Vec;
 
 use proptest::prelude::*;
 
+use crate::plan::place::{best_fit, WORK_LIMIT};
 use crate::plan::{
     greedy_by_breadth, greedy_by_peak, greedy_by_size, lower_bound, search, validate, Buffer, Plan,
     PlanError, SearchOptions,
@@ -288,17 +289,24 @@ fn bad_input_is_an_error() {
     let bad_align = [Buffer::new(0, 8, 0, 1).with_align(12)];
     let zero_align = [Buffer::new(0, 8, 0, 1).with_align(0)];
     let huge = [Buffer::new(0, u64::MAX, 0, 1), Buffer::new(1, 1, 5, 6)];
+    // Small sizes, but two alignments of 2^63: the sizes do not overflow, the padding does.
+    let aligned = [
+        Buffer::new(0, 8, 0, 2).with_align(16),
+        Buffer::new(1, 8, 0, 2).with_align(1 << 63),
+        Buffer::new(2, 8, 1, 3).with_align(1 << 63),
+    ];
     for (b, e) in [
         (&empty_life[..], PlanError::EmptyLifetime { index: 0 }),
         (&bad_align[..], PlanError::BadAlign { index: 0 }),
         (&zero_align[..], PlanError::BadAlign { index: 0 }),
         (&huge[..], PlanError::TooLarge),
+        (&aligned[..], PlanError::AlignTooLarge { index: 1 }),
     ] {
         assert_eq!(lower_bound(b), Err(e));
         assert_eq!(greedy_by_size(b), Err(e));
         assert_eq!(greedy_by_breadth(b), Err(e));
         assert_eq!(search(b, &exhaustive(), &mut || false), Err(e));
-        if e != PlanError::TooLarge {
+        if !matches!(e, PlanError::TooLarge | PlanError::AlignTooLarge { .. }) {
             let plan = Plan {
                 offsets: vec![0; b.len()],
                 arena: 8,
@@ -449,4 +457,153 @@ proptest! {
         }
         prop_assert_eq!(validate(&b, &plan).map_err(|_| ()), expected);
     }
+}
+
+/// The placement as it was written before its index (TensorFlow Lite's scan of every buffer
+/// placed, `O(n²)`): the oracle the indexed one must match offset for offset.
+fn best_fit_by_scan(buffers: &[Buffer], order: &[u32]) -> Plan {
+    let align_up = |x: u64, a: u64| x.div_ceil(a) * a;
+    let mut offsets = vec![0u64; buffers.len()];
+    let mut placed: Vec<u32> = Vec::new();
+    let mut arena = 0u64;
+    for &i in order {
+        let b = &buffers[i as usize];
+        if b.size == 0 {
+            continue;
+        }
+        let (mut prev, mut best) = (0u64, None::<(u64, u64)>);
+        for &p in &placed {
+            let q = &buffers[p as usize];
+            if q.end <= b.start || b.end <= q.start {
+                continue;
+            }
+            let po = offsets[p as usize];
+            let at = align_up(prev, b.align);
+            if po >= at && po - at >= b.size && best.is_none_or(|(g, _)| po - prev < g) {
+                best = Some((po - prev, at));
+            }
+            prev = prev.max(po + q.size);
+        }
+        let off = best.map_or_else(|| align_up(prev, b.align), |(_, at)| at);
+        offsets[i as usize] = off;
+        arena = arena.max(off + b.size);
+        let pos = placed.partition_point(|&p| offsets[p as usize] <= off);
+        placed.insert(pos, i);
+    }
+    Plan { offsets, arena }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: if cfg!(miri) { 8 } else { 300 },
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// The indexed placement finds the very gaps the quadratic scan finds, in any order.
+    #[test]
+    fn indexed_placement_matches_the_scan(
+        b in instance(60, 64, 30),
+        seed in any::<u64>(),
+    ) {
+        let mut order: Vec<u32> = (0..b.len() as u32).collect();
+        // A seeded shuffle (xorshift), so orders other than the heuristics' are tried.
+        let mut x = seed | 1;
+        for i in (1..order.len()).rev() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            order.swap(i, (x % (i as u64 + 1)) as usize);
+        }
+        let placed = best_fit(&b, &order, WORK_LIMIT, &mut || false);
+        prop_assert_eq!(placed.stacked, 0);
+        prop_assert!(!placed.stopped);
+        prop_assert_eq!(placed.plan, best_fit_by_scan(&b, &order));
+    }
+
+    /// Past the work cap (or when the monitor stops it) the buffers left go on the skyline:
+    /// still valid, each exactly on top of the highest conflicting buffer placed before it.
+    #[test]
+    fn stacked_placement_is_valid_and_tight(
+        b in instance(60, 64, 30),
+        limit in 0u64..40,
+        stop_after in 0u32..3,
+    ) {
+        let order: Vec<u32> = (0..b.len() as u32).collect();
+        let placed = best_fit(&b, &order, limit, &mut || false);
+        prop_assert_eq!(validate(&b, &placed.plan), Ok(()));
+        let plan = &placed.plan;
+        let mut stacked = 0;
+        for (k, &i) in order.iter().enumerate() {
+            let x = &b[i as usize];
+            if x.size == 0 {
+                continue;
+            }
+            let top = order[..k]
+                .iter()
+                .filter(|&&j| {
+                    let y = &b[j as usize];
+                    y.size > 0 && y.start < x.end && x.start < y.end
+                })
+                .map(|&j| plan.offsets[j as usize] + b[j as usize].size)
+                .max()
+                .unwrap_or(0);
+            let on_top = top.div_ceil(x.align) * x.align;
+            if limit == 0 {
+                // Nothing searched for gaps: every buffer sits right on top.
+                prop_assert_eq!(plan.offsets[i as usize], on_top);
+            }
+            stacked += usize::from(plan.offsets[i as usize] == on_top);
+        }
+        prop_assert!(stacked >= placed.stacked);
+        if limit == 0 {
+            prop_assert_eq!(placed.stacked, b.iter().filter(|x| x.size > 0).count());
+        }
+        // A monitor that stops the gap search: valid too, and it says so.
+        let mut calls = 0;
+        let stopping = best_fit(&b, &order, WORK_LIMIT, &mut || {
+            calls += 1;
+            calls > stop_after
+        });
+        prop_assert_eq!(validate(&b, &stopping.plan), Ok(()));
+    }
+}
+
+#[test]
+fn all_live_past_the_work_cap_is_stacked_to_the_bound() {
+    let n = if cfg!(miri) { 200u64 } else { 3000 };
+    let b: Vec<Buffer> = (0..n).map(|i| Buffer::new(i, 1 + i % 97, 0, 1)).collect();
+    let order: Vec<u32> = (0..b.len() as u32).collect();
+    let placed = best_fit(&b, &order, n * 4, &mut || false);
+    assert!(placed.stacked > 0, "the cap was reached");
+    assert_eq!(validate(&b, &placed.plan), Ok(()));
+    assert_eq!(placed.plan.arena, lower_bound(&b).unwrap());
+}
+
+/// A monitor that says stop at once: the search still returns valid plans (its heuristics
+/// stacked), tries no node, and says how many buffers each heuristic stacked.
+#[test]
+fn a_search_stopped_at_once_returns_valid_stacked_plans() {
+    let b: Vec<Buffer> = (0..500u64)
+        .map(|i| Buffer::new(i, 1 + (i * 37) % 64, i % 50, i % 50 + 1 + i % 7))
+        .collect();
+    let found = search(&b, &exhaustive(), &mut || true).unwrap();
+    assert_eq!(validate(&b, &found.plan), Ok(()));
+    assert_eq!(found.nodes, 0);
+    for (plan, &stacked) in found.greedy.iter().zip(&found.greedy_stacked) {
+        assert_eq!(validate(&b, plan), Ok(()));
+        assert!(stacked > 0, "the gap search was stopped");
+        assert!(found.plan.arena <= plan.arena);
+    }
+    // Unstopped (a few nodes only), no buffer is stacked and the plans are the public
+    // heuristics'.
+    let few = SearchOptions {
+        node_limit: 1000,
+        ..exhaustive()
+    };
+    let found = search(&b, &few, &mut || false).unwrap();
+    assert_eq!(found.greedy_stacked, [0; 3]);
+    assert_eq!(found.greedy[0], greedy_by_size(&b).unwrap());
+    assert_eq!(found.greedy[1], greedy_by_breadth(&b).unwrap());
+    assert_eq!(found.greedy[2], greedy_by_peak(&b).unwrap());
 }

@@ -8,6 +8,7 @@ extern crate std;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
+use std::string::ToString;
 use std::vec::Vec;
 
 use core::ptr::NonNull;
@@ -17,8 +18,8 @@ use proptest::prelude::*;
 use super::inline::Arena;
 use crate::model::{Layout, Model};
 use crate::{
-    DetachedHeap, Error, Growth, Hooks, InlineHeap, Policy, Pool, Record, RegionSource, Reserve,
-    Scope,
+    DetachedHeap, Error, Growth, Hooks, InlineHeap, Policy, PolicyError, Pool, Record,
+    RegionSource, Reserve, Scope,
 };
 
 /// A fault a source can be told to commit on its `n`-th `obtain` (counting from 1).
@@ -491,6 +492,91 @@ fn reservation_up_front_by_bytes_and_by_fraction() {
         books.borrow().out.values().copied().collect::<Vec<_>>(),
         [32 << 20]
     );
+}
+
+/// Checked at compile time: `Policy::check` runs in a constant without panicking.
+const ABSURD: Policy = Policy::new().reserve(Reserve::Fraction(1e300));
+const _: () = assert!(matches!(ABSURD.check(), Err(PolicyError::ReserveFraction)));
+const _: () = assert!(Policy::new()
+    .reserve(Reserve::Fraction(1.0))
+    .check()
+    .is_ok());
+
+#[test]
+fn a_policy_no_pool_can_follow_is_refused_naming_the_field_and_obtains_nothing() {
+    let cases = [
+        (
+            Reserve::Fraction(f64::NAN),
+            Growth::Fixed(1 << 20),
+            PolicyError::ReserveFraction,
+        ),
+        (
+            Reserve::Fraction(-1.0),
+            Growth::Fixed(1 << 20),
+            PolicyError::ReserveFraction,
+        ),
+        (
+            Reserve::Fraction(1e300),
+            Growth::Fixed(1 << 20),
+            PolicyError::ReserveFraction,
+        ),
+        (
+            Reserve::Fraction(f64::INFINITY),
+            Growth::Fixed(1 << 20),
+            PolicyError::ReserveFraction,
+        ),
+        (
+            Reserve::Bytes(usize::MAX),
+            Growth::Fixed(1 << 20),
+            PolicyError::ReserveBytes,
+        ),
+        (
+            Reserve::Nothing,
+            Growth::Fixed(usize::MAX),
+            PolicyError::GrowthSize,
+        ),
+        (
+            Reserve::Nothing,
+            Growth::Doubling {
+                initial: 1 << 20,
+                cap: usize::MAX,
+            },
+            PolicyError::GrowthSize,
+        ),
+    ];
+    for (reserve, growth, want) in cases {
+        let policy = Policy::new().reserve(reserve).growth(growth);
+        assert_eq!(policy.check(), Err(want), "{policy:?}");
+        let (mut pool, books, hooks) = detached_pool(64 << 20, policy, false);
+        let e = pool.alloc(100, 256).unwrap_err();
+        assert_eq!(e.error, Error::BadPolicy(want), "{policy:?}");
+        assert_eq!(e.requested, 100);
+        let text = e.to_string();
+        assert!(text.contains(&std::format!("`{}`", want.field())), "{text}");
+        assert!(!text.contains("overflows"), "{text}");
+        assert_eq!(
+            pool.reserve_now().unwrap_err().error,
+            Error::BadPolicy(want),
+            "refused again, not skipped"
+        );
+        assert_eq!(books.borrow().obtains, 0, "{policy:?} obtained memory");
+        assert_eq!(hooks.0.borrow().calls, 0);
+        assert_eq!(pool.stats().reserved, 0);
+        pool.check().unwrap();
+    }
+}
+
+#[test]
+fn a_fraction_of_zero_reserves_nothing() {
+    let (mut pool, books, _) = detached_pool(
+        64 << 20,
+        Policy::new().reserve(Reserve::Fraction(0.0)),
+        false,
+    );
+    pool.reserve_now().unwrap();
+    assert_eq!(books.borrow().obtains, 0);
+    let _a = pool.alloc(100, 256).unwrap();
+    assert_eq!(books.borrow().obtains, 1, "grown on demand instead");
 }
 
 #[test]

@@ -152,7 +152,11 @@ impl ThreadCache {
                 head: None,
                 count: 0,
             }; CLASSES],
-            key: if key == 0 { 0x9e37_79b9_7f4a_7c15 } else { key },
+            key: if key == 0 {
+                0x9e37_79b9_7f4a_7c15_u64 as usize
+            } else {
+                key
+            },
             blocks: 0,
             bytes: 0,
             synced: (0, 0),

@@ -1,20 +1,25 @@
 //! A ready global allocator for `std` programs: [`HostAllocator`], a shared pool of `mmap`
 //! regions behind a [`FutexLock`].
 //!
-//! Nothing on its allocation and free paths allocates: the pool and the heap work inside the
-//! regions they manage, the source calls `mmap`/`mremap`/`munmap`/`madvise` and reads `/proc`
-//! files into stack buffers, the lock is one atomic word and a futex, and the core's re-entry
-//! check reads the address of a constant-initialised thread-local without a destructor (no
-//! lazy initialisation, no destructor registration). `tests/global.rs` checks this with the
+//! Nothing on its allocation and free paths allocates through it: the pool and the heap work
+//! inside the regions they manage, the source calls `mmap`/`mremap`/`munmap`/`madvise` and
+//! reads `/proc` files into stack buffers, the lock is one atomic word and a futex, the core's
+//! re-entry check reads the address of a constant-initialised thread-local without a
+//! destructor, and each thread's cache of small blocks (`crate::tcache`) is another such
+//! thread-local; the one registration a thread makes, its cache's exit destructor, takes a
+//! list node from glibc's own `malloc` (not this allocator) once per thread. `tests/global.rs` checks this with the
 //! allocator installed as a test program's `#[global_allocator]`, wrapped so that a call made
 //! from inside another is counted.
 
 use core::alloc::{GlobalAlloc, Layout};
+use core::ptr::{null_mut, NonNull};
+use core::sync::atomic::AtomicU32;
 
 use tagalloc::{Error, Growth, InlineHeap, NoHooks, Policy, Pool, PoolStats, SharedPool, Trimmed};
 
 use crate::futex::FutexLock;
 use crate::mmap::{MmapSource, SourceError};
+use crate::tcache;
 
 /// A shared host pool: an [`InlineHeap`] over [`MmapSource`] regions behind lock `L`
 /// ([`FutexLock`] by default, `tagalloc::SpinLock` for comparison).
@@ -31,7 +36,11 @@ pub type HostPool<L = FutexLock> = SharedPool<InlineHeap, MmapSource, NoHooks, L
 /// 64 MiB, requests above 1 MiB in regions of their own (returned to the system as soon as
 /// they are freed), and [`HostAllocator::trim`] giving back wholly free regions, cutting free
 /// region ends and releasing the pages of free chunks of 64 KiB or more. Waiting threads sleep
-/// ([`FutexLock`]). Nothing is mapped until the first allocation.
+/// ([`FutexLock`]). Nothing is mapped until the first allocation. Requests of up to 1032
+/// bytes (alignment up to 16) go through the calling thread's cache in front of the pool,
+/// without the lock (see `tagalloc::ThreadCache`): a thread's cache serves the first
+/// `HostAllocator` it uses and goes back to it at the thread's exit, on [`HostAllocator::trim`]
+/// and [`HostAllocator::flush_thread_cache`].
 ///
 /// # Examples
 ///
@@ -57,6 +66,9 @@ pub type HostPool<L = FutexLock> = SharedPool<InlineHeap, MmapSource, NoHooks, L
 /// ```
 pub struct HostAllocator {
     pool: HostPool,
+    /// Tells this allocator's per-thread caches from those of one dropped at the same address
+    /// (see `crate::tcache`); 0 until a thread binds a cache to it.
+    cache_id: AtomicU32,
 }
 
 impl HostAllocator {
@@ -85,16 +97,27 @@ impl HostAllocator {
     pub const fn with_source(source: MmapSource, policy: Policy) -> Self {
         HostAllocator {
             pool: SharedPool::new(Pool::new(InlineHeap::new(), source, policy)),
+            cache_id: AtomicU32::new(0),
         }
     }
 
     /// Gives memory back to the system (see `tagalloc::Pool::trim`). `Error::Reentrant` only
     /// if called from inside [`HostAllocator::pool`]'s `with_pool`.
+    /// The calling thread's cache goes back to the pool first (other threads keep theirs).
     pub fn trim(&self) -> Result<Trimmed, Error> {
+        tcache::flush_current(&self.pool, &self.cache_id);
         self.pool.trim()
     }
 
-    /// The pool's statistics (the heap's, and what is held from the system).
+    /// Gives the calling thread's cache of small blocks back to the pool now, as its exit
+    /// would (a worker going idle, or before reading exact statistics: the caches' figures are
+    /// as of each cache's last exchange with the pool).
+    pub fn flush_thread_cache(&self) {
+        tcache::flush_current(&self.pool, &self.cache_id);
+    }
+
+    /// The pool's statistics (the heap's, and what is held from the system; `cache`: the
+    /// per-thread caches, as of each one's last exchange with the pool).
     pub fn stats(&self) -> Result<PoolStats, Error> {
         self.pool.stats()
     }
@@ -112,25 +135,55 @@ impl HostAllocator {
     }
 }
 
+impl Drop for HostAllocator {
+    /// Threads that still hold cached blocks of this allocator forget them instead of giving
+    /// them back to a pool that is gone (see `crate::tcache`).
+    fn drop(&mut self) {
+        tcache::unbind(&self.pool, &self.cache_id);
+    }
+}
+
 impl Default for HostAllocator {
     fn default() -> Self {
         Self::new()
     }
 }
 
-// SAFETY: every method forwards to the shared pool's `GlobalAlloc`, whose contract is the same;
-// the caller's promises are passed on unchanged.
+// SAFETY: `alloc` and `dealloc` go through the calling thread's cache, which hands out only
+// live blocks of this pool that nobody else holds (its invariant) and takes back the blocks the
+// caller gives up, with the caller's promise that `ptr` came from this allocator with
+// `layout`; everything else forwards to the shared pool's `GlobalAlloc`, whose contract is the
+// same.
 unsafe impl GlobalAlloc for HostAllocator {
+    /// Small requests from the thread's cache (see `crate::tcache`), the rest from the pool.
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded caller contract.
-        unsafe { GlobalAlloc::alloc(&self.pool, layout) }
+        tcache::with_cache(&self.pool, &self.cache_id, |cache| match cache {
+            Some(cache) => self
+                .pool
+                .alloc_with_cache(cache, layout.size(), layout.align())
+                .map_or(null_mut(), NonNull::as_ptr),
+            // SAFETY: forwarded caller contract.
+            None => unsafe { GlobalAlloc::alloc(&self.pool, layout) },
+        })
     }
 
+    /// Small blocks into the thread's cache (whichever thread allocated them: the heap is
+    /// shared), the rest to the pool. Rust hands over the layout, so no tag is read.
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded caller contract.
-        unsafe { GlobalAlloc::dealloc(&self.pool, ptr, layout) }
+        let Some(p) = NonNull::new(ptr) else {
+            return;
+        };
+        tcache::with_cache(&self.pool, &self.cache_id, |cache| match cache {
+            // SAFETY: `GlobalAlloc`'s contract: `p` was allocated here with `layout`, and the
+            // cache serves this pool. A refusal is counted; `dealloc` cannot return it.
+            Some(cache) => {
+                let _ = unsafe { self.pool.free_with_cache(cache, p, layout.size()) };
+            }
+            // SAFETY: forwarded caller contract.
+            None => unsafe { GlobalAlloc::dealloc(&self.pool, ptr, layout) },
+        })
     }
 
     #[inline]

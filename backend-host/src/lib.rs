@@ -17,6 +17,10 @@
 //! static A: tagalloc_host::HostAllocator = tagalloc_host::HostAllocator::new();
 //! ```
 //!
+//! - [`CacheBinding`]: each thread's cache of small blocks in front of a `'static` host pool
+//!   (what [`HostAllocator`] uses inside), set up without allocating and given back at the
+//!   thread's exit, joined or not.
+//!
 //! Linux only: the source relies on `mremap`, `MAP_HUGETLB`, `MAP_POPULATE` and
 //! `MADV_POPULATE_WRITE`, the lock on futexes.
 
@@ -30,7 +34,9 @@ mod futex;
 mod global;
 mod mmap;
 mod os;
+mod tcache;
 
 pub use futex::FutexLock;
 pub use global::{HostAllocator, HostPool};
 pub use mmap::{Call, HugePages, MmapOptions, MmapSource, SourceError};
+pub use tcache::CacheBinding;

@@ -5,6 +5,10 @@
 //! Hooks run while the pool is being changed (inside its lock, for a shared pool): they must not
 //! call back into the pool.
 
+use core::ptr::NonNull;
+
+use crate::inline::InlineHeap;
+
 /// Callbacks on the ranges a pool obtains and gives back. Every method does nothing by
 /// default. Addresses are the ranges' first bytes, lengths in bytes.
 ///
@@ -43,6 +47,15 @@ pub trait Hooks {
     /// The tail `at..at + len` of the region at `base` was given back; the region stays.
     fn shrunk(&mut self, base: usize, at: usize, len: usize) {
         let _ = (base, at, len);
+    }
+    /// Whether the block at `ptr`, coming back to an inline pool's `heap` from a per-thread
+    /// cache (a spill or a flush, under the lock: see [`crate::ThreadCache`]), may be freed
+    /// into the heap, which will follow its tags: a library that proves every free checks the
+    /// tags here as it would at a free that bypasses the cache (and may report damage and
+    /// abort). `false` keeps the block out of the heap for good. `true` by default.
+    fn cached_block_returns(&self, heap: &InlineHeap, ptr: NonNull<u8>) -> bool {
+        let _ = (heap, ptr);
+        true
     }
 }
 

@@ -154,10 +154,24 @@ impl<G: Granule> InlineTags<G> {
         unsafe { c.word_at(bytes as isize - W as isize).write(bytes) }
     }
 
+    /// Sets or clears `flag` in `c`'s head: only ever `PREV_IN_USE`, when `c`'s predecessor
+    /// changes state. `c` may then be a live block that another thread owns and whose head it
+    /// reads without the lock ([`InlineHeap::unlocked_usable_size`]), so this word is read and
+    /// written with relaxed atomic accesses, which compile to plain moves: no data race with
+    /// that reader, and the size bits it wants are not changed here. Every other write of a
+    /// head is of a chunk the lock holder owns (being allocated, freed or split), which no
+    /// other thread reads; the heap's memory is outside what loom models, hence `core`'s
+    /// atomics rather than `crate::sync`'s.
     #[inline]
     fn set_flag(&mut self, c: Chunk, flag: usize, on: bool) {
-        let h = self.head(c);
-        self.set_head(c, if on { h | flag } else { h & !flag });
+        // SAFETY: the head word of a chunk in an owned region (as in `head`), word-aligned,
+        // and every access that may race with this one is atomic too (see above).
+        let w = unsafe { core::sync::atomic::AtomicUsize::from_ptr(c.word_at(0).as_ptr()) };
+        let h = w.load(core::sync::atomic::Ordering::Relaxed);
+        w.store(
+            if on { h | flag } else { h & !flag },
+            core::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     /// A copy of region `r`'s header.
@@ -959,6 +973,36 @@ impl<G: Granule, K: Tally, B: BinShape> InlineHeap<G, K, B> {
             return Err(Error::DoubleFree);
         }
         Ok(t.layout().bytes_of(t.size(c)) - W)
+    }
+
+    /// Bytes usable at the live block `ptr` of an inline heap, read from its tag without
+    /// the heap's lock (a C `free` choosing a per-thread cache's class, see
+    /// [`crate::ThreadCache`]); `None` when the tag says the chunk is not in use.
+    ///
+    /// Sound without the lock because the word is loaded atomically (relaxed), and the only
+    /// write another thread may make to a live block's head, the lock holder's update of its
+    /// `PREV_IN_USE` bit, is an atomic store that leaves the size bits alone (see
+    /// `InlineTags::set_flag`); the size itself changes only in a realloc of the block, which
+    /// is its owner's call.
+    ///
+    /// # Time Complexity
+    /// `O(1)`, one relaxed load.
+    ///
+    /// # Safety
+    /// `ptr` is a live allocation of an inline heap, owned by the caller (not
+    /// being freed or resized by another thread). A double free of a block the heap has freed
+    /// breaks this: its head may then be written, not atomically, by the lock holder.
+    #[inline]
+    pub unsafe fn unlocked_usable_size(ptr: NonNull<u8>) -> Option<usize> {
+        // SAFETY: the caller's promise: the word before `ptr` is a live chunk's head, aligned;
+        // the accesses that may race with this load are atomic (see above).
+        let h =
+            unsafe { core::sync::atomic::AtomicUsize::from_ptr(ptr.byte_sub(W).cast().as_ptr()) }
+                .load(core::sync::atomic::Ordering::Relaxed);
+        if h & IN_USE == 0 {
+            return None;
+        }
+        (h & !FLAGS).checked_sub(W)
     }
 
     /// Bytes usable at `ptr`, after proving, as [`InlineHeap::free_checked`] does, that `ptr`

@@ -62,6 +62,11 @@
 //!   (the default, behind `stats()`) or [`NoCounters`] (nothing, and a little faster).
 //! - **re-entry**: a call into a shared heap from the thread that holds its lock
 //!   ([`Error::Reentrant`]).
+//! - **cache** (thread cache): a thread's stack of small blocks per size class in front of a
+//!   shared inline pool ([`ThreadCache`]), taken and given back without the lock; its blocks
+//!   are in use for the heap. A **hit** is an allocation served by it, a **miss** one that
+//!   refilled it, a **spill** a batch moved back from a full class, a **flush** the whole
+//!   cache given back.
 //!
 //! # Modules
 //!
@@ -70,7 +75,8 @@
 //! (bins and best fit), `heap` (the algorithm), `region` (regions), `check` (the invariant
 //! walk), `stats` (statistics and the counters behind them), `lock` (locks and re-entry),
 //! `queue` (the ring of queued frees), `shared` (a heap behind a lock), `global` and
-//! `shared_detached` (the two shared heaps), `sync` (atomics that loom can swap), `model` (the
+//! `shared_detached` (the two shared heaps), `tcache` (per-thread caches in front of a shared
+//! pool), `sync` (atomics that loom can swap), `model` (the
 //! reference model and the one adapter that tests, fuzz targets, trace replay and benchmarks
 //! drive both heaps through; hidden).
 //!
@@ -140,6 +146,7 @@ mod source;
 mod stats;
 mod sync;
 mod tags;
+mod tcache;
 
 pub use detached::{Block, DetachedHeap, Handle, DEVICE_GRANULE};
 pub use error::{BlockError, CheckError, Error};
@@ -159,6 +166,7 @@ pub use shared_detached::SharedDetachedHeap;
 pub use shared_pool::{OomHandler, SharedPool};
 pub use source::RegionSource;
 pub use stats::{Counters, NoCounters, Stats, Tally};
+pub use tcache::{tcache_enabled, CacheStats, Class, ThreadCache, CLASSES, TOTAL_BYTES};
 
 #[cfg(test)]
 mod tests;

@@ -17,6 +17,7 @@ use crate::pool_heap::PoolHeap;
 use crate::scope::Scope;
 use crate::source::RegionSource;
 use crate::stats::Stats;
+use crate::tcache::CacheStats;
 
 /// How many bypass regions a pool remembers at once; past that, large requests are served like
 /// any other (the pool stays correct, it just keeps their regions until trimmed).
@@ -92,6 +93,9 @@ pub struct PoolStats {
     pub hook_calls: u64,
     /// Bytes of pages released inside regions that stayed.
     pub released: u64,
+    /// What per-thread caches in front of the pool hold and did (see [`crate::ThreadCache`]):
+    /// their blocks count as in use in `heap` too.
+    pub cache: CacheStats,
 }
 
 /// What one [`Pool::trim`] gave back.
@@ -234,6 +238,14 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
                 retries: 0,
                 hook_calls: 0,
                 released: 0,
+                cache: CacheStats {
+                    blocks: 0,
+                    bytes: 0,
+                    hits: 0,
+                    misses: 0,
+                    spills: 0,
+                    flushes: 0,
+                },
             },
         }
     }
@@ -247,6 +259,11 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
     #[inline]
     pub(crate) fn bypasses(&self, size: usize) -> bool {
         size > self.bypass_above
+    }
+
+    /// The caches' figures, to update at an exchange.
+    pub(crate) fn cache_stats_mut(&mut self) -> &mut CacheStats {
+        &mut self.counts.cache
     }
 
     /// The heap, to change (realloc; never to add or remove regions behind the pool's back).

@@ -14,6 +14,7 @@ use crate::pool_heap::PoolHeap;
 use crate::shared::{QueuedFree, Shared};
 use crate::source::RegionSource;
 use crate::sync::const_unless_loom;
+use crate::tcache::{self, Class, ThreadCache};
 
 /// A free waiting in the queue: the block and the size it was freed with.
 pub(crate) struct Pending<B> {
@@ -364,6 +365,175 @@ where
             .map_err(|e| unlocked_error(e, new_size))?;
         // SAFETY: forwarded caller contract.
         unsafe { st.heap.realloc(ptr, old_size, align, new_size) }
+    }
+}
+
+impl<S, K, L, const N: usize> SharedPool<InlineHeap, S, K, L, N>
+where
+    S: RegionSource<Base = NonNull<u8>>,
+    K: Hooks,
+    L: RawLock,
+{
+    /// Allocates through `cache` (see [`ThreadCache`]): a request of a cached class comes from
+    /// the cache without the lock or any atomic operation; an empty class is refilled with a
+    /// batch under one lock acquisition; anything else (larger sizes, alignments above the
+    /// granule, the `checked` build) is [`SharedPool::alloc`].
+    ///
+    /// # Time Complexity
+    /// `O(1)` on a hit; a refill is a batch of [`Pool::alloc`]s under the lock.
+    #[inline]
+    pub fn alloc_with_cache(
+        &self,
+        cache: &mut ThreadCache,
+        size: usize,
+        align: usize,
+    ) -> Result<NonNull<u8>, PoolError> {
+        if tcache::ENABLED {
+            if let Some(c) = Class::of(size, align) {
+                if let Some(p) = cache.take(c) {
+                    return Ok(p);
+                }
+                return self.refill(cache, c, size, align);
+            }
+        }
+        self.alloc(size, align)
+    }
+
+    /// [`SharedPool::alloc_with_cache`] when the class is empty: under one lock acquisition,
+    /// one block for the caller and a batch for the cache (from the heap as it stands: only
+    /// the caller's block may grow the pool), and the cache's figures handed to the pool.
+    #[cold]
+    #[inline(never)]
+    fn refill(
+        &self,
+        cache: &mut ThreadCache,
+        c: Class,
+        size: usize,
+        align: usize,
+    ) -> Result<NonNull<u8>, PoolError> {
+        let first = match self.shared.lock() {
+            Ok(mut st) => {
+                let pool = &mut st.heap;
+                if pool.bypasses(c.usable()) {
+                    // A policy that bypasses small sizes: its blocks have regions of their own,
+                    // which a cache must not keep.
+                    return pool.alloc(size, align);
+                }
+                let first = pool.alloc(c.usable(), align);
+                if first.is_ok() {
+                    for _ in 0..cache.room(c) {
+                        match pool.heap_mut().alloc(c.usable(), align) {
+                            // SAFETY: a fresh block of class `c` of this pool, owned by no one.
+                            Ok(p) => unsafe { cache.push(c, p) },
+                            Err(_) => break,
+                        }
+                    }
+                }
+                cache.missed();
+                cache.exchange(pool.cache_stats_mut());
+                first
+            }
+            Err(e) => Err(unlocked_error(e, size)),
+        };
+        match first {
+            Ok(p) => Ok(p),
+            // The out-of-memory handler and the lock's own errors: the plain path.
+            Err(_) => self.alloc(size, align),
+        }
+    }
+
+    /// Frees a block of `size` bytes through `cache`: a block of a cached class goes into the
+    /// cache without the lock or any atomic operation; a full class first moves a batch to
+    /// the pool under one lock acquisition. Anything else is [`SharedPool::free`].
+    /// `DoubleFree`, nothing written, for a block that sits in a cache (see [`ThreadCache`]).
+    ///
+    /// # Time Complexity
+    /// `O(1)`; a spill is a batch of [`Pool::free`]s under the lock.
+    ///
+    /// # Safety
+    /// As for [`Pool::free`]; `cache` belongs to this pool (it was only ever used with it).
+    #[inline]
+    pub unsafe fn free_with_cache(
+        &self,
+        cache: &mut ThreadCache,
+        ptr: NonNull<u8>,
+        size: usize,
+    ) -> Result<(), Error> {
+        if tcache::ENABLED {
+            if let Some(c) = Class::of(size, 1) {
+                // SAFETY: forwarded caller contract: a block of this pool of class `c` (its
+                // size rounds to it) or larger.
+                if unsafe { cache.put(c, ptr) }? {
+                    return Ok(());
+                }
+                // SAFETY: as above.
+                return unsafe { self.spill(cache, c, ptr) };
+            }
+        }
+        // SAFETY: forwarded caller contract.
+        unsafe { self.free(ptr, size) }
+    }
+
+    /// [`SharedPool::free_with_cache`] when the class or the cache is full: a batch of the
+    /// class goes back to the pool under one lock acquisition, then `ptr` into the cache.
+    ///
+    /// # Safety
+    /// As for [`SharedPool::free_with_cache`].
+    #[cold]
+    #[inline(never)]
+    unsafe fn spill(
+        &self,
+        cache: &mut ThreadCache,
+        c: Class,
+        ptr: NonNull<u8>,
+    ) -> Result<(), Error> {
+        let Ok(mut st) = self.shared.lock() else {
+            // SAFETY: forwarded caller contract (the lock is this thread's: queued or refused).
+            return unsafe { self.free(ptr, c.usable()) };
+        };
+        let pool = &mut st.heap;
+        cache.drain(c, ThreadCache::batch(c).max(1), |p| {
+            if pool.hooks().cached_block_returns(pool.heap(), p) {
+                // SAFETY: the cache's blocks are live blocks of this pool of class `c` or
+                // larger (its invariant), freed once. A refusal is counted by the heap.
+                let _ = unsafe { pool.free(p, c.usable()) };
+            }
+        });
+        // SAFETY: forwarded caller contract.
+        let cached = unsafe { cache.put(c, ptr) };
+        if !matches!(cached, Ok(true)) {
+            // The whole cache is at its byte bound with other classes: this one goes back.
+            // SAFETY: forwarded caller contract.
+            let _ = unsafe { pool.free(ptr, c.usable()) };
+        }
+        cache.spilled();
+        cache.exchange(pool.cache_stats_mut());
+        Ok(())
+    }
+
+    /// Gives every block of `cache` back to the pool under one lock acquisition (a thread's
+    /// exit, a trim, the child after a fork), and the cache's figures with them.
+    /// [`Error::Reentrant`] (nothing moved) if this thread holds the lock.
+    ///
+    /// # Time Complexity
+    /// `O(blocks)` frees under the lock.
+    ///
+    /// # Safety
+    /// `cache` belongs to this pool.
+    pub unsafe fn flush_cache(&self, cache: &mut ThreadCache) -> Result<(), Error> {
+        let mut st = self.shared.lock()?;
+        let pool = &mut st.heap;
+        cache.drain_all(|c, p| {
+            if pool.hooks().cached_block_returns(pool.heap(), p) {
+                // SAFETY: the cache's blocks are live blocks of this pool (the caller's promise
+                // and the cache's invariant), freed once. A refusal is counted by the heap.
+                let _ = unsafe { pool.free(p, c.usable()) };
+            }
+        });
+        let s = pool.cache_stats_mut();
+        s.flushes += 1;
+        cache.exchange(s);
+        Ok(())
     }
 }
 

@@ -21,15 +21,34 @@
 //! middle of a block from a block whose preceding bytes happen to read as sound tags. Damaged
 //! tags are reported with their address and the process aborts (`report::corruption`), as
 //! glibc does.
+//!
+//! **The per-thread cache.** Outside checked mode, small blocks (chunks up to 1040 bytes) are
+//! allocated from and freed into the calling thread's cache (`tagalloc_host::CacheBinding`)
+//! without the lock. A cached free proves its pointer without the lock too, as far as that can
+//! be done soundly: its address must lie in one of the pool's regions as the hooks last
+//! published them ([`ranges::find_unlocked`]), and only then is the tag word before it read,
+//! with a relaxed atomic load (`InlineHeap::unlocked_usable_size`), which is sound because the
+//! lock holder's only write to a live block's tag, its `PREV_IN_USE` bit, is a relaxed atomic
+//! store that keeps the size bits. The tag must say in use, with a size of a cached class that
+//! ends inside the region. Anything else (an address in no region, ranges changing meanwhile,
+//! a free or larger chunk) takes the locked path above, which proves and reports. A double free
+//! of a block sitting in a cache, this thread's or another's, is refused by the cache's key (see
+//! `tagalloc::ThreadCache`), and a `realloc` or size query of such a block too. Not made at a
+//! cached free: the neighbours' flags and footers of `usable_size_in` (the lock holder writes
+//! them as it carves and merges, so they cannot be read without the lock); they are checked
+//! when the block leaves its cache for the heap, under the lock (`Ranges`'s
+//! `cached_block_returns`), so damage after a small block is reported then, before the heap
+//! follows it. Checked mode bypasses the caches altogether: every allocation
+//! and free goes to the pool under the lock, and every free is proven by a walk.
 
 use core::ptr::NonNull;
 
-use tagalloc::{BlockError, Error, InlineHeap, Pool, PoolStats, SharedPool};
-use tagalloc_host::{HostAllocator, MmapSource};
+use tagalloc::{BlockError, Class, Error, InlineHeap, Pool, PoolStats, SharedPool};
+use tagalloc_host::{CacheBinding, HostAllocator, MmapSource};
 
 use crate::lock::PoolLock;
 use crate::options;
-use crate::ranges::Ranges;
+use crate::ranges::{self, Ranges};
 use crate::report;
 
 /// The alignment of every block `malloc` returns: glibc's `MALLOC_ALIGNMENT` on 64-bit
@@ -52,6 +71,9 @@ static POOL: SharedPool<InlineHeap, MmapSource, Ranges, PoolLock> =
 /// The pool itself, as the lock holder sees it.
 type Inner = Pool<InlineHeap, MmapSource, Ranges>;
 
+/// The threads' caches in front of [`POOL`].
+static CACHES: CacheBinding = CacheBinding::new();
+
 /// Sets the calling thread's `errno`.
 #[inline]
 pub(crate) fn set_errno(e: i32) {
@@ -71,8 +93,20 @@ fn errno() -> i32 {
 /// leaves `errno` as it was, though the pool's growth may have made a failed `mremap` first.
 #[inline]
 pub(crate) fn alloc(size: usize, align: usize) -> Option<NonNull<u8>> {
+    let checked = options::checked();
+    if !checked {
+        // A hit makes no system call, so `errno` needs no saving.
+        if let Some(p) = CACHES.take(&POOL, size.max(1), align) {
+            return Some(p);
+        }
+    }
     let saved = errno();
-    match POOL.alloc(size.max(1), align) {
+    let got = if checked {
+        POOL.alloc(size.max(1), align)
+    } else {
+        CACHES.alloc(&POOL, size.max(1), align)
+    };
+    match got {
         Ok(p) => {
             set_errno(saved);
             Some(p)
@@ -100,6 +134,18 @@ fn block_size(p: &Inner, ptr: NonNull<u8>, checked: bool) -> Result<usize, Block
     block_size_slow(p, ptr, checked)
 }
 
+/// [`block_size`] of a block that must not sit in a thread's cache (a `realloc`, a size
+/// query): one that carries the caches' key was freed, so is refused as a double free.
+#[inline]
+fn block_size_uncached(p: &Inner, ptr: NonNull<u8>, checked: bool) -> Result<usize, BlockError> {
+    let n = block_size(p, ptr, checked)?;
+    // SAFETY: `ptr` was just proven a live block of this pool (at least 24 bytes).
+    if !checked && unsafe { CACHES.is_cached(ptr) } {
+        return Err(BlockError::Refused(Error::DoubleFree));
+    }
+    Ok(n)
+}
+
 /// [`block_size`] in checked mode, or for an address the table does not hold.
 #[cold]
 #[inline(never)]
@@ -121,6 +167,29 @@ fn block_size_slow(p: &Inner, ptr: NonNull<u8>, checked: bool) -> Result<usize, 
     }
 }
 
+/// The usable size of `ptr` if a thread's cache may take it, proven without the lock (see the
+/// module docs); `None` sends the free to the lock.
+#[inline]
+fn cached_size(ptr: NonNull<u8>) -> Option<usize> {
+    let a = ptr.addr().get();
+    let (base, len) = ranges::find_unlocked(a)?;
+    // The tag word lies in the region too (a payload is at least one word into it).
+    if a < base.checked_add(core::mem::size_of::<usize>())? || !a.is_multiple_of(MIN_ALIGN) {
+        return None;
+    }
+    // SAFETY: the word before `ptr` lies inside one of the pool's mapped regions (the mirror
+    // was consistent, and a region holding a live block is not given back while it is), so
+    // the load is in bounds; it is atomic, and for a live block, which C's contract makes
+    // `ptr`, the lock holder's only write to that word is atomic too (see
+    // `InlineHeap::unlocked_usable_size`). For a pointer that breaks the contract inside a
+    // region (into a block's middle, or to a block freed to the heap since) the load may meet
+    // a plain write of the lock holder: no fault, but a value the checks above and below may
+    // take for a tag; only checked mode proves such pointers.
+    let size = unsafe { <InlineHeap>::unlocked_usable_size(ptr) }?;
+    let fits = a.checked_add(size)? <= base + len;
+    (fits && Class::of(size, 1).is_some()).then_some(size)
+}
+
 /// Frees `ptr`. A refusal (a double free, a foreign pointer) is counted and reported, and
 /// frees nothing; damaged tags are reported and the process aborts.
 ///
@@ -131,6 +200,16 @@ fn block_size_slow(p: &Inner, ptr: NonNull<u8>, checked: bool) -> Result<usize, 
 #[inline]
 pub(crate) unsafe fn free(ptr: NonNull<u8>) {
     let checked = options::checked();
+    if !checked {
+        if let Some(size) = cached_size(ptr) {
+            // SAFETY: `ptr` is a live block of this pool of `size` usable bytes (as far as the
+            // unlocked proof goes: see the module docs), given up by the caller.
+            if let Err(e) = unsafe { CACHES.free(&POOL, ptr, size) } {
+                report::bad_pointer("free", ptr.as_ptr(), BlockError::Refused(e));
+            }
+            return;
+        }
+    }
     let done = POOL.with_pool(|p| {
         let size = block_size(p, ptr, checked)?;
         // SAFETY: `ptr` is a live block of `size` bytes of this pool (just proven).
@@ -153,7 +232,7 @@ pub(crate) unsafe fn realloc(ptr: NonNull<u8>, new_size: usize) -> Option<NonNul
     let checked = options::checked();
     let saved = errno();
     let done = POOL.with_pool(|p| {
-        let old = match block_size(p, ptr, checked) {
+        let old = match block_size_uncached(p, ptr, checked) {
             Ok(n) => n,
             Err(e) => return Err(Some(e)),
         };
@@ -188,7 +267,7 @@ pub(crate) unsafe fn realloc(ptr: NonNull<u8>, new_size: usize) -> Option<NonNul
 /// As for [`free`], except that `ptr` stays live.
 pub(crate) unsafe fn usable_size(ptr: NonNull<u8>) -> usize {
     let checked = options::checked();
-    match POOL.with_pool(|p| block_size(p, ptr, checked)) {
+    match POOL.with_pool(|p| block_size_uncached(p, ptr, checked)) {
         Ok(Ok(n)) => n,
         Ok(Err(BlockError::Corrupted(c))) => {
             report::corruption("malloc_usable_size", ptr.as_ptr(), c)
@@ -198,7 +277,9 @@ pub(crate) unsafe fn usable_size(ptr: NonNull<u8>) -> usize {
 }
 
 /// Gives memory back to the system (`Pool::trim`); whether anything was.
+/// The calling thread's cache goes back to the pool first (other threads keep theirs).
 pub(crate) fn trim() -> bool {
+    CACHES.flush_current(&POOL);
     POOL.trim()
         .is_ok_and(|t| t.regions > 0 || t.bytes > 0 || t.released > 0)
 }

@@ -13,10 +13,20 @@
 //! The ranges given back are kept in a ring of the last [`GONE`], so that a second free of a
 //! large block, whose region went back to the system at its first free, is named a double
 //! free (a range obtained again over one of them takes it off the ring).
+//!
+//! A free into a thread's cache proves its pointer without the lock: the hooks also publish
+//! the live ranges to [`MIRROR`] under a sequence lock (the sequence odd while they change),
+//! which [`find_unlocked`] reads with atomic loads and trusts only if the sequence did not move
+//! meanwhile; any doubt sends the free to the lock.
 
 use core::cell::Cell;
+use core::sync::atomic::{fence, AtomicUsize, Ordering};
 
-use tagalloc::Hooks;
+use core::ptr::NonNull;
+
+use tagalloc::{BlockError, Hooks, InlineHeap};
+
+use crate::report;
 
 /// Live ranges the table holds before it gives up on being complete.
 const LIVE: usize = 128;
@@ -100,6 +110,71 @@ impl Ranges {
     }
 }
 
+/// The live ranges, for readers without the lock (see the module docs): written only by the
+/// hooks, under the pool's lock, so one writer at a time.
+pub(crate) struct Mirror {
+    seq: AtomicUsize,
+    count: AtomicUsize,
+    live: [(AtomicUsize, AtomicUsize); LIVE],
+}
+
+/// The one pool's mirror (the library has one pool).
+pub(crate) static MIRROR: Mirror = Mirror {
+    seq: AtomicUsize::new(0),
+    count: AtomicUsize::new(0),
+    live: [const { (AtomicUsize::new(0), AtomicUsize::new(0)) }; LIVE],
+};
+
+impl Mirror {
+    /// Copies `live` in (the writer's side of the sequence lock).
+    fn publish(&self, live: &[(usize, usize)]) {
+        let s = self.seq.load(Ordering::Relaxed);
+        self.seq.store(s.wrapping_add(1), Ordering::Relaxed);
+        fence(Ordering::Release);
+        for (slot, &(base, end)) in self.live.iter().zip(live) {
+            slot.0.store(base, Ordering::Relaxed);
+            slot.1.store(end, Ordering::Relaxed);
+        }
+        self.count.store(live.len(), Ordering::Relaxed);
+        self.seq.store(s.wrapping_add(2), Ordering::Release);
+    }
+}
+
+/// The live range holding `addr`, as `(base, len)`, read without the lock; `None` when none
+/// does or the ranges changed meanwhile (then the caller asks under the lock).
+#[inline]
+pub(crate) fn find_unlocked(addr: usize) -> Option<(usize, usize)> {
+    let m = &MIRROR;
+    let s1 = m.seq.load(Ordering::Acquire);
+    if s1 & 1 != 0 {
+        return None;
+    }
+    let n = m.count.load(Ordering::Relaxed).min(LIVE);
+    let mut hit = None;
+    for slot in m.live.iter().take(n) {
+        let (base, end) = (
+            slot.0.load(Ordering::Relaxed),
+            slot.1.load(Ordering::Relaxed),
+        );
+        if addr >= base && addr < end {
+            hit = Some((base, end - base));
+            break;
+        }
+    }
+    fence(Ordering::Acquire);
+    if m.seq.load(Ordering::Relaxed) != s1 {
+        return None;
+    }
+    hit
+}
+
+impl Ranges {
+    /// Publishes the live ranges to [`MIRROR`].
+    fn mirror(&self) {
+        MIRROR.publish(self.live.get(..self.count).unwrap_or(&[]));
+    }
+}
+
 impl Hooks for Ranges {
     fn obtained(&mut self, base: usize, len: usize) {
         let end = base.saturating_add(len);
@@ -111,6 +186,7 @@ impl Hooks for Ranges {
             }
             None => self.incomplete = true,
         }
+        self.mirror();
     }
 
     fn grown(&mut self, base: usize, at: usize, len: usize) {
@@ -121,6 +197,7 @@ impl Hooks for Ranges {
                 r.1 = end;
             }
         }
+        self.mirror();
     }
 
     fn given_back(&mut self, base: usize, len: usize) {
@@ -132,6 +209,24 @@ impl Hooks for Ranges {
             *g = (base, base.saturating_add(len));
         }
         self.next_gone = (self.next_gone + 1) % GONE;
+        self.mirror();
+    }
+
+    /// A block a thread's cache gives back is proven as an uncached free proves it (its
+    /// region, its tags and its neighbours'), before the heap follows its tags: damaged tags
+    /// are reported and the process aborts; anything else refused stays out of the heap.
+    fn cached_block_returns(&self, heap: &InlineHeap, ptr: NonNull<u8>) -> bool {
+        let Some((base, len)) = self.find(ptr.addr().get()) else {
+            return false;
+        };
+        // SAFETY: `base..base + len` is one of the heap's regions (the table holds the ranges
+        // the pool added to the heap, as grown and cut), and `ptr`, a block handed out by the
+        // heap, derives from its memory.
+        match unsafe { heap.usable_size_in(ptr, base, len) } {
+            Ok(_) => true,
+            Err(BlockError::Corrupted(c)) => report::corruption("free", ptr.as_ptr(), c),
+            Err(BlockError::Refused(_)) => false,
+        }
     }
 
     fn shrunk(&mut self, base: usize, at: usize, len: usize) {
@@ -144,5 +239,6 @@ impl Hooks for Ranges {
             *g = (at, at.saturating_add(len));
         }
         self.next_gone = (self.next_gone + 1) % GONE;
+        self.mirror();
     }
 }

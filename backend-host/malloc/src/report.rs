@@ -368,6 +368,19 @@ fn report_to(fd: i32, when: &str, program: &Program, pid: u32) {
         s.grown,
         s.bypassed,
     ));
+    let c = &s.cache;
+    let hit_rate = c.hits as f64 / (c.hits + c.misses).max(1) as f64;
+    line(format_args!(
+        "tagalloc: [{pid}] {when}: thread caches hold {} in {} blocks (counted in use); {} hits, \
+         {} misses ({:.1} % hits), {} spills, {} flushed (as of each cache's last exchange)",
+        Bytes(c.bytes),
+        c.blocks,
+        c.hits,
+        c.misses,
+        hit_rate * 100.0,
+        c.spills,
+        c.flushes,
+    ));
 }
 
 /// The exit handler registered when `TAGALLOC_STATS` is set.

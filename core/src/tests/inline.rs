@@ -3,7 +3,9 @@
 extern crate std;
 use std::vec::Vec;
 
-use crate::{BlockError, Error, HostGranule, InlineHeap, Stats, Tally};
+use core::ptr::NonNull;
+
+use crate::{BlockError, Error, HostGranule, InlineHeap, RegionSource, Stats, Tally};
 
 /// A granule-aligned arena that outlives the heap using it.
 pub(crate) struct Arena {
@@ -26,6 +28,48 @@ impl Arena {
     }
     pub fn len(&self) -> usize {
         self.buf.len() * 16
+    }
+}
+
+/// One region: the whole arena, handed out once.
+pub(crate) struct OneRegion {
+    arena: Arena,
+    out: bool,
+    /// The region handed out: base and length.
+    pub(crate) handed: (usize, usize),
+}
+
+impl OneRegion {
+    pub(crate) fn new(arena: Arena) -> Self {
+        OneRegion {
+            arena,
+            out: false,
+            handed: (0, 0),
+        }
+    }
+}
+
+// SAFETY: the arena outlives the pool (it moves into it) and is handed out once.
+unsafe impl RegionSource for OneRegion {
+    type Base = NonNull<u8>;
+    fn addr(b: NonNull<u8>) -> usize {
+        b.addr().get()
+    }
+    fn granularity(&self) -> usize {
+        4096
+    }
+    fn obtain(&mut self, min: usize) -> Result<(NonNull<u8>, usize), Error> {
+        let len = self.arena.len() & !4095;
+        if self.out || min > len {
+            return Err(Error::OutOfMemory);
+        }
+        self.out = true;
+        let p = self.arena.ptr();
+        self.handed = (p.addr(), len);
+        Ok((NonNull::new(p).unwrap(), len))
+    }
+    unsafe fn give_back(&mut self, _: NonNull<u8>, _: usize) {
+        self.out = false;
     }
 }
 

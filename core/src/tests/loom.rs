@@ -24,10 +24,13 @@ use core::ptr::NonNull;
 use loom::sync::Arc;
 use loom::thread;
 
-use super::inline::Arena;
+use super::inline::{Arena, OneRegion};
 use crate::detached::Block;
 use crate::queue::FreeQueue;
-use crate::{DetachedHeap, GlobalHeap, Record, SharedDetachedHeap, SpinLock};
+use crate::{
+    DetachedHeap, GlobalHeap, Growth, InlineHeap, Policy, Pool, Record, SharedDetachedHeap,
+    SharedPool, SpinLock, ThreadCache,
+};
 
 /// The stack each modelled thread gets. Loom runs threads as coroutines with 32 KiB stacks by
 /// default, and a `GlobalHeap` (its list ends, bitmaps and size table, about 39 KiB) is built on the
@@ -266,5 +269,51 @@ fn global_heap_double_free_races_its_first_free() {
         }
         assert_eq!(heap.stats().unwrap().in_use, 0);
         drop(arena);
+    });
+}
+
+/// The handoff between a thread's cache and the pool: the owner frees a block into its cache
+/// and flushes the cache (its thread's exit) while another thread, whose cache is gone, frees
+/// a block the owner's cache handed out straight to the pool (queued if the flush holds the
+/// lock). The main thread waits for both through the pool alone, then joins: every block is
+/// back exactly once (nothing in use, nothing cached, none refused) and `check()` is clean.
+#[test]
+fn cache_flush_races_remote_free() {
+    model("cache_flush_races_remote_free", || {
+        let pool: Arc<SharedPool<InlineHeap, OneRegion>> = Arc::new(SharedPool::new(Pool::new(
+            InlineHeap::new(),
+            OneRegion::new(Arena::new(8192)),
+            Policy::new().growth(Growth::Fixed(4096)),
+        )));
+        let mut cache = ThreadCache::new(0x5eed);
+        let a = pool.alloc_with_cache(&mut cache, 48, 16).unwrap().as_ptr() as usize;
+        let b = pool.alloc_with_cache(&mut cache, 48, 16).unwrap().as_ptr() as usize;
+        let owner = {
+            let pool = pool.clone();
+            spawn(move || {
+                // SAFETY: `a` is a live 48-byte block of this pool given to this thread only;
+                // the cache belongs to this pool.
+                unsafe {
+                    pool.free_with_cache(&mut cache, nn(a), 48).unwrap();
+                    pool.flush_cache(&mut cache).unwrap();
+                }
+            })
+        };
+        let remote = {
+            let pool = pool.clone();
+            spawn(move || {
+                // SAFETY: `b` is a live 48-byte block given to this thread only.
+                unsafe { pool.free(nn(b), 48).unwrap() };
+            })
+        };
+        while pool.stats().unwrap().heap.in_use != 0 {
+            thread::yield_now();
+        }
+        owner.join().unwrap();
+        remote.join().unwrap();
+        let s = pool.stats().unwrap();
+        assert_eq!(s.heap.refused_frees, 0);
+        assert_eq!((s.cache.blocks, s.cache.bytes, s.cache.flushes), (0, 0, 1));
+        pool.with_pool(|p| p.check()).unwrap().unwrap();
     });
 }

@@ -17,3 +17,5 @@ mod probe;
 mod region;
 #[cfg(not(loom))]
 mod shared;
+#[cfg(not(loom))]
+mod tcache;

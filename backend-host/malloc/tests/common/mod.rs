@@ -125,17 +125,26 @@ impl Run {
         String::from_utf8_lossy(&self.stderr).into_owned()
     }
 
-    /// The most allocations any process of the run reported at exit (0 if none reported).
+    /// The most allocations any process of the run reported at exit (0 if none reported): the
+    /// heap's, plus those its thread caches served without reaching the heap.
     pub fn most_allocations(&self) -> u64 {
-        self.tagalloc_lines
-            .iter()
-            .filter_map(|l| {
-                let (_, rest) = l.split_once("at exit: ")?;
-                let (n, _) = rest.split_once(" allocations")?;
-                n.parse().ok()
-            })
-            .max()
-            .unwrap_or(0)
+        let mut per_process: std::collections::HashMap<&str, u64> = Default::default();
+        for l in &self.tagalloc_lines {
+            let Some((pid, rest)) = l.split_once(" at exit: ") else {
+                continue;
+            };
+            let figure = rest
+                .split_once(" allocations")
+                .or_else(|| {
+                    rest.split_once(" hits,")
+                        .map(|(a, b)| (a.rsplit(' ').next().unwrap_or(a), b))
+                })
+                .and_then(|(n, _)| n.parse::<u64>().ok());
+            if let Some(n) = figure {
+                *per_process.entry(pid).or_default() += n;
+            }
+        }
+        per_process.into_values().max().unwrap_or(0)
     }
 
     /// How many processes reported their statistics at exit.

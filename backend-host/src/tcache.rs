@@ -1,0 +1,483 @@
+//! Each thread's cache of small blocks ([`tagalloc::ThreadCache`]) and its lifecycle: where
+//! it lives, how it is set up without allocating, and how it goes back to its pool.
+//!
+//! **Where.** One cache per thread, in a constant-initialised thread-local without a
+//! destructor: reading it is an offset from the thread pointer (a preloaded library's TLS is
+//! in the static block too), and nothing is registered or allocated by the first access. A
+//! cache serves one pool: the first one the thread allocates or frees through with a cache;
+//! calls on any other pool from that thread take the pool's lock as without a cache.
+//!
+//! **Set-up.** The first call binds the cache: the pool gets an id and a place in the table of
+//! pools with caches, and the thread registers a destructor with glibc's
+//! `__cxa_thread_atexit_impl` (as C++ `thread_local` and Rust's thread-locals with destructors
+//! do). That registration allocates (glibc `calloc`s a list node), and in the malloc library the
+//! allocation comes back here: while the cache is being set up its state says so, and every
+//! call from the thread goes to the pool's lock instead, so nothing recurses into a half-built
+//! cache. A pthread key would not do: `pthread_setspecific` allocates for keys past the first
+//! 32, and when the program's own `pthread_setspecific` is what allocates (its first call in a
+//! thread, for such a key), a nested call from here installs a second-level table that the
+//! outer call then overwrites, losing the value and so the destructor.
+//!
+//! **Thread exit.** The destructor runs for every thread that registered it, joined or not (and
+//! for the thread that calls `exit`): it marks the cache gone (later calls from the exiting thread, say from other
+//! destructors, go to the lock) and flushes it into its pool, if the pool is still in the
+//! table. The table, under its own spin lock, is what makes that sound for a
+//! [`crate::HostAllocator`] that is dropped while threads still hold caches of it: its drop
+//! takes it out of the table, and a cache whose pool is gone forgets its blocks.
+//!
+//! **Trim and fork.** `trim` flushes the calling thread's cache before trimming (other
+//! threads' caches are theirs, used without a lock, so they stay). After `fork` the child's
+//! one thread keeps its cache; the caches of the parent's other threads are lost to the child
+//! (their blocks stay counted as cached and in use), as glibc's are: they may be in the middle
+//! of a change the fork copied. The table's lock is taken around `fork`, so the child can bind
+//! caches.
+
+use core::cell::{Cell, UnsafeCell};
+use core::ffi::c_void;
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::Relaxed};
+
+use core::ptr::NonNull;
+
+use tagalloc::{Class, Error, Hooks, InlineHeap, PoolError, RawLock, SharedPool, ThreadCache};
+
+use crate::mmap::MmapSource;
+
+/// The pools a cache is served by: an inline heap over `mmap` regions, with any hooks, behind
+/// any lock.
+type Pool<K, L> = SharedPool<InlineHeap, MmapSource, K, L>;
+
+/// Never bound yet.
+const UNBOUND: u8 = 0;
+/// Being bound: calls from the thread go to the lock.
+const SETTING_UP: u8 = 1;
+/// Bound to `pool`/`id`, in use.
+const ACTIVE: u8 = 2;
+/// Given back (thread exit) or never to be bound (no key, no room): calls go to the lock.
+const OFF: u8 = 3;
+
+/// Flushes a cache into the pool at this address (monomorphised per lock type).
+type Flush = unsafe fn(usize, &mut ThreadCache);
+
+/// A thread's cache and what it is bound to. Only its own thread touches it, except the
+/// fork child, which is the same thread's copy.
+struct Slot {
+    state: Cell<u8>,
+    pool: Cell<usize>,
+    id: Cell<u32>,
+    flush: Cell<Option<Flush>>,
+    cache: UnsafeCell<ThreadCache>,
+}
+
+thread_local! {
+    static SLOT: Slot = const {
+        Slot {
+            state: Cell::new(UNBOUND),
+            pool: Cell::new(0),
+            id: Cell::new(0),
+            flush: Cell::new(None),
+            cache: UnsafeCell::new(ThreadCache::new(0)),
+        }
+    };
+}
+
+/// Runs `f` with the calling thread's cache if it serves `pool` (whose cache id is `id`),
+/// binding it on first use; with `None` when the thread must use the lock (the cache is being
+/// set up, is gone, or serves another pool).
+///
+/// `f` must not call back into any cached pool from this thread (the pool's paths never
+/// allocate).
+#[inline]
+pub(crate) fn with_cache<K: Hooks, L: RawLock, R>(
+    pool: &Pool<K, L>,
+    id: &AtomicU32,
+    f: impl FnOnce(Option<&mut ThreadCache>) -> R,
+) -> R {
+    let addr = pool as *const Pool<K, L> as usize;
+    let mut f = Some(f);
+    let done = SLOT.try_with(|s| {
+        if s.state.get() == UNBOUND {
+            bind(s, pool, id);
+        }
+        if s.state.get() == ACTIVE && s.pool.get() == addr && s.id.get() == id.load(Relaxed) {
+            s.state.set(SETTING_UP);
+            // SAFETY: only this thread reaches its slot, and the state just set sends any
+            // call that re-enters from inside `f` to the lock, so this is the only reference.
+            let r = f.take().map(|f| f(Some(unsafe { &mut *s.cache.get() })));
+            s.state.set(ACTIVE);
+            r
+        } else {
+            None
+        }
+    });
+    match (done, f) {
+        (Ok(Some(r)), _) => r,
+        (_, Some(f)) => f(None),
+        // `f` ran and gave its result above.
+        (_, None) => unreachable_run(),
+    }
+}
+
+/// Never reached: `with_cache` returns `f`'s result whenever it took `f`. Aborts rather
+/// than panics (a panic would allocate, from inside the allocator).
+#[cold]
+fn unreachable_run() -> ! {
+    // SAFETY: `abort` has no preconditions.
+    unsafe { libc::abort() }
+}
+
+/// Binds the thread's cache to `pool` (see the module docs); leaves it `OFF` if it cannot.
+#[cold]
+#[inline(never)]
+fn bind<K: Hooks, L: RawLock>(s: &Slot, pool: &Pool<K, L>, id: &AtomicU32) {
+    s.state.set(SETTING_UP);
+    let addr = pool as *const Pool<K, L> as usize;
+    let bound = (|| {
+        register_fork_handlers();
+        let pid = pool_id(id);
+        if !registry(|t| t.add(addr, pid)) {
+            return None;
+        }
+        // SAFETY: `release_at_exit` is an `extern "C"` function of this object, which
+        // `__dso_handle` names so that the loader keeps it while the destructor is pending;
+        // the argument is unused. This allocates (glibc's `calloc`, which in the malloc
+        // library is ours: the state set above sends it to the lock).
+        if unsafe {
+            __cxa_thread_atexit_impl(
+                release_at_exit,
+                core::ptr::null_mut(),
+                &raw const __dso_handle as *mut c_void,
+            )
+        } != 0
+        {
+            registry(|t| t.remove(addr, pid));
+            return None;
+        }
+        Some(pid)
+    })();
+    match bound {
+        Some(pid) => {
+            // SAFETY: the state keeps every other use of the cache out until it is `ACTIVE`.
+            unsafe { *s.cache.get() = ThreadCache::new(secret()) };
+            s.pool.set(addr);
+            s.id.set(pid);
+            s.flush.set(Some(flush_into::<K, L>));
+            s.state.set(ACTIVE);
+        }
+        None => s.state.set(OFF),
+    }
+}
+
+/// The per-thread caches of one `'static` host pool, for a program that keeps its own pool in a
+/// `static` rather than a [`crate::HostAllocator`] (a malloc-compatible library, say): small
+/// requests go through the calling thread's cache (see [`tagalloc::ThreadCache`] and this
+/// module's docs), everything else to the pool.
+///
+/// # Examples
+///
+/// ```
+/// use tagalloc::{InlineHeap, Pool, SharedPool};
+/// use tagalloc_host::{CacheBinding, HostAllocator, HostPool, MmapSource};
+///
+/// static POOL: HostPool = SharedPool::new(Pool::new(
+///     InlineHeap::new(),
+///     MmapSource::new(),
+///     HostAllocator::POLICY,
+/// ));
+/// static CACHES: CacheBinding = CacheBinding::new();
+///
+/// let p = CACHES.alloc(&POOL, 100, 16).unwrap();
+/// // SAFETY: a live 100-byte block of `POOL`, given up once.
+/// unsafe { CACHES.free(&POOL, p, 100).unwrap() };
+/// CACHES.flush_current(&POOL);
+/// assert_eq!(POOL.stats().unwrap().heap.in_use, 0);
+/// ```
+#[derive(Debug, Default)]
+pub struct CacheBinding {
+    id: AtomicU32,
+}
+
+impl CacheBinding {
+    /// A binding no cache uses yet.
+    pub const fn new() -> Self {
+        CacheBinding {
+            id: AtomicU32::new(0),
+        }
+    }
+
+    /// Allocates `size` bytes aligned to `align` from `pool` through the calling thread's
+    /// cache (see [`SharedPool::alloc_with_cache`]).
+    #[inline]
+    pub fn alloc<K: Hooks, L: RawLock>(
+        &self,
+        pool: &'static Pool<K, L>,
+        size: usize,
+        align: usize,
+    ) -> Result<NonNull<u8>, PoolError> {
+        with_cache(pool, &self.id, |cache| match cache {
+            Some(cache) => pool.alloc_with_cache(cache, size, align),
+            None => pool.alloc(size, align),
+        })
+    }
+
+    /// A block of `size` bytes aligned to `align` from the calling thread's cache if it holds
+    /// one (a hit: no lock, no system call, so `errno` is untouched); `None` otherwise, and
+    /// nothing counted as a miss.
+    #[inline]
+    pub fn take<K: Hooks, L: RawLock>(
+        &self,
+        pool: &'static Pool<K, L>,
+        size: usize,
+        align: usize,
+    ) -> Option<NonNull<u8>> {
+        if !tagalloc::tcache_enabled() {
+            return None;
+        }
+        let class = Class::of(size, align)?;
+        with_cache(pool, &self.id, |cache| cache?.take(class))
+    }
+
+    /// Frees a block of `size` bytes into the calling thread's cache (see
+    /// [`SharedPool::free_with_cache`]), whichever thread allocated it.
+    ///
+    /// # Safety
+    /// As for `tagalloc::Pool::free`: `ptr` came from `pool` (through this binding or not)
+    /// with `size` bytes, or `size` is its usable size, and is not used afterwards.
+    #[inline]
+    pub unsafe fn free<K: Hooks, L: RawLock>(
+        &self,
+        pool: &'static Pool<K, L>,
+        ptr: NonNull<u8>,
+        size: usize,
+    ) -> Result<(), Error> {
+        with_cache(pool, &self.id, |cache| match cache {
+            // SAFETY: forwarded caller contract; the cache serves `pool`.
+            Some(cache) => unsafe { pool.free_with_cache(cache, ptr, size) },
+            // SAFETY: forwarded caller contract.
+            None => unsafe { pool.free(ptr, size) },
+        })
+    }
+
+    /// Whether the block at `ptr` carries the caches' key, so sits in a thread's cache (freed):
+    /// what a `realloc` or a size query checks before it trusts a block the heap calls in use.
+    ///
+    /// # Safety
+    /// `ptr` is a block of a pool these caches serve, in use for its heap, of at least 16
+    /// bytes (proven so under the pool's lock). Its second word is read: racing with its
+    /// owner's writes only if it is in another thread's cache, that is, for a call on a freed
+    /// block.
+    #[inline]
+    pub unsafe fn is_cached(&self, ptr: NonNull<u8>) -> bool {
+        // SAFETY: the caller's promise: 16 readable, 8-aligned bytes.
+        unsafe { ptr.cast::<usize>().add(1).read_volatile() == secret() }
+    }
+
+    /// Gives the calling thread's cache back to `pool` (before a trim).
+    pub fn flush_current<K: Hooks, L: RawLock>(&self, pool: &'static Pool<K, L>) {
+        flush_current(pool, &self.id);
+    }
+}
+
+/// Flushes `cache` into the pool at `addr`.
+///
+/// # Safety
+/// `addr` is a live `Pool<K, L>` that `cache` belongs to (the table says it is alive).
+unsafe fn flush_into<K: Hooks, L: RawLock>(addr: usize, cache: &mut ThreadCache) {
+    // SAFETY: the caller's promise.
+    let pool = unsafe { &*(addr as *const Pool<K, L>) };
+    // SAFETY: the cache belongs to this pool. A refusal (this thread holds the lock: only
+    // from inside a hook) leaves the blocks cached and counted.
+    let _ = unsafe { pool.flush_cache(cache) };
+}
+
+/// Flushes the calling thread's cache into `pool`, if it serves `pool` (before a trim).
+pub(crate) fn flush_current<K: Hooks, L: RawLock>(pool: &Pool<K, L>, id: &AtomicU32) {
+    with_cache(pool, id, |cache| {
+        if let Some(cache) = cache {
+            // SAFETY: the cache serves this pool (`with_cache` checked it).
+            let _ = unsafe { pool.flush_cache(cache) };
+        }
+    });
+}
+
+/// Forgets `pool`: its caches' blocks are not flushed into it any more (it is being dropped).
+/// The calling thread's cache is flushed first if it serves `pool`.
+pub(crate) fn unbind<K: Hooks, L: RawLock>(pool: &Pool<K, L>, id: &AtomicU32) {
+    flush_current(pool, id);
+    let pid = id.load(Relaxed);
+    if pid != 0 {
+        registry(|t| t.remove(pool as *const Pool<K, L> as usize, pid));
+    }
+}
+
+/// The thread's destructor: the exiting thread's cache goes back to its pool.
+unsafe extern "C" fn release_at_exit(_: *mut c_void) {
+    let _ = SLOT.try_with(|s| {
+        if s.state.get() != ACTIVE {
+            return;
+        }
+        s.state.set(OFF);
+        let (addr, pid) = (s.pool.get(), s.id.get());
+        // SAFETY: the state is `OFF`, so nothing else reaches the cache any more.
+        let cache = unsafe { &mut *s.cache.get() };
+        registry(|t| {
+            match s.flush.get() {
+                // SAFETY: the table says the pool is alive, and it cannot be dropped while the
+                // table's lock is held (its drop takes it).
+                Some(flush) if t.holds(addr, pid) => unsafe { flush(addr, cache) },
+                // The pool is gone: its blocks went with it.
+                _ => *cache = ThreadCache::new(0),
+            }
+        });
+    });
+}
+
+extern "C" {
+    /// glibc's registration of a thread-local destructor (what C++ `thread_local` and Rust's
+    /// thread-locals with destructors use): `func(obj)` runs when the thread exits, joined or
+    /// not, or calls `exit`, before the pthread keys' destructors.
+    fn __cxa_thread_atexit_impl(
+        func: unsafe extern "C" fn(*mut c_void),
+        obj: *mut c_void,
+        dso_symbol: *mut c_void,
+    ) -> libc::c_int;
+    /// This object's handle (from the C runtime's start files), which names it to the loader.
+    static __dso_handle: u8;
+}
+
+/// `id`'s value, given one from a process-wide counter on first use.
+fn pool_id(id: &AtomicU32) -> u32 {
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    let now = id.load(Relaxed);
+    if now != 0 {
+        return now;
+    }
+    let fresh = NEXT.fetch_add(1, Relaxed).max(1);
+    match id.compare_exchange(0, fresh, Relaxed, Relaxed) {
+        Ok(_) => fresh,
+        Err(other) => other,
+    }
+}
+
+/// The process's random key for cached blocks (see `tagalloc::ThreadCache`), the same in
+/// every cache so that a free finding it in a block refuses a double free whichever thread's
+/// cache holds the block: the kernel's 16 random bytes from the auxiliary vector, mixed with
+/// an address (ASLR), made once.
+fn secret() -> usize {
+    static KEY: AtomicUsize = AtomicUsize::new(0);
+    let k = KEY.load(Relaxed);
+    if k != 0 {
+        return k;
+    }
+    // SAFETY: `getauxval` has no preconditions; `AT_RANDOM` is the address of 16 bytes the
+    // kernel put on the initial stack, readable for the life of the process.
+    let at = unsafe { libc::getauxval(libc::AT_RANDOM) } as *const u64;
+    let mut fresh = &KEY as *const AtomicUsize as u64;
+    if !at.is_null() {
+        // SAFETY: as above: 16 readable bytes, possibly unaligned.
+        let (a, b) = unsafe { (at.read_unaligned(), at.add(1).read_unaligned()) };
+        fresh ^= a.rotate_left(23) ^ b;
+    }
+    let fresh = fresh as usize | 1;
+    match KEY.compare_exchange(0, fresh, Relaxed, Relaxed) {
+        Ok(_) => fresh,
+        Err(other) => other,
+    }
+}
+
+/// The pools with caches, as (address, id); a slot with id 0 is free.
+struct Table {
+    slots: [(usize, u32); 16],
+}
+
+impl Table {
+    fn holds(&self, addr: usize, id: u32) -> bool {
+        self.slots.contains(&(addr, id))
+    }
+
+    fn add(&mut self, addr: usize, id: u32) -> bool {
+        if self.holds(addr, id) {
+            return true;
+        }
+        match self.slots.iter_mut().find(|s| s.1 == 0) {
+            Some(s) => {
+                *s = (addr, id);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn remove(&mut self, addr: usize, id: u32) {
+        for s in &mut self.slots {
+            if *s == (addr, id) {
+                *s = (0, 0);
+            }
+        }
+    }
+}
+
+/// The table and its lock (a spin lock: taken only when a thread binds or exits, a pool is
+/// dropped, and around `fork`).
+struct Registry {
+    lock: AtomicBool,
+    table: UnsafeCell<Table>,
+}
+
+// SAFETY: the table is only reached with `lock` held (see `registry`).
+unsafe impl Sync for Registry {}
+
+static REGISTRY: Registry = Registry {
+    lock: AtomicBool::new(false),
+    table: UnsafeCell::new(Table {
+        slots: [(0, 0); 16],
+    }),
+};
+
+fn lock_registry() {
+    while REGISTRY
+        .lock
+        .compare_exchange_weak(false, true, core::sync::atomic::Ordering::Acquire, Relaxed)
+        .is_err()
+    {
+        core::hint::spin_loop();
+    }
+}
+
+fn unlock_registry() {
+    REGISTRY
+        .lock
+        .store(false, core::sync::atomic::Ordering::Release);
+}
+
+/// Runs `f` with the table, under its lock.
+fn registry<R>(f: impl FnOnce(&mut Table) -> R) -> R {
+    lock_registry();
+    // SAFETY: the lock is held, so this is the only reference to the table.
+    let r = f(unsafe { &mut *REGISTRY.table.get() });
+    unlock_registry();
+    r
+}
+
+/// Whether `prepare` took the table's lock for a fork in progress.
+static HELD_FOR_FORK: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn fork_prepare() {
+    lock_registry();
+    HELD_FOR_FORK.store(true, Relaxed);
+}
+
+extern "C" fn fork_release() {
+    if HELD_FOR_FORK.swap(false, Relaxed) {
+        unlock_registry();
+    }
+}
+
+/// Registers [`fork_prepare`] and [`fork_release`] once per process.
+fn register_fork_handlers() {
+    static DONE: AtomicBool = AtomicBool::new(false);
+    if !DONE.swap(true, Relaxed) {
+        // SAFETY: the handlers are `extern "C"`, take nothing, and stay loaded. A refusal
+        // (no memory) leaves a fork during a bind or exit to wait in the child.
+        unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_release), Some(fork_release)) };
+    }
+}

@@ -1,0 +1,365 @@
+//! The per-thread cache in front of a shared inline pool: hits without the lock, batched
+//! refills and spills, bounds, double frees refused, flushes, the figures in `PoolStats`, and
+//! a differential property test against the reference model with a model of the cache in
+//! front. Small enough for Miri (`cargo +nightly miri test -p tagalloc ... tests::tcache`).
+
+extern crate std;
+use std::collections::BTreeMap;
+use std::vec::Vec;
+
+use core::ptr::NonNull;
+use proptest::prelude::*;
+
+use super::inline::{Arena, OneRegion};
+use crate::model::{Layout, Model};
+use crate::tcache::ENABLED;
+use crate::{
+    Class, Error, Growth, InlineHeap, Policy, Pool, Reserve, SharedPool, ThreadCache, TOTAL_BYTES,
+};
+
+type TestPool = SharedPool<InlineHeap, OneRegion>;
+
+/// A pool over one region of `len` bytes, obtained at once; and that region.
+fn pool(len: usize) -> (TestPool, (usize, usize)) {
+    let source = OneRegion::new(Arena::new(len + 64));
+    let pool = SharedPool::new(Pool::new(
+        InlineHeap::new(),
+        source,
+        Policy::new()
+            .growth(Growth::Fixed(len))
+            .reserve(Reserve::Bytes(len)),
+    ));
+    pool.with_pool(|p| p.reserve_now()).unwrap().unwrap();
+    let region = pool.with_pool(|p| p.source().handed).unwrap();
+    (pool, region)
+}
+
+const KEY: usize = 0x5eed_0fca_5e00;
+
+#[test]
+fn a_freed_small_block_comes_back_from_the_cache() {
+    let (pool, _) = pool(64 << 10);
+    let mut cache = ThreadCache::new(KEY);
+    let p = pool.alloc_with_cache(&mut cache, 100, 8).unwrap();
+    // SAFETY: a live 100-byte block of this pool, given up.
+    unsafe { pool.free_with_cache(&mut cache, p, 100).unwrap() };
+    let q = pool.alloc_with_cache(&mut cache, 100, 8).unwrap();
+    if ENABLED {
+        assert_eq!(p, q, "the block just freed is the next one handed out");
+        let c = Class::of(100, 8).unwrap();
+        assert_eq!(
+            cache.count(c),
+            ThreadCache::batch(c),
+            "one refill brought a batch"
+        );
+    }
+    // SAFETY: as above.
+    unsafe { pool.free_with_cache(&mut cache, q, 100).unwrap() };
+    // SAFETY: the cache belongs to this pool.
+    unsafe { pool.flush_cache(&mut cache).unwrap() };
+    let s = pool.stats().unwrap();
+    assert_eq!(s.heap.in_use, 0);
+    assert_eq!((s.cache.blocks, s.cache.bytes), (0, 0));
+    if ENABLED {
+        assert_eq!((s.cache.hits, s.cache.misses, s.cache.flushes), (1, 1, 1));
+    }
+    pool.with_pool(|p| p.check()).unwrap().unwrap();
+}
+
+#[test]
+fn cached_blocks_count_as_in_use_and_on_their_own() {
+    let (pool, _) = pool(64 << 10);
+    let mut cache = ThreadCache::new(KEY);
+    let p = pool.alloc_with_cache(&mut cache, 40, 16).unwrap();
+    let s = pool.stats().unwrap();
+    assert_eq!(s.cache.blocks, cache.blocks());
+    assert_eq!(s.cache.bytes, cache.bytes());
+    assert!(
+        s.heap.in_use >= cache.bytes(),
+        "cached blocks are in use for the heap"
+    );
+    // SAFETY: a live 40-byte block, given up.
+    unsafe { pool.free_with_cache(&mut cache, p, 40).unwrap() };
+    // SAFETY: the cache belongs to this pool.
+    unsafe { pool.flush_cache(&mut cache).unwrap() };
+    assert_eq!(pool.stats().unwrap().heap.in_use, 0);
+}
+
+#[test]
+fn a_full_class_spills_a_batch_and_stays_within_its_bounds() {
+    let (pool, _) = pool(256 << 10);
+    let mut cache = ThreadCache::new(KEY);
+    let c = Class::of(24, 8).unwrap();
+    let n = 3 * ThreadCache::limit(c) as usize;
+    let blocks: Vec<_> = (0..n)
+        .map(|_| pool.alloc_with_cache(&mut cache, 24, 8).unwrap())
+        .collect();
+    for &p in &blocks {
+        // SAFETY: live 24-byte blocks, each given up once.
+        unsafe { pool.free_with_cache(&mut cache, p, 24).unwrap() };
+        assert!(cache.count(c) <= ThreadCache::limit(c));
+        assert!(cache.bytes() <= TOTAL_BYTES);
+    }
+    if ENABLED {
+        assert!(pool.stats().unwrap().cache.spills >= 1);
+    }
+    // SAFETY: the cache belongs to this pool.
+    unsafe { pool.flush_cache(&mut cache).unwrap() };
+    assert_eq!(pool.stats().unwrap().heap.in_use, 0);
+    pool.with_pool(|p| p.check()).unwrap().unwrap();
+}
+
+#[test]
+fn the_total_bound_holds_across_classes() {
+    let (pool, _) = pool(1 << 20);
+    let mut cache = ThreadCache::new(KEY);
+    let mut live = Vec::new();
+    for size in (24..1032).step_by(16) {
+        for _ in 0..8 {
+            live.push((pool.alloc_with_cache(&mut cache, size, 16).unwrap(), size));
+        }
+    }
+    for (p, size) in live {
+        // SAFETY: live blocks, each given up once.
+        unsafe { pool.free_with_cache(&mut cache, p, size).unwrap() };
+        assert!(cache.bytes() <= TOTAL_BYTES);
+    }
+    // SAFETY: the cache belongs to this pool.
+    unsafe { pool.flush_cache(&mut cache).unwrap() };
+    assert_eq!(pool.stats().unwrap().heap.in_use, 0);
+}
+
+#[test]
+fn a_double_free_through_a_cache_is_refused_and_writes_nothing() {
+    let (pool, _) = pool(64 << 10);
+    let mut mine = ThreadCache::new(KEY);
+    let mut other = ThreadCache::new(KEY);
+    let p = pool.alloc_with_cache(&mut mine, 64, 16).unwrap();
+    // SAFETY: a live 64-byte block, given up.
+    unsafe { pool.free_with_cache(&mut mine, p, 64).unwrap() };
+    let before = (mine.blocks(), other.blocks());
+    // SAFETY: a double free, which the cache's key (or, in the checked build, the heap) refuses.
+    let again = unsafe { pool.free_with_cache(&mut mine, p, 64) };
+    assert_eq!(again, Err(Error::DoubleFree));
+    // Another thread's cache (same process key) refuses it too.
+    // SAFETY: as above.
+    let remote = unsafe { pool.free_with_cache(&mut other, p, 64) };
+    assert_eq!(remote, Err(Error::DoubleFree));
+    assert_eq!(
+        (mine.blocks(), other.blocks()),
+        before,
+        "nothing was cached"
+    );
+    // SAFETY: both caches belong to this pool.
+    unsafe {
+        pool.flush_cache(&mut mine).unwrap();
+        pool.flush_cache(&mut other).unwrap();
+    }
+    assert_eq!(pool.stats().unwrap().heap.in_use, 0);
+    pool.with_pool(|p| p.check()).unwrap().unwrap();
+}
+
+#[test]
+fn a_block_handed_out_carries_no_key() {
+    let (pool, _) = pool(64 << 10);
+    let mut cache = ThreadCache::new(KEY);
+    let p = pool.alloc_with_cache(&mut cache, 32, 16).unwrap();
+    // SAFETY: a live 32-byte block, given up, then taken again.
+    unsafe { pool.free_with_cache(&mut cache, p, 32).unwrap() };
+    let q = pool.alloc_with_cache(&mut cache, 32, 16).unwrap();
+    // SAFETY: a live block of at least 16 bytes.
+    assert!(!unsafe { cache.carries_key(q) });
+    // SAFETY: given up once.
+    unsafe { pool.free_with_cache(&mut cache, q, 32).unwrap() };
+    // SAFETY: the cache belongs to this pool.
+    unsafe { pool.flush_cache(&mut cache).unwrap() };
+}
+
+#[test]
+fn large_and_overaligned_requests_bypass_the_cache() {
+    let (pool, _) = pool(64 << 10);
+    let mut cache = ThreadCache::new(KEY);
+    let big = pool.alloc_with_cache(&mut cache, 2000, 16).unwrap();
+    let aligned = pool.alloc_with_cache(&mut cache, 64, 256).unwrap();
+    assert_eq!(aligned.addr().get() % 256, 0);
+    assert_eq!(cache.blocks(), 0);
+    // SAFETY: live blocks, given up once.
+    unsafe {
+        pool.free_with_cache(&mut cache, big, 2000).unwrap();
+        pool.free_with_cache(&mut cache, aligned, 64).unwrap();
+        pool.flush_cache(&mut cache).unwrap();
+    }
+    assert_eq!(pool.stats().unwrap().heap.in_use, 0);
+}
+
+#[test]
+fn a_block_freed_by_another_cache_is_served_there() {
+    let (pool, _) = pool(64 << 10);
+    let mut a = ThreadCache::new(KEY);
+    let mut b = ThreadCache::new(KEY);
+    let p = pool.alloc_with_cache(&mut a, 200, 16).unwrap();
+    // SAFETY: a live block, given up by another cache than the one that handed it out.
+    unsafe { pool.free_with_cache(&mut b, p, 200).unwrap() };
+    let q = pool.alloc_with_cache(&mut b, 200, 16).unwrap();
+    if ENABLED {
+        assert_eq!(p, q);
+    }
+    // SAFETY: given up once; both caches belong to this pool.
+    unsafe {
+        pool.free_with_cache(&mut b, q, 200).unwrap();
+        pool.flush_cache(&mut a).unwrap();
+        pool.flush_cache(&mut b).unwrap();
+    }
+    assert_eq!(pool.stats().unwrap().heap.in_use, 0);
+}
+
+/// A model of the cache: per class a stack of addresses, refilled and spilled as the cache
+/// does, over the reference model of the heap.
+struct ModelCache {
+    bins: BTreeMap<usize, Vec<usize>>,
+    bytes: usize,
+}
+
+impl ModelCache {
+    fn count(&self, c: Class) -> u32 {
+        self.bins.get(&c.index()).map_or(0, |b| b.len() as u32)
+    }
+
+    fn alloc(&mut self, m: &mut Model, size: usize) -> Option<usize> {
+        let Some(c) = Class::of(size, 16) else {
+            return m.alloc(size, 16).ok();
+        };
+        if let Some(p) = self.bins.entry(c.index()).or_default().pop() {
+            self.bytes -= c.chunk_bytes();
+            return Some(p);
+        }
+        let first = m.alloc(c.usable(), 16).ok()?;
+        let by_class = ThreadCache::limit(c)
+            .saturating_sub(self.count(c))
+            .min(ThreadCache::batch(c));
+        let by_bytes = ((TOTAL_BYTES - self.bytes) / c.chunk_bytes()) as u32;
+        for _ in 0..by_class.min(by_bytes) {
+            match m.alloc(c.usable(), 16) {
+                Ok(p) => {
+                    self.bins.entry(c.index()).or_default().push(p);
+                    self.bytes += c.chunk_bytes();
+                }
+                Err(_) => break,
+            }
+        }
+        Some(first)
+    }
+
+    fn free(&mut self, m: &mut Model, p: usize, size: usize) {
+        let Some(c) = Class::of(size, 1) else {
+            return m.free(p);
+        };
+        let full = |s: &Self| {
+            s.count(c) >= ThreadCache::limit(c) || s.bytes + c.chunk_bytes() > TOTAL_BYTES
+        };
+        if full(self) {
+            for _ in 0..ThreadCache::batch(c).max(1) {
+                match self.bins.entry(c.index()).or_default().pop() {
+                    Some(q) => {
+                        self.bytes -= c.chunk_bytes();
+                        m.free(q);
+                    }
+                    None => break,
+                }
+            }
+            if full(self) {
+                return m.free(p);
+            }
+        }
+        self.bins.entry(c.index()).or_default().push(p);
+        self.bytes += c.chunk_bytes();
+    }
+
+    fn flush(&mut self, m: &mut Model) {
+        for (_, bin) in core::mem::take(&mut self.bins) {
+            for p in bin.into_iter().rev() {
+                m.free(p);
+            }
+        }
+        self.bytes = 0;
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Step {
+    Alloc(usize),
+    Free(usize),
+    Flush,
+}
+
+fn steps() -> impl Strategy<Value = Vec<Step>> {
+    let step = prop_oneof![
+        6 => prop_oneof![1usize..1100, 1usize..3000].prop_map(Step::Alloc),
+        5 => any::<usize>().prop_map(Step::Free),
+        1 => Just(Step::Flush),
+    ];
+    proptest::collection::vec(step, 1..if cfg!(miri) { 30 } else { 300 })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: if cfg!(miri) { 2 } else { 128 },
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// Random requests through a cache in front of a pool: every address is the one the
+    /// reference model predicts with a model of the cache in front of it, the heap's
+    /// invariants hold after every step, and the figures balance.
+    #[test]
+    fn a_cached_pool_places_every_block_where_the_model_says(ops in steps()) {
+        if !ENABLED {
+            return Ok(());
+        }
+        let (pool, (base, len)) = pool(512 << 10);
+        let mut model = Model::new(Layout::inline(16).unwrap());
+        model.add_region(base, len).unwrap();
+        let mut mc = ModelCache { bins: BTreeMap::new(), bytes: 0 };
+        let mut cache = ThreadCache::new(KEY);
+        let mut live: Vec<(NonNull<u8>, usize)> = Vec::new();
+        for op in ops {
+            match op {
+                Step::Alloc(size) => {
+                    let got = pool.alloc_with_cache(&mut cache, size, 16).ok();
+                    let want = mc.alloc(&mut model, size);
+                    prop_assert_eq!(got.map(|p| p.addr().get()), want, "alloc {}", size);
+                    if let Some(p) = got {
+                        // SAFETY: a fresh block of at least `size` bytes.
+                        unsafe { p.as_ptr().write_bytes(0xa5, size) };
+                        live.push((p, size));
+                    }
+                }
+                Step::Free(i) if !live.is_empty() => {
+                    let (p, size) = live.swap_remove(i % live.len());
+                    // SAFETY: a live block of this pool with its size, given up once.
+                    unsafe { pool.free_with_cache(&mut cache, p, size).unwrap() };
+                    mc.free(&mut model, p.addr().get(), size);
+                }
+                Step::Free(_) => {}
+                Step::Flush => {
+                    // SAFETY: the cache belongs to this pool.
+                    unsafe { pool.flush_cache(&mut cache).unwrap() };
+                    mc.flush(&mut model);
+                }
+            }
+            prop_assert_eq!(cache.bytes(), mc.bytes);
+            pool.with_pool(|p| p.check()).unwrap().unwrap();
+        }
+        // SAFETY: the cache belongs to this pool.
+        unsafe { pool.flush_cache(&mut cache).unwrap() };
+        for (p, size) in live {
+            // SAFETY: live blocks, given up once.
+            unsafe { pool.free_with_cache(&mut cache, p, size).unwrap() };
+        }
+        // SAFETY: as above.
+        unsafe { pool.flush_cache(&mut cache).unwrap() };
+        let s = pool.stats().unwrap();
+        prop_assert_eq!(s.heap.in_use, 0);
+        prop_assert_eq!((s.cache.blocks, s.cache.bytes), (0, 0));
+    }
+}

@@ -7,6 +7,7 @@
 use std::process::Command;
 
 #[test]
+#[cfg_attr(miri, ignore = "Miri runs no other process")]
 fn the_example_answers_help() {
     let exe = std::env::current_exe().expect("the test binary");
     let dir = exe

@@ -47,7 +47,7 @@ pub const TOTAL_BYTES: usize = 128 << 10;
 /// under the lock.
 pub const ENABLED: bool = !cfg!(feature = "checked");
 
-/// [`ENABLED`], for the crates that put caches in front of pools: whether this build of the
+/// `ENABLED`, for the crates that put caches in front of pools: whether this build of the
 /// core uses them (`false` with the `checked` feature).
 #[inline]
 pub const fn tcache_enabled() -> bool {

@@ -247,8 +247,10 @@ impl<G: Granule, K: Tally, B: BinShape> InlineHeap<G, K, B> {
                     && (a == c + W
                         || (
                             // A head a merge marked: the payload of a block that was freed and merged.
-                            // SAFETY: `c < a − W`, inside this chunk.
-                            (a - c - W) & (g - 1) == 0 && unsafe { s.word(a - W) } == ABSORBED
+                            a > c + W
+                                && (a - c - W) & (g - 1) == 0
+                                // SAFETY: `c < a − W` (checked just above), inside this chunk.
+                                && unsafe { s.word(a - W) } == ABSORBED
                         ))
                 {
                     Err(Error::DoubleFree)

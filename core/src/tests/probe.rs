@@ -215,3 +215,22 @@ fn a_size_that_leaves_the_region_is_reported_not_followed() {
         assert!(h.check().is_err());
     }
 }
+
+/// A pointer inside a free chunk's head word (before the payload would start) is foreign to
+/// the walk, which must not take it for the payload of a merged block (fuzz target `misuse`
+/// found the walk subtracting past zero there).
+#[test]
+fn a_pointer_inside_a_free_chunks_head_is_foreign() {
+    let mut a = Arena::new(1 << 14);
+    let (mut h, _, _) = heap(&mut a);
+    let x = h.alloc(64, 16).unwrap();
+    let _keep = h.alloc(64, 16).unwrap();
+    // SAFETY: a live allocation, freed once.
+    unsafe { h.free(x, 64).unwrap() };
+    for back in [1, 4, 7] {
+        // The head word of `x`'s free chunk is the word before `x`.
+        let p = NonNull::new(x.as_ptr().wrapping_sub(back)).unwrap();
+        assert_eq!(h.checked_usable_size(p), FOREIGN, "{back} bytes before the payload");
+    }
+    h.check().unwrap();
+}

@@ -230,7 +230,11 @@ fn a_pointer_inside_a_free_chunks_head_is_foreign() {
     for back in [1, 4, 7] {
         // The head word of `x`'s free chunk is the word before `x`.
         let p = NonNull::new(x.as_ptr().wrapping_sub(back)).unwrap();
-        assert_eq!(h.checked_usable_size(p), FOREIGN, "{back} bytes before the payload");
+        assert_eq!(
+            h.checked_usable_size(p),
+            FOREIGN,
+            "{back} bytes before the payload"
+        );
     }
     h.check().unwrap();
 }

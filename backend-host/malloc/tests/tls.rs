@@ -9,18 +9,15 @@
 
 mod common;
 
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use common::{compile_c, scratch, source, Program};
 
-#[cfg_attr(
-    not(tagalloc_has_cc),
-    ignore = "needs cc on PATH when the tests were built (CI installs it)"
-)]
-#[test]
-fn dlopen_and_dlclose_of_tls_libraries_while_allocating() {
-    let dir = scratch("tls");
+/// Builds the library with thread-local storage the programs `dlopen` (`tests/c/tls_module.c`)
+/// in `dir`; its path.
+fn tls_module(dir: &Path) -> String {
     let module = dir.join("libtls_module.so");
     let cc = Command::new("cc")
         .args(["-shared", "-fPIC", "-O2", "-o"])
@@ -33,8 +30,18 @@ fn dlopen_and_dlclose_of_tls_libraries_while_allocating() {
         "{}",
         String::from_utf8_lossy(&cc.stderr)
     );
+    module.to_str().expect("a UTF-8 path").to_string()
+}
+
+#[cfg_attr(
+    not(tagalloc_has_cc),
+    ignore = "needs cc on PATH when the tests were built (CI installs it)"
+)]
+#[test]
+fn dlopen_and_dlclose_of_tls_libraries_while_allocating() {
+    let dir = scratch("tls");
+    let module = tls_module(&dir);
     let exe = compile_c("tests/c/dlopen_tls.c", &dir, &[]);
-    let module = module.to_str().expect("a UTF-8 path").to_string();
     let mut p = Program::new(exe.to_str().expect("a UTF-8 path"), &[&module, "300"], &dir);
     p.limit = Duration::from_secs(120);
     let (_, ours) = common::same_output(&p, 1000);
@@ -55,20 +62,8 @@ fn dlopen_and_dlclose_of_tls_libraries_while_allocating() {
 #[test]
 fn exiting_threads_give_their_caches_back_even_unjoined() {
     let dir = scratch("tls-threads");
-    let module = dir.join("libtls_module.so");
-    let cc = Command::new("cc")
-        .args(["-shared", "-fPIC", "-O2", "-o"])
-        .arg(&module)
-        .arg(source("tests/c/tls_module.c"))
-        .output()
-        .expect("run cc");
-    assert!(
-        cc.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
+    let module = tls_module(&dir);
     let exe = compile_c("tests/c/tls_threads.c", &dir, &[]);
-    let module = module.to_str().expect("a UTF-8 path").to_string();
     let mut p = Program::new(exe.to_str().expect("a UTF-8 path"), &[&module, "32"], &dir);
     p.limit = Duration::from_secs(120);
     let (_, ours) = common::same_output(&p, 1000);

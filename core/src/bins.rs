@@ -262,6 +262,11 @@ impl<C: Copy + Eq + core::fmt::Debug, S: Shape> Bins<C, S> {
         (self.summary >> w & 1 == 1, self.lists.as_ref()[w] != 0)
     }
 
+    /// The summary word (bit `w`: word `w` of the list map is non-zero): for a step's check.
+    pub(crate) fn summary_bits(&self) -> u64 {
+        self.summary
+    }
+
     /// The size table, for the check.
     pub(crate) fn table(&self) -> &S::Table<C> {
         &self.table

@@ -13,7 +13,49 @@ use crate::size_table::{self, SizeTable, Table};
 use crate::stats::Tally;
 use crate::tags::{Link, Tags};
 
+/// The bins' summary words as a step's check last saw them, kept by the caller between steps.
+///
+/// A full [`Heap::check`] reads the ends of every exact-size list (2,047 of them in the default
+/// shape) and every chain of the size table, however few chunks the heap has: a fixed cost far
+/// above that of the step it follows. A step's check ([`Heap::check_step`]) looks only into the
+/// map words marked non-empty now or at the previous step's check: every list and chain a step
+/// filed a chunk into, took one from, or emptied. It skips only lists and chains empty both
+/// before and after the step, whose words a correct step does not touch; a stray write into one
+/// of those that leaves every mark as it was and no free chunk unfiled is seen by the next full
+/// check, which callers run every so many steps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StepMarks {
+    lists: u64,
+    table: [u64; size_table::SUMMARY_WORDS],
+}
+
+impl StepMarks {
+    /// Whether a step's check looks into list map word `w`, whose summary bit is now `now`.
+    fn list_word(&self, w: usize, now: bool) -> bool {
+        now || self.lists >> w & 1 == 1
+    }
+}
+
 impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
+    /// A step's check: every invariant [`check`](Self::check) verifies, with the bins' lists
+    /// and chains read only where `marks` (the previous step's) or the bins' own summaries
+    /// mark them (see [`StepMarks`]); then `marks` are this state's.
+    ///
+    /// # Time Complexity
+    /// `O(chunks + regions + marked map words)`.
+    pub fn check_step(&self, marks: &mut StepMarks) -> Result<(), CheckError> {
+        self.check_within(Some(marks))?;
+        *marks = StepMarks {
+            lists: self.bins().summary_bits(),
+            table: self
+                .bins()
+                .table()
+                .sizes()
+                .map_or([0; size_table::SUMMARY_WORDS], SizeTable::summary_words),
+        };
+        Ok(())
+    }
+
     /// Verifies every invariant of the heap: each region is covered by whole, consistent chunks
     /// whose sizes add up to it; no two free chunks are adjacent; every free chunk is in the bin
     /// of its size and nothing else is, but the top, which is the free end of the top region
@@ -21,6 +63,12 @@ impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
     /// lists and tries are consistent; the counters, where the heap keeps them, agree with the
     /// chunks.
     pub fn check(&self) -> Result<(), CheckError> {
+        self.check_within(None)
+    }
+
+    /// [`check`](Self::check), with the bins' lists and chains limited to those `marks` name
+    /// (see [`StepMarks`]), or all of them.
+    fn check_within(&self, marks: Option<&StepMarks>) -> Result<(), CheckError> {
         let t = self.tags();
         let top = self.top();
         let (mut free_chunks, mut free, mut used, mut managed, mut live) = (0, 0, 0, 0, 0);
@@ -121,7 +169,7 @@ impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
             }
             None => (0, 0),
         };
-        let (binned, binned_granules) = check_bins(self.bins(), t, free_chunks)?;
+        let (binned, binned_granules) = check_bins(self.bins(), t, free_chunks, marks)?;
         let with_top = usize::from(top.chunk.is_some());
         // A victim also filed in a bin would be counted twice.
         if binned + with_top + with_victim != free_chunks
@@ -148,11 +196,13 @@ impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
 
 /// Verifies every bin invariant (see [`Bins`]); returns the number of free chunks filed and
 /// their total size in granules. `limit` (the free chunks found in the regions) bounds every
-/// walk, so a cycle of links is reported, not followed forever.
+/// walk, so a cycle of links is reported, not followed forever. With `marks`, only the lists
+/// and chains they or the summaries mark are read (a step's check).
 fn check_bins<T: Tags, S: Shape>(
     bins: &Bins<T::Chunk, S>,
     t: &T,
     limit: usize,
+    marks: Option<&StepMarks>,
 ) -> Result<(usize, usize), CheckError> {
     let mut count = 0usize;
     let mut granules = 0usize;
@@ -180,6 +230,9 @@ fn check_bins<T: Tags, S: Shape>(
         let (said, is) = bins.summary(w);
         if said != is {
             return Err(CheckError::new("bin summary disagrees with the bin map", 0));
+        }
+        if marks.is_some_and(|m| !m.list_word(w, is)) {
+            continue;
         }
         let (map, heads, tails) = bins.list_word(w);
         // The first list where two of them disagree, by size.
@@ -215,7 +268,7 @@ fn check_bins<T: Tags, S: Shape>(
         }
     }
     if let Some(table) = bins.table().sizes() {
-        check_table(table, t, limit, &mut check_one)?;
+        check_table(table, t, limit, marks, &mut check_one)?;
     }
     for b in Bins::<T::Chunk, S>::trie_bins() {
         let (root, marked) = bins.root(b);
@@ -236,33 +289,35 @@ fn check_bins<T: Tags, S: Shape>(
 
 /// Checks the size table: its three levels of map agree, every chain is linked both ways and
 /// holds heads of its own bucket's sizes, one per size the map marks and no other, each with
-/// its ring; calls `each` on every chunk with its bin.
+/// its ring; calls `each` on every chunk with its bin. With `marks`, only the chains they or
+/// the map mark are walked (a step's check).
 fn check_table<T: Tags>(
     table: &SizeTable<T::Chunk>,
     t: &T,
     limit: usize,
+    marks: Option<&StepMarks>,
     each: &mut impl FnMut(T::Chunk, usize) -> Result<(), CheckError>,
 ) -> Result<(), CheckError> {
-    let (words, summary_words, buckets) = SizeTable::<T::Chunk>::SHAPE;
+    let (words, summary_words, _) = SizeTable::<T::Chunk>::SHAPE;
     for s in 0..summary_words {
         let (nonzero, said) = table.summary_word(s);
         if nonzero != said {
             return Err(CheckError::new("size table summary disagrees", 0));
         }
     }
-    let mut marked = 0usize;
-    for w in 0..words {
-        let (map, said) = table.map_word(w);
+    // Chain `k` holds the heads of the sizes of map word `k` (`SizeTable::bucket_of`), so each
+    // word is checked with its chain.
+    const { assert!(SizeTable::<()>::SHAPE.0 == SizeTable::<()>::SHAPE.2) };
+    let (mut marked, mut heads) = (0usize, 0usize);
+    let mut word = |k: usize| -> Result<(), CheckError> {
+        let (map, said) = table.map_word(k);
         if (map != 0) != said {
             return Err(CheckError::new("size table summary disagrees", 0));
         }
-        if w < size_table::FIRST / 64 && map != 0 {
+        if k < size_table::FIRST / 64 && map != 0 {
             return Err(CheckError::new("size table marks a listed size", 0));
         }
         marked += map.count_ones() as usize;
-    }
-    let mut heads = 0usize;
-    for k in 0..buckets {
         let mut prev = None;
         let mut node = table.bucket_head(k);
         while let Some(h) = node {
@@ -298,6 +353,21 @@ fn check_table<T: Tags>(
             })?;
             prev = Some(h);
             node = t.link(h, Link::Right);
+        }
+        Ok(())
+    };
+    match marks {
+        None => (0..words).try_for_each(&mut word)?,
+        // A step's check: the words the summaries mark now or marked at the previous step.
+        Some(m) => {
+            let now = table.summary_words();
+            for (s, (now, then)) in now.iter().zip(m.table).enumerate() {
+                let mut bits = now | then;
+                while bits != 0 {
+                    word(s * 64 + bits.trailing_zeros() as usize)?;
+                    bits &= bits - 1;
+                }
+            }
         }
     }
     if heads != marked {

@@ -1040,6 +1040,16 @@ impl<G: Granule, K: Tally, B: BinShape> InlineHeap<G, K, B> {
     pub fn check(&self) -> Result<(), CheckError> {
         self.heap.check()
     }
+
+    /// A step's check, for harnesses that check after every operation: the invariants of
+    /// [`check`](Self::check), reading only the bins' lists that `marks` (kept from the previous
+    /// step's check) or the bins mark non-empty (see [`StepMarks`](crate::StepMarks)).
+    ///
+    /// # Time Complexity
+    /// `O(chunks + regions + marked map words)`.
+    pub fn check_step(&self, marks: &mut crate::StepMarks) -> Result<(), CheckError> {
+        self.heap.check_step(marks)
+    }
 }
 
 impl<G: Granule, B: BinShape> InlineHeap<G, Counters, B> {

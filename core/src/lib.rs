@@ -148,6 +148,7 @@ mod sync;
 mod tags;
 mod tcache;
 
+pub use check::StepMarks;
 pub use detached::{Block, DetachedHeap, Handle, DEVICE_GRANULE};
 pub use error::{BlockError, CheckError, Error};
 pub use global::GlobalHeap;

@@ -44,7 +44,7 @@ pub(crate) const LAST: usize = (1 << 14) - 1;
 /// the 32 words of listed sizes are always zero.
 const WORDS: usize = (LAST + 1) / 64;
 /// Words of the summary (bit `w`: word `w` of the map is non-zero).
-const SUMMARY_WORDS: usize = WORDS.div_ceil(64);
+pub(crate) const SUMMARY_WORDS: usize = WORDS.div_ceil(64);
 /// Chains of heads: one per word of the map (the 32 of the listed sizes unused).
 const BUCKETS: usize = WORDS;
 const _: () = assert!(
@@ -541,6 +541,12 @@ impl<C: Copy + Eq + core::fmt::Debug> SizeTable<C> {
     /// Whether summary word `s` is non-zero, and whether `top` says so: for the check.
     pub(crate) fn summary_word(&self, s: usize) -> (bool, bool) {
         (self.summary[s] != 0, self.top >> s & 1 == 1)
+    }
+
+    /// The summary words (bit `w` of word `s`: map word `64 s + w` is non-zero): for a step's
+    /// check.
+    pub(crate) fn summary_words(&self) -> [u64; SUMMARY_WORDS] {
+        self.summary
     }
 
     /// Bucket `k`'s first head: for the check.

@@ -20,6 +20,11 @@
 //!
 //! A run that panics aborts the fuzzer, so no dirty arena is ever lent again; `cargo test`'s
 //! replay lends a fresh arena on each thread.
+//!
+//! The arena is mapped between two inaccessible guard pages: the heap under test sees one
+//! allocation, inside which the address sanitizer has no boundaries to watch, so what it could
+//! catch of the heap, an access just before or past the memory it was given, the guard pages
+//! catch for free, as a fault libFuzzer reports with the input (see `docs/fuzzing.md`).
 
 use std::cell::Cell;
 use std::ops::Range;
@@ -29,22 +34,67 @@ use tagalloc::model;
 
 use crate::ops::SPACE;
 
-/// `u128`s in the arena: `SPACE` bytes from its first page boundary.
-const ARENA_WORDS: usize = (SPACE + 4096) / 16;
+/// Bytes of a guard page (at least the host's page).
+const GUARD: usize = 1 << 16;
 
 /// `u128`s of memory no region ever covers.
 const OUTSIDE_WORDS: usize = 64;
 
+/// `SPACE` bytes mapped between two guard pages, zeroed by the kernel; unmapped when dropped.
+struct Mapping {
+    /// The first byte after the lower guard page.
+    base: NonNull<u8>,
+}
+
+impl Mapping {
+    fn new() -> Mapping {
+        let total = SPACE + 2 * GUARD;
+        // SAFETY: a fresh anonymous mapping, which aliases nothing; the result is checked.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                total,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert!(p != libc::MAP_FAILED, "mmap of the fuzz arena failed");
+        // SAFETY: `GUARD..GUARD + SPACE` lies inside the mapping just made.
+        let base = unsafe { p.cast::<u8>().add(GUARD) };
+        // SAFETY: as above; the guard pages either side stay `PROT_NONE`.
+        let r = unsafe { libc::mprotect(base.cast(), SPACE, libc::PROT_READ | libc::PROT_WRITE) };
+        assert_eq!(r, 0, "mprotect of the fuzz arena failed");
+        Mapping {
+            base: NonNull::new(base).expect("a mapping is not at address 0"),
+        }
+    }
+
+    /// The arena's bytes.
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `SPACE` readable bytes from `base`, mapped while `self` lives.
+        unsafe { std::slice::from_raw_parts(self.base.as_ptr(), SPACE) }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: the whole mapping made in `new`, which nothing uses any more.
+        unsafe { libc::munmap(self.base.as_ptr().sub(GUARD).cast(), SPACE + 2 * GUARD) };
+    }
+}
+
 /// The memory itself: all zeros whenever it is not lent.
 struct Memory {
-    arena: Box<[u128]>,
+    arena: Mapping,
     outside: Box<[u128]>,
 }
 
 impl Memory {
     fn zeroed() -> Box<Memory> {
         Box::new(Memory {
-            arena: vec![0u128; ARENA_WORDS].into_boxed_slice(),
+            arena: Mapping::new(),
             outside: vec![0u128; OUTSIDE_WORDS].into_boxed_slice(),
         })
     }
@@ -68,10 +118,8 @@ pub struct Lease {
 impl Lease {
     /// This thread's arena, or a fresh one if it has none (or lends it already).
     pub fn take() -> Lease {
-        let mut memory = IDLE.with(Cell::take).unwrap_or_else(Memory::zeroed);
-        let p = memory.arena.as_mut_ptr().cast::<u8>();
-        // SAFETY: at most 4095 bytes into an allocation of `SPACE + 4096` bytes.
-        let base = unsafe { p.add(p.align_offset(4096)) };
+        let memory = IDLE.with(Cell::take).unwrap_or_else(Memory::zeroed);
+        let base = memory.arena.base.as_ptr();
         Lease {
             memory: Some(memory),
             base,
@@ -94,7 +142,7 @@ impl Lease {
     /// rely on; the replay test checks it between runs).
     pub fn is_zeroed(&self) -> bool {
         let m = self.memory.as_ref().expect("a lease holds its memory");
-        m.arena.iter().chain(m.outside.iter()).all(|&w| w == 0)
+        m.arena.bytes().iter().all(|&b| b == 0) && m.outside.iter().all(|&w| w == 0)
     }
 
     /// Records that the heap may write `start..end` (addresses inside the arena).
@@ -145,5 +193,36 @@ impl Drop for Lease {
         }
         memory.outside.fill(0);
         IDLE.with(|idle| idle.set(Some(memory)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The permissions `/proc/self/maps` gives the page holding `addr`.
+    fn perms(addr: usize) -> String {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        for line in maps.lines() {
+            let (range, rest) = line.split_once(' ').unwrap();
+            let (lo, hi) = range.split_once('-').unwrap();
+            let lo = usize::from_str_radix(lo, 16).unwrap();
+            let hi = usize::from_str_radix(hi, 16).unwrap();
+            if (lo..hi).contains(&addr) {
+                return rest[..4].to_string();
+            }
+        }
+        panic!("{addr:#x} is not mapped");
+    }
+
+    #[test]
+    fn the_arena_lies_between_guard_pages() {
+        let lease = Lease::take();
+        let base = lease.base() as usize;
+        assert_eq!(perms(base), "rw-p");
+        assert_eq!(perms(base + SPACE - 1), "rw-p");
+        assert_eq!(perms(base - 1), "---p");
+        assert_eq!(perms(base + SPACE), "---p");
+        assert!(lease.is_zeroed());
     }
 }

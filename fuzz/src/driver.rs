@@ -1,18 +1,23 @@
 //! Runs operations on a heap ([`Rig`]) and checks every result.
 //!
 //! The driver keeps its own account of the live allocations and the regions, and after every
-//! operation asks the heap to `check()` its invariants and compares its statistics with that
-//! account. Live allocations are filled with a pattern (inline heaps) that is verified on
+//! operation asks the heap to check its invariants and compares its statistics with that
+//! account. The check after a step is the heap's step check (`check_step`: every chunk and
+//! counter, and the bins' lists marked non-empty before or after the step); every
+//! [`FULL_CHECK_EVERY`] steps and at the end it is the full `check()`, which also reads the
+//! lists empty on both sides. Why that split, with the bugs planted to show it keeps finding
+//! what the full check after every step found: `docs/fuzzing.md`. Live allocations are filled with a pattern (inline heaps) that is verified on
 //! free, on realloc and at the end. With a [`Model`], every address and every error must be
 //! the model's prediction; without one, the results are checked against what the request and
 //! the heap's own statistics imply (an `OutOfMemory` only if no free chunk is large enough, a
 //! region refused only for a reason that holds, a region removed exactly when nothing in it is
 //! allocated). At the end everything is freed and every region must be one free chunk again.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 
 use tagalloc::model::{Counted, Layout, Model, Subject};
-use tagalloc::{Error, Stats};
+use tagalloc::{Error, Stats, StepMarks};
 
 use crate::ops::{Align, Len, Op, Place, RegionPick, Size};
 use crate::pattern;
@@ -34,6 +39,23 @@ pub struct Live<H> {
 
 /// How many freed allocations are remembered for stale frees.
 const GRAVEYARD: usize = 64;
+
+/// Steps between two full checks (the steps between are checked with the step check). The
+/// default keeps the full check's share of a run small; `TAGALLOC_FUZZ_FULL_EVERY` (read once)
+/// overrides it, `1` being the full check after every step.
+pub const FULL_CHECK_EVERY: u32 = 64;
+
+/// [`FULL_CHECK_EVERY`], or its override from the environment.
+fn full_check_every() -> u32 {
+    static EVERY: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *EVERY.get_or_init(|| {
+        std::env::var("TAGALLOC_FUZZ_FULL_EVERY")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&n| n > 0)
+            .unwrap_or(FULL_CHECK_EVERY)
+    })
+}
 
 /// The payload address of `h`.
 pub(crate) fn addr<R: Rig>(h: &H<R>) -> usize {
@@ -79,6 +101,10 @@ pub struct Driver<R: Rig> {
     /// Freed allocations as `(handle, size)`, newest last.
     pub(crate) graveyard: Vec<(H<R>, usize)>,
     seed: u8,
+    /// The bins' marks at the last step check.
+    marks: Cell<StepMarks>,
+    /// Steps checked since the last full check.
+    since_full: Cell<u32>,
 }
 
 impl<R: Rig> Driver<R> {
@@ -94,6 +120,8 @@ impl<R: Rig> Driver<R> {
             regions: BTreeMap::new(),
             graveyard: Vec::with_capacity(GRAVEYARD),
             seed: 0,
+            marks: Cell::new(StepMarks::default()),
+            since_full: Cell::new(0),
         }
     }
 
@@ -499,9 +527,34 @@ impl<R: Rig> Driver<R> {
     }
 
     fn check_account(&self) {
-        if let Err(e) = self.rig.subject().check() {
-            panic!("check() failed: {e}");
+        let every = full_check_every();
+        if every == 1 {
+            // The full check after every step, alone (the harness as it was before step checks).
+            if let Err(e) = self.rig.subject().check() {
+                panic!("check() failed: {e}");
+            }
+            return self.check_counts();
         }
+        let n = self.since_full.get() + 1;
+        if n >= every {
+            self.since_full.set(0);
+            if let Err(e) = self.rig.subject().check() {
+                panic!("check() failed: {e}");
+            }
+        } else {
+            self.since_full.set(n);
+        }
+        // After a full check too, so that the marks are always the previous step's.
+        let mut marks = self.marks.get();
+        if let Err(e) = self.rig.subject().check_step(&mut marks) {
+            panic!("check_step() failed: {e}");
+        }
+        self.marks.set(marks);
+        self.check_counts();
+    }
+
+    /// The heap's statistics against the driver's account.
+    fn check_counts(&self) {
         let st = self.rig.subject().stats();
         assert_eq!(st.live, self.live.len(), "live count: {st:?}");
         assert_eq!(st.regions, self.regions.len(), "region count: {st:?}");

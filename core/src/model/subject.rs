@@ -17,6 +17,7 @@
 use core::fmt::Debug;
 use core::ptr::{without_provenance_mut, NonNull};
 
+use crate::check::StepMarks;
 use crate::error::{CheckError, Error};
 use crate::layout::Layout;
 use crate::records::RecordStore;
@@ -102,6 +103,9 @@ pub trait Subject {
 
     /// `check()`.
     fn check(&self) -> Result<(), CheckError>;
+
+    /// `check_step(marks)`.
+    fn check_step(&self, marks: &mut StepMarks) -> Result<(), CheckError>;
 }
 
 /// A [`Subject`] whose heap keeps statistics (see [`crate::Tally`]): every one but an
@@ -274,6 +278,10 @@ impl<M: Memory, G: Granule, K: Tally, B: BinShape> Subject for InlineSubject<M, 
     fn check(&self) -> Result<(), CheckError> {
         self.heap.check()
     }
+
+    fn check_step(&self, marks: &mut StepMarks) -> Result<(), CheckError> {
+        self.heap.check_step(marks)
+    }
 }
 
 impl<M: Memory, G: Granule, B: BinShape> Counted for InlineSubject<M, G, Counters, B> {
@@ -386,6 +394,10 @@ impl<S: RecordStore> Subject for DetachedSubject<S> {
 
     fn check(&self) -> Result<(), CheckError> {
         self.heap.check()
+    }
+
+    fn check_step(&self, marks: &mut StepMarks) -> Result<(), CheckError> {
+        self.heap.check_step(marks)
     }
 }
 

@@ -1,5 +1,6 @@
 //! Unit and property tests of the core, per concept.
 
+mod check;
 mod detached;
 mod inline;
 #[cfg(loom)]

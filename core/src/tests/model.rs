@@ -139,6 +139,7 @@ fn run<S: Subject>(subject: &mut S, base: usize, first_region: usize, ops: &[Op]
     let mut cursor = 0usize;
     let mut region_offsets: Vec<usize> = Vec::new();
     // Live allocations: (address, handle, size, fill byte).
+    let mut marks = crate::StepMarks::default();
     let mut live: Vec<(usize, S::H, usize, u8)> = Vec::new();
     let mut byte = 0u8;
     // Start with one region so that allocations have somewhere to go.
@@ -256,6 +257,7 @@ fn run<S: Subject>(subject: &mut S, base: usize, first_region: usize, ops: &[Op]
             }
         }
         subject.check().unwrap();
+        subject.check_step(&mut marks).unwrap();
         let mut spans: Vec<(usize, usize)> = live.iter().map(|&(a, _, s, _)| (a, s)).collect();
         spans.sort_unstable();
         for w in spans.windows(2) {
@@ -268,6 +270,7 @@ fn run<S: Subject>(subject: &mut S, base: usize, first_region: usize, ops: &[Op]
         free(subject, h, size);
         model.free(a);
         subject.check().unwrap();
+        subject.check_step(&mut marks).unwrap();
     }
     assert!(model.chunks().values().all(|c| c.free));
     assert_eq!(

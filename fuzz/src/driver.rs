@@ -545,12 +545,18 @@ impl<R: Rig> Driver<R> {
             self.since_full.set(n);
         }
         // After a full check too, so that the marks are always the previous step's.
-        let mut marks = self.marks.get();
-        if let Err(e) = self.rig.subject().check_step(&mut marks) {
+        if let Err(e) = self.check_step() {
             panic!("check_step() failed: {e}");
         }
-        self.marks.set(marks);
         self.check_counts();
+    }
+
+    /// The heap's step check, with the marks of the previous one.
+    fn check_step(&self) -> Result<(), tagalloc::CheckError> {
+        let mut marks = self.marks.get();
+        let r = self.rig.subject().check_step(&mut marks);
+        self.marks.set(marks);
+        r
     }
 
     /// The heap's statistics against the driver's account.
@@ -630,7 +636,8 @@ impl<R: Rig> Driver<R> {
         if all {
             assert_eq!(self.rig.subject().stats().free_chunks, 0);
         }
-        untraced(|| self.rig.subject().check()).unwrap();
+        // A step check here; the full check once all is free again, below.
+        untraced(|| self.check_step()).unwrap();
         for (h, size) in whole {
             // SAFETY: `h` is a whole-region block just allocated, not used again.
             assert_eq!(

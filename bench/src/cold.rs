@@ -9,8 +9,8 @@
 
 use std::hint::black_box;
 
-/// A buffer twice the last-level cache of the machine the README's figures come from (32 MiB
-/// of L3), read one word per 64-byte line.
+/// A buffer twice the last-level cache of the development machine the measurement log's
+/// figures come from (32 MiB of L3), read one word per 64-byte line.
 pub struct Sweep {
     words: Vec<u64>,
 }

@@ -15,14 +15,15 @@ use crate::tags::{Link, Tags};
 
 /// The bins' summary words as a step's check last saw them, kept by the caller between steps.
 ///
-/// A full [`Heap::check`] reads the ends of every exact-size list (2,047 of them in the default
-/// shape) and every chain of the size table, however few chunks the heap has: a fixed cost far
-/// above that of the step it follows. A step's check ([`Heap::check_step`]) looks only into the
-/// map words marked non-empty now or at the previous step's check: every list and chain a step
-/// filed a chunk into, took one from, or emptied. It skips only lists and chains empty both
-/// before and after the step, whose words a correct step does not touch; a stray write into one
-/// of those that leaves every mark as it was and no free chunk unfiled is seen by the next full
-/// check, which callers run every so many steps.
+/// A full check ([`InlineHeap::check`](crate::InlineHeap::check)) reads the ends of every
+/// exact-size list (2,047 of them in the default shape) and every chain of the size table,
+/// however few chunks the heap has: a fixed cost far above that of the step it follows. A
+/// step's check ([`InlineHeap::check_step`](crate::InlineHeap::check_step)) looks only into
+/// the map words marked non-empty now or at the previous step's check: every list and chain a
+/// step filed a chunk into, took one from, or emptied. It skips only lists and chains empty
+/// both before and after the step, whose words a correct step does not touch; a stray write
+/// into one of those that leaves every mark as it was and no free chunk unfiled is seen by the
+/// next full check, which callers run every so many steps.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StepMarks {
     lists: u64,

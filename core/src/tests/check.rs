@@ -31,15 +31,21 @@ fn a_step_check_reads_the_list_a_free_filed_into() {
         for bad in [0, 1] {
             let mut ar = Arena::new(1 << 12);
             let (h, p, mut marks) = two_in_a_list(&mut ar);
-            let value = if bad == 0 { 0 } else { p[1 - i] as usize };
-            // SAFETY: a link word in the payload of a free chunk, inside the arena.
-            let old = unsafe { p[i].add(word).replace(value) };
+            // A pointer with the arena's provenance, as the heap's own links carry.
+            let value = if bad == 0 {
+                core::ptr::null_mut()
+            } else {
+                p[1 - i].cast::<u8>()
+            };
+            // SAFETY: a link word in the payload of a free chunk, inside the arena; links are
+            // stored as pointers.
+            let old = unsafe { p[i].add(word).cast::<*mut u8>().replace(value) };
             if old == value {
                 continue;
             }
             assert!(
                 h.check_step(&mut marks).is_err(),
-                "chunk {i}, link word {word} set to {value:#x}"
+                "chunk {i}, link word {word} set to {value:p}"
             );
             assert!(h.check().is_err());
         }

@@ -5,10 +5,10 @@
 are needed.
 
     embedded_sizes.py DIR            print the table (Markdown rows)
-    embedded_sizes.py DIR --check README.md
-                                     also fail unless README.md's table says exactly that
-    embedded_sizes.py DIR --write README.md
-                                     put the measured table into README.md
+    embedded_sizes.py DIR --check FILE.md
+                                     also fail unless FILE.md's table says exactly that (.ci/embedded: docs/small-machines.md)
+    embedded_sizes.py DIR --write FILE.md
+                                     put the measured table into FILE.md
 """
 import struct
 import sys
@@ -85,9 +85,9 @@ def rows(directory):
     return out
 
 
-def readme_table(text):
+def file_table(path, text):
     if BEGIN not in text or END not in text:
-        raise SystemExit(f"README has no table between {BEGIN!r} and {END!r}")
+        raise SystemExit(f"{path} has no table between {BEGIN!r} and {END!r}")
     return text[text.index(BEGIN) + len(BEGIN):text.index(END)].strip().splitlines()
 
 
@@ -100,7 +100,7 @@ def main():
     print("\n".join(table))
     failures = []
     by_program = {r[0]: (r[2], r[3]) for r in measured}
-    # The targets, whatever the README says.
+    # The targets, whatever the table says.
     size, section = by_program["tagalloc_default"]
     if section != ".bss":
         failures.append(f"the default GlobalHeap's static is in {section}, not .bss")
@@ -109,13 +109,13 @@ def main():
         failures.append(f"the compact GlobalHeap's static is {size} bytes in {section}, "
                         "not at most 1024 in .bss")
     if len(args) == 3 and args[1] == "--check":
-        said = readme_table(open(args[2]).read())
+        said = file_table(args[2], open(args[2]).read())
         if said != table:
             failures.append(f"{args[2]}'s table differs from the measurement:\n"
                             + "\n".join(said) + "\n(run .ci/embedded --write to update it)")
     elif len(args) == 3 and args[1] == "--write":
         text = open(args[2]).read()
-        readme_table(text)
+        file_table(args[2], text)
         text = text[:text.index(BEGIN) + len(BEGIN)] + "\n" + "\n".join(table) + "\n" \
             + text[text.index(END):]
         open(args[2], "w").write(text)

@@ -57,8 +57,8 @@
 //! and takes back everything it freed, which on a GPU that keeps up costs nothing (its work is
 //! done) and otherwise throttles the host to the device, as the next synchronising call of a
 //! training loop would. A device-side wait (`cuStreamWaitEvent`, as `cudaMallocAsync` does)
-//! would avoid the host wait; it is not built. Figures: `bench/README.md` (`tagalloc-bench
-//! device`).
+//! would avoid the host wait; it is not built. Figures: `docs/device-pool.md` and
+//! `docs/measurements.md` (`tagalloc-bench device`).
 //!
 //! # Blocks
 //!
@@ -112,7 +112,7 @@ impl DeviceConfig {
     /// The default [`DeviceConfig::batch_age`].
     pub const BATCH_AGE: u64 = 128;
     /// The default [`DeviceConfig::max_pending`]: pending blocks at most a tenth of the pool
-    /// before a miss waits rather than grows (figures in `bench/README.md`).
+    /// before a miss waits rather than grows (figures in `docs/device-pool.md`).
     pub const MAX_PENDING: f64 = 0.1;
 
     /// Plain device allocations ([`Regions::PLAIN`]), regions doubling from 64 MiB to 1 GiB

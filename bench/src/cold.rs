@@ -4,13 +4,14 @@
 //! the allocator before it left in the caches. For a short trace that decides the figure: on
 //! `wee-gcc-hello` (a few hundred microseconds) the inline heap without statistics, run right
 //! after the inline heap, found the very lines it was about to touch (the two hand out the
-//! same addresses) and timed 0.67 × the heap it copies. Sweeping before every timed run puts
+//! same addresses) and timed much faster than the heap it copies (figures: `bench/README.md`,
+//! "Method notes", Replay). Sweeping before every timed run puts
 //! every allocator in the same state: none of its arena cached.
 
 use std::hint::black_box;
 
-/// A buffer twice the last-level cache of the machine the README's figures come from (32 MiB
-/// of L3), read one word per 64-byte line.
+/// A buffer twice the last-level cache of the development machine the measurement log's
+/// figures come from (32 MiB of L3), read one word per 64-byte line.
 pub struct Sweep {
     words: Vec<u64>,
 }

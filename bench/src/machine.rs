@@ -1,9 +1,9 @@
 //! The machine a run measured on: its processor and how busy it was.
 //!
 //! Speed ratios between allocators depend on the processor, not only on its load: the same code
-//! made 0.94 × talc's calls in its random actions at 200 B on the development machine of one day
-//! and 0.89 × on another's, both "AMD EPYC" by name (bench/README.md). So every report names
-//! the processor, with its family and model, and the load average at its start and end.
+//! gave different ratios to talc on two machines that were both "AMD EPYC" by name
+//! (`docs/measurements.md`, "a second machine"). So every report names the processor, with its
+//! family and model, and the load average at its start and end.
 
 use serde_json::{json, Value};
 

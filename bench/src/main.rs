@@ -25,7 +25,7 @@
 //!   Not in the default suite.
 //!
 //! With no subcommand a default suite runs the first four, shortened to take about a minute (see
-//! the README for the measurement).
+//! `docs/measurements.md` for the measurement).
 //! Results are markdown tables on stdout (`--json` for machines), SVG charts under
 //! `target/tagalloc-bench/`, and a progress bar on stderr when it is a terminal.
 //!

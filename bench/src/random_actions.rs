@@ -105,8 +105,7 @@ struct Counts {
 }
 
 /// The seed of the first counted trial (trial `t` draws from `FIRST_SEED + t`), which the
-/// examples (`examples/profile.rs`, `examples/counters.rs`, `examples/call_times.rs`) use too, so that they draw the
-/// timed benchmark's stream.
+/// lab's examples (`lab/examples/`) use too, so that they draw the timed benchmark's stream.
 pub const FIRST_SEED: u64 = 0x7A1C_0000;
 
 /// The seed of the warm-up before a run seeded with `seed`: another stream, so that the
@@ -129,7 +128,7 @@ pub enum Step {
 }
 
 /// The live blocks of a random-actions run and the stream that drives it: one action at a
-/// time, so that the timed trials and the callgrind profile (`examples/profile.rs`, a fixed
+/// time, so that the timed trials and the callgrind profile (`lab/examples/profile.rs`, a fixed
 /// number of actions) draw exactly the same calls.
 pub struct Actions<B> {
     rng: fastrand::Rng,

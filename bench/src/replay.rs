@@ -314,7 +314,7 @@ impl<const PROFILE: bool> Bench for Replay<'_, PROFILE> {
 }
 
 /// Replays all of `p` once on `s`, untimed and without the footprint bookkeeping: nothing but
-/// the allocator's calls and the slot vector, for a profiler to count (`examples/profile.rs`).
+/// the allocator's calls and the slot vector, for a profiler to count (`lab/examples/profile.rs`).
 /// Returns the failed calls and the allocator's own consistency check.
 pub fn replay_once<S: Subject>(p: &Prepared, s: S, base: usize) -> (u64, Result<(), String>) {
     // No deadline: a run this long outlasts any profiler.

@@ -202,7 +202,7 @@ pub enum Peer {
 }
 
 impl Peer {
-    /// The names the examples (`examples/profile.rs`, `examples/counters.rs`) take on their
+    /// The names the lab's examples (`lab/examples/profile.rs`, `counters.rs`) take on their
     /// command lines, with the allocators they name.
     pub const EXAMPLE_NAMES: [(&'static str, Peer); 6] = [
         ("tagalloc", Peer::Inline),
@@ -213,7 +213,7 @@ impl Peer {
         ("rlsf", Peer::Rlsf),
     ];
 
-    /// The allocator an example's command line names (see [`Peer::EXAMPLE_NAMES`]).
+    /// The allocator a lab example's command line names (see [`Peer::EXAMPLE_NAMES`]).
     pub fn by_example_name(name: &str) -> Option<Peer> {
         Peer::EXAMPLE_NAMES
             .iter()

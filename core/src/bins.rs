@@ -163,8 +163,8 @@ impl<C: Copy + Eq + core::fmt::Debug, S: Shape> Bins<C, S> {
     /// Whether this shape's lists stop below the policy's listed sizes ([`LIST_SIZES`]), so
     /// that the calls for a listed size must look beyond them. A constant, so that with
     /// [`Wide`]'s lists the test is compiled away: as a comparison of the size, whose bound the
-    /// callers' own tests do not always prove, it cost the free about 9 instructions
-    /// (callgrind, talc's random actions at 200 B).
+    /// callers' own tests do not always prove, it cost the free instructions (figures:
+    /// `docs/measurements.md#binsrs-short-lists-as-a-constant`).
     const SHORT_LISTS: bool = S::LISTS < LIST_SIZES;
     /// The first bin kept as a trie: the bin of the first size above the table (or the lists).
     pub(crate) const FIRST_TRIE_BIN: usize = bin_of(S::TABLE_LAST + 1);
@@ -402,10 +402,10 @@ impl<C: Copy + Eq + core::fmt::Debug, S: Shape> Bins<C, S> {
     /// Takes the oldest chunk out of the non-empty list `i`.
     ///
     /// Unlike [`Bins::list_push`] and [`Bins::list_unlink`], a branch on whether the list
-    /// empties: made branch-free the same way, it was slower both on talc's random actions (up
-    /// to 7 %, at most sizes) and on the traces (python-json and sqlite 12 %): this branch
-    /// predicts better than the others, and the select costs every allocation a write of the
-    /// tail and of the maps. Always inlined: the allocation's fast path pops both a chunk of
+    /// empties: this branch predicts better than the others, and made branch-free it cost every
+    /// allocation a write of the tail and of the maps and was slower (figures:
+    /// `docs/measurements.md#binsrs-the-pop-keeps-its-branch`).
+    /// Always inlined: the allocation's fast path pops both a chunk of
     /// exactly the size and the best fit, and with two copies the compiler called it.
     #[inline(always)]
     fn pop_oldest<T: Tags<Chunk = C>>(&mut self, t: &mut T, i: usize) -> Option<C> {
@@ -673,8 +673,8 @@ impl<C: Copy + Eq + core::fmt::Debug, S: Shape> Bins<C, S> {
 
     /// [`Bins::take_best`] from the lowest non-empty trie of bin `from` (at least
     /// `FIRST_TRIE_BIN`) on: its smallest chunk, oldest among equals. Always inlined: as a
-    /// function of its own, its register saves were 14 of the 64 instructions of python-json's
-    /// most frequent trie allocation (a carve from a tree bin's only chunk).
+    /// function of its own, its register saves were a large share of its instructions
+    /// (figures: `docs/measurements.md#binsrs-the-trie-allocation-always-inlined`).
     #[inline(always)]
     fn take_smallest_trie<T, F>(&mut self, t: &mut T, from: usize, carve: F) -> Option<(C, usize)>
     where

@@ -4,9 +4,8 @@
 //! granule counts back into bytes. With the granule read from the heap at run time, each of
 //! those is a load and a shift by a register; with the granule known to the compiler they are
 //! shifts by a constant, and the padding, the size limit and the minimum chunk fold into
-//! immediates: about 8 instructions fewer per allocation and 7 per free (callgrind, talc's
-//! random actions at 200 bytes: 92.7 instructions per action in the heap, 84.8 with the
-//! constant).
+//! immediates, a few instructions fewer per call (figures:
+//! `docs/measurements.md#granulers-the-host-granule-as-a-constant`).
 //!
 //! So [`crate::InlineHeap`] is generic over a [`Granule`]: [`HostGranule`] (the default, from
 //! `InlineHeap::new`) answers the layout with a constant, [`AnyGranule`] (from

@@ -68,14 +68,8 @@ pub(crate) struct Top<C> {
 /// neighbour, the victim is filed first and the free merges as any other.
 ///
 /// Why: exact best fit alone takes the smallest chunk that fits even when it lies far from the
-/// last allocation, and pays a bin operation for every rest. With the victim, the replays of
-/// real programs' traces took 3 to 6 % less time (tagalloc's own ns/event, the two builds in
-/// turn: python-json 6.7 to 6.9 → 6.5, wee-gcc-hello 13.2 to 13.5 → 12.7 to 12.9; its
-/// simulated data-cache misses per call on python-json 0.72 → 0.62) at footprints no
-/// higher (android-systemui 1.13 → 1.12 × peak live, the others within 0.05 %) and nearly the
-/// same heap efficiency (98.78 → 98.72 %, talc's method), for up to 4 % of talc's random
-/// actions at 200 to 3000 B. A victim that kept exact best fit (taken only when it was the best
-/// fit) made the traces slower (see bench/README.md, "a designated victim").
+/// last allocation, and pays a bin operation for every rest; the victim made the traces'
+/// replays faster at no higher footprint (figures: `docs/measurements.md#heaprs-the-victim`).
 ///
 /// Invariant: the chunk is free, in no bin, not the top, and does not end the top region; the
 /// size beside it is its size in granules (kept so that no request reads the chunk's tag to
@@ -227,10 +221,9 @@ impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
     /// The fast paths are `#[inline(always)]` from the placements' entry points down (both
     /// placements' `alloc` and `free`): this, [`Heap::alloc_granules`], and for a free
     /// [`Heap::free_in_use`] or [`Heap::free_sized`] through `coalesce_and_file` and `file_free`
-    /// to `Bins::insert`. With `#[inline]` the default release build inlined them all, but a
-    /// build with LTO and one codegen unit (talc's own benchmark profile) left this function,
-    /// the merge and the filing out of line in talc's random actions, and ran 5 % slower at
-    /// 200 B (see bench/README.md, "LTO").
+    /// to `Bins::insert`. With `#[inline]` a build with LTO and one codegen unit left some of
+    /// them out of line and ran slower (figures:
+    /// `docs/measurements.md#heaprs-the-fast-paths-always-inlined`).
     #[inline(always)]
     pub fn alloc(&mut self, size: usize, align: usize) -> Result<T::Chunk, Error> {
         if !self.layout().granule_aligned(align) {
@@ -285,9 +278,8 @@ impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
     /// lists (which [`Bins::insert`] would file through a call of the size table or the tries)
     /// goes to a function of its own that hands `c` back, so that no value of the allocation
     /// lives across a call either way: with `Bins::insert` inlined here, every allocation
-    /// saved and restored five callee-saved registers (10 instructions more per allocation on
-    /// every workload of `bench/tools/profile.sh`: random-200 81.9 against 72.6, python-json
-    /// 82.5 against 73.1).
+    /// saved and restored callee-saved registers (figures:
+    /// `docs/measurements.md#heaprs-no-value-across-a-call-when-the-victim-is-replaced`).
     #[inline(always)]
     fn replace_victim(&mut self, c: T::Chunk, tail: T::Chunk, size: usize) -> T::Chunk {
         match self.victim.chunk.replace((tail, size)) {
@@ -412,14 +404,10 @@ impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
     /// Why: a large block shrunk in place keeps a small piece of a large span in use, between
     /// the free tail and whatever precedes it; moved into the smallest hole that takes it, the
     /// whole span is freed and merges with its free neighbours, and small holes are used up
-    /// instead of large ones. On talc's heap-efficiency method (every realloc there is between
-    /// 1 and 100 000 bytes) this raised the share of the heap in use at the first failure from
-    /// 97.53 % (always in place) to 98.78 %. Rules measured on the same 300 rounds: mimalloc's
-    /// (`_mi_heap_realloc_zero` moves a block shrinking below half its size), capped at the
-    /// listed sizes, 98.73 %; that and a trie chunk both, 98.66 %. Moving small blocks bought
-    /// nothing there and cost their copies elsewhere (talc's random actions 1 to 2 % slower
-    /// at every size up to 10 000 bytes). Unlike mimalloc, a shrink that finds no hole stays
-    /// in place rather than taking new space.
+    /// instead of large ones: it raised talc's heap-efficiency figure, above the other rules
+    /// tried, and moving small blocks too bought nothing (figures:
+    /// `docs/measurements.md#heaprs-a-shrinking-realloc-moves-out-of-the-tries`). Unlike
+    /// mimalloc, a shrink that finds no hole stays in place rather than taking new space.
     #[inline]
     pub fn shrink_target(&mut self, c: T::Chunk, need: usize, align: usize) -> Option<T::Chunk> {
         if self.tags.size(c) <= SHRINK_MOVE_MAX

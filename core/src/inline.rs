@@ -578,8 +578,8 @@ impl<K: Tally, B: BinShape> InlineHeap<HostGranule, K, B> {
 
 impl InlineHeap<HostGranule, NoCounters> {
     /// [`InlineHeap::new`] without statistics: every call runs as in a heap that counts and
-    /// hands out the same addresses, without updating the counters (see [`Tally`]: 3 to 7 %
-    /// of the time on the traces in bench/README.md). It has no `stats`, and its `check`
+    /// hands out the same addresses, without updating the counters (see [`Tally`]; figures:
+    /// `docs/measurements.md#statsrs-what-the-counters-cost`). It has no `stats`, and its `check`
     /// verifies everything but the counters.
     ///
     /// ```
@@ -611,7 +611,7 @@ impl InlineHeap<HostGranule, Counters, Compact> {
     /// [`InlineHeap::new`] with the bins of small machines ([`Compact`]): the same policy and
     /// addresses, a small fraction of the state (a `GlobalHeap` of them fits in 1 KiB on a
     /// 32-bit target), and slower for sizes above 64 granules (1 KiB), which a trie serves
-    /// instead of a list (the README has the measured sizes and speeds).
+    /// instead of a list (sizes in `docs/small-machines.md`, speeds in `docs/measurements.md`).
     ///
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -1071,8 +1071,8 @@ impl<G: Granule, B: BinShape> InlineHeap<G, Counters, B> {
 /// Why: a free reads its chunk's head, and only then knows where its successor's head is; on
 /// a heap larger than the cache both reads miss, one after the other. Started here, the second
 /// miss overlaps the first, as in allocators that take the size from the caller and read the
-/// tag at the block's end directly (talc). On talc's random actions with its 200 ms trials
-/// this made the heap 1.7 to 3.5 % faster at every maximum size (bench/README.md). A hint: a
+/// tag at the block's end directly (talc); it made random actions faster at every maximum size
+/// (figures: `docs/measurements.md#inliners-the-free-prefetches-its-successor`). A hint: a
 /// prefetch reads nothing the program sees and never faults, so a wrong size costs one
 /// useless line.
 #[inline(always)]

@@ -10,7 +10,7 @@
 //!   tries for everything above, in 16 tree bins (the last open-ended, from 896 granules, 14 KiB
 //!   at the host granule), so that a `GlobalHeap` fits in 1 KiB on a 32-bit target. A size
 //!   above the lists is found by a walk of its bin's trie, one chunk per level, rather than in
-//!   a list. The README has the measured sizes and speeds.
+//!   a list. Sizes: `docs/small-machines.md`; speeds: `docs/measurements.md`.
 
 use core::fmt::Debug;
 
@@ -23,13 +23,13 @@ use crate::size_table::{SizeTable, Table};
 pub trait BinShape: sealed::Shape {}
 
 /// The default bins: a list per size up to 2047 granules (32 KiB at the host granule), the size
-/// table up to 16383 granules, tries above (see the crate's README).
+/// table up to 16383 granules, tries above (see `docs/heap.md`).
 #[derive(Debug)]
 pub enum Wide {}
 
 /// Bins for small machines: a list per size up to 64 granules (1 KiB at the host granule),
 /// tries above, in 16 tree bins. The same policy and addresses as [`Wide`]; a `GlobalHeap` of
-/// them is under 1 KiB on a 32-bit target (see the README for its size and speed).
+/// them is under 1 KiB on a 32-bit target (size: `docs/small-machines.md`).
 #[derive(Debug)]
 pub enum Compact {}
 

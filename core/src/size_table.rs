@@ -4,9 +4,9 @@
 //! The lists (see `crate::bins`) give every size its own pair of ends in the heap's state,
 //! which is what makes them `O(1)`, and what stops them at 2047 granules: each further size
 //! would cost 16 bytes whether it occurs or not. Above them, a bitwise trie costs no state per
-//! size but visits a chunk, often a cache miss, per level, on every filing, taking and search.
-//! Measured on talc's random actions at 30 000 B, whose reallocations reach 90 KB and whose
-//! merges make larger chunks still, those walks were most of the gap of the free to talc's.
+//! size but visits a chunk, often a cache miss, per level, on every filing, taking and search:
+//! on large random actions those walks were most of the free's gap to talc's (figures:
+//! `docs/measurements.md#size_tablers-why-a-size-table`).
 //!
 //! This table serves the sizes from `FIRST` to `LAST` granules (32 KiB to 256 KiB at the
 //! host granule) with neither: one bit per size says which sizes have a free chunk, so the
@@ -23,8 +23,8 @@
 //! (`min`), so a listed request that no list serves, which takes it, needs no search. And a
 //! table that holds a single chunk keeps it there alone, outside the map and the chains and
 //! with its links unwritten, so that carving it again and again, or merging into it, only
-//! renames it, as a trie's lone root is replaced in place: python-json's table holds one
-//! chunk for 70 % of its 410 thousand carves and merges per run. With more chunks, a carve or
+//! renames it, as a trie's lone root is replaced in place; real traces dwell there (figures:
+//! `docs/measurements.md#size_tablers-a-single-chunk-kept-alone`). With more chunks, a carve or
 //! merge that keeps a chunk's size within its map word still replaces it in place
 //! ([`SizeTable::detach`]).
 //!
@@ -264,7 +264,7 @@ impl<C: Copy + Eq + core::fmt::Debug> SizeTable<C> {
     ///
     /// Out of line, as the tries' filing is: inlined into the heap's filing of every free
     /// chunk, the table's filing made the heap's `unfile` too large to inline into the free
-    /// (python-json: 230 thousand calls, 50 instructions each).
+    /// (figures: `docs/measurements.md#size_tablers-the-filing-out-of-line`).
     #[inline(never)]
     fn file<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) -> bool {
         if self.has(size) {

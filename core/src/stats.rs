@@ -74,12 +74,14 @@ impl Stats {
 /// dominated by its record table, and device pools read their statistics.)
 ///
 /// Why a choice: the counters are a few read-modify-writes on every allocation and free (the
-/// bytes in use and their peak, the counts of allocations, frees and free chunks), 3 to 7 % of
-/// the time of a replayed trace (bench/README.md). A heap that nothing reads statistics from
-/// need not pay them; talc makes its counters an opt-in feature for the same reason. A type
-/// parameter rather than a Cargo feature, because features unify: one crate in a build that
-/// asked for statistics would turn them on for every heap in it. Both kinds run the same
-/// algorithm and hand out the same addresses; only [`Counters`] heaps have a `stats` method.
+/// bytes in use and their peak, the counts of allocations, frees and free chunks), a
+/// measurable share of a replay's time (figures:
+/// `docs/measurements.md#statsrs-what-the-counters-cost`). A heap that nothing reads
+/// statistics from need not pay them; talc makes its counters an opt-in feature for the same
+/// reason. A type parameter rather than a Cargo feature, because features unify: one crate in
+/// a build that asked for statistics would turn them on for every heap in it. Both kinds run
+/// the same algorithm and hand out the same addresses; only [`Counters`] heaps have a `stats`
+/// method.
 ///
 /// Sealed: the heaps call its methods on their hot paths, and only these two implement it.
 pub trait Tally: sealed::Count {}

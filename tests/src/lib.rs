@@ -23,3 +23,28 @@ pub mod trace;
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeExamples;
+
+/// The Rust examples of the documents under `docs/`, compiled and run the same way.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/heap.md")]
+pub struct HeapDocExamples;
+
+/// See [`HeapDocExamples`].
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/usage.md")]
+pub struct UsageDocExamples;
+
+/// See [`HeapDocExamples`].
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/small-machines.md")]
+pub struct SmallMachinesDocExamples;
+
+/// See [`HeapDocExamples`].
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/static-planning.md")]
+pub struct StaticPlanningDocExamples;
+
+/// See [`HeapDocExamples`].
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/cuda.md")]
+pub struct CudaDocExamples;

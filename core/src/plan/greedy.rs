@@ -59,8 +59,9 @@ fn greedy(buffers: &[Buffer], order: Order) -> Result<Plan, PlanError> {
 
 /// TensorFlow Lite's greedy by size: buffers in order of decreasing size (ties in input order),
 /// each at the smallest gap that fits it among the conflicting buffers placed before it, or on
-/// top of them. Fast and usually within a few percent of the lower bound on inference graphs;
-/// 30–40 % above it on adversarial sets such as MiniMalloc's.
+/// top of them. Fast and usually close to the lower bound on inference graphs, far above it on
+/// adversarial sets such as MiniMalloc's (figures:
+/// `docs/measurements.md#greedyrs-greedy-by-size-and-by-peak`).
 ///
 /// `O((n + p) log n)` time for `p` conflicting pairs, `O(n)` memory. The gap search stops
 /// after 2²⁹ units of work (pairs found times the log of their number, per buffer: a few
@@ -143,9 +144,10 @@ fn by_breadth(buffers: &[Buffer]) -> Vec<u32> {
 /// peak's buffers first guarantees that (they all conflict, so each lands on the one before).
 /// Taking them in allocation order keeps a program's stack-like lifetimes nested: a buffer
 /// allocated earlier and freed later sits lower, so the space above it frees in one piece.
-/// On IOPDDL's S_1 and G_1 this meets the lower bound where greedy by size is 6.7 % and
-/// 0.11 % above it. It is one more order in the manner of MindSpore SOMAS, which runs
-/// several sort orders through the same placement and keeps the best
+/// On IOPDDL's problems this meets the lower bound where greedy by size does not (figures:
+/// `docs/measurements.md#greedyrs-greedy-by-size-and-by-peak`). It is one more order in the
+/// manner of MindSpore SOMAS, which runs several sort orders through the same placement and
+/// keeps the best
 /// (`mindspore/ccsrc/backend/optimizer/somas/somas_solver_core.cc`,
 /// `SomasSolverCore::MemoryAllocationSolver`); [`search`](super::search) does the same with
 /// this solver and the two above.

@@ -8,8 +8,8 @@
 //! here without gaps or windows, which this planner does not model. MiniMalloc also keeps a
 //! section at each end time whose live set is not maximal; a subset can have a higher floor,
 //! so those can prune where the maximal ones do not, but one section per elementary interval
-//! changed the node counts on MiniMalloc's challenging set by under 0.1 % while doubling the
-//! sections to maintain, so only maximal ones are kept.
+//! barely changed the node counts while doubling the sections to maintain, so only maximal
+//! ones are kept (figures: `docs/measurements.md#sweeprs-only-maximal-sections`).
 //!
 //! Zero-size buffers conflict with nothing and are left out: `orig` maps the instance's
 //! buffers back to the caller's indices.

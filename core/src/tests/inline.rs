@@ -477,7 +477,7 @@ fn checked_usable_size_proves_the_pointer() {
     h.check().unwrap();
 }
 
-/// The heap's own state is the size the README gives (37 KiB inline, 39 KiB shared, 20 KiB
+/// The heap's own state is the size `docs/heap.md` gives (37 KiB inline, 39 KiB shared, 20 KiB
 /// detached), most of it the two ends of each per-size list; a change to the bins shows here.
 #[cfg(all(target_pointer_width = "64", not(loom)))]
 #[test]

@@ -1,4 +1,4 @@
-//! tagalloc's default `GlobalHeap` over a static array (`with_arena`), as the README shows it:
+//! tagalloc's default `GlobalHeap` over a static array (`with_arena`), as `docs/usage.md` shows it:
 //! the static holds the array's address.
 #![no_std]
 #![no_main]

@@ -16,10 +16,10 @@
 
 use std::process::ExitCode;
 
-use tagalloc_bench::example_cli;
 use tagalloc_bench::random_actions::{self, Actions};
 use tagalloc_bench::report::median;
 use tagalloc_bench::subjects::{Bench, Subject};
+use tagalloc_lab::example_cli;
 
 const SEED: u64 = random_actions::FIRST_SEED;
 

@@ -6,12 +6,12 @@
 # Instruction counts and simulated misses do not depend on the machine's load, so unlike the
 # timed benchmarks this can run on a busy machine; it takes about twelve minutes on two cores.
 #
-# Usage: bench/tools/profile.sh [--allocators "tagalloc talc dlmalloc"] [--workloads "..."]
+# Usage: lab/tools/profile.sh [--allocators "tagalloc talc dlmalloc"] [--workloads "..."]
 # (allocators: tagalloc, tagalloc-nostats (the inline heap without statistics), talc,
 # dlmalloc, rlsf)
 #                               [--paths WORKLOAD] [--out DIR]
 # Workloads: random-MAX, path-exact, path-tree, path-trie, path-aligned, path-end, or a trace name (see
-# bench/examples/profile.rs). Default: talc's random actions at 200, 3000 and 30000 bytes, the
+# lab/examples/profile.rs). Default: talc's random actions at 200, 3000 and 30000 bytes, the
 # five path workloads, and the traces android-systemui, python-json and sqlite from
 # ../shared/traces (the bundled perl-words and python-dicts where that is absent).
 #
@@ -49,9 +49,9 @@ done
 mkdir -p "$out"
 
 # Release build with line tables (the workspace's release profile has `debug = 1`).
-cargo build --release -p tagalloc-bench --example profile >&2
+cargo build --release -p tagalloc-lab --example profile >&2
 bin=target/release/examples/profile
-costs="python3 bench/tools/costs.py"
+costs="python3 lab/tools/costs.py"
 # A typical desktop core's caches, the same on every machine: 32 KiB 8-way L1s and an 8 MiB
 # 16-way last level (cachegrind would otherwise model the host's L3, which on a server can
 # hold a whole workload).

@@ -14,7 +14,7 @@
 # each ratio shows how much of it is layout, and its median is a figure no single layout
 # decides.
 #
-# Usage: bench/tools/layouts.sh [--layouts N] [--runs T] [--sizes S] [--replay TRACE[,...]]
+# Usage: lab/tools/layouts.sh [--layouts N] [--runs T] [--sizes S] [--replay TRACE[,...]]
 #                               [--out DIR] [ALLOCATOR...]
 #   --layouts N   shuffled layouts (default 8; seeds 1..N), after the usual, unshuffled one
 #   --runs T      in each layout, random-actions trials per size and allocator (default 7,
@@ -84,11 +84,11 @@ case $runs in '' | *[!0-9]* | 0) echo "layouts.sh: --runs takes a positive numbe
 mkdir -p "$out"
 
 export CARGO_TARGET_DIR="$root/target/layouts"
-export RUSTFLAGS="-C linker=$root/bench/tools/shuffle-link"
+export RUSTFLAGS="-C linker=$root/lab/tools/shuffle-link"
 bin="$CARGO_TARGET_DIR/release/tagalloc-bench"
 
 # relink_bench: the bench linked again with its sections shuffled by a seed.
-. "$root/bench/tools/relink.sh"
+. "$root/lab/tools/relink.sh"
 
 for seed in $(seq 0 "$layouts"); do
     relink_bench "$seed"

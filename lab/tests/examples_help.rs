@@ -1,7 +1,7 @@
 //! Every example of this package answers `--help` with its usage and success. Cargo builds a
 //! package's examples before its tests run, next to the test binaries
 //! (`target/<profile>/examples/`), when the package's tests run unfiltered (`cargo test -p
-//! tagalloc-bench`); a run filtered with `--test` builds no example and may find an old one.
+//! tagalloc-lab`); a run filtered with `--test` builds no example and may find an old one.
 
 use std::process::Command;
 

@@ -2,8 +2,8 @@
 //! `examples/call_times.rs`): their numeric options, the random-actions examples' arguments and
 //! run, and their exit, written once.
 
-use crate::random_actions::{self, Actions};
-use crate::subjects::{with_subject, Arena, Bench, Peer, Setup, Space, Subject};
+use tagalloc_bench::random_actions::{self, Actions};
+use tagalloc_bench::subjects::{with_subject, Arena, Bench, Peer, Setup, Space, Subject};
 
 /// An example's exit: success, or its error on standard error after the example's name, and
 /// failure.

@@ -5,7 +5,7 @@
 //! Why: simulated caches and instruction counts (callgrind, cachegrind) can show two
 //! allocators level where the timed benchmark shows one slower; what the time is spent on then
 //! (mispredicted branches on the real predictor, misses the simulator does not model, stalls)
-//! only the hardware can say (`tagalloc_bench::counters`). Where the machine has no counters
+//! only the hardware can say (`tagalloc_lab::counters`). Where the machine has no counters
 //! (a virtual machine that exposes none), each refused event is named with the kernel's
 //! reason, and the run reports time and the kernel's software events alone.
 //!
@@ -18,11 +18,11 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-use tagalloc_bench::counters::{Counters, EVENTS};
-use tagalloc_bench::example_cli;
 use tagalloc_bench::random_actions::{self, Actions};
 use tagalloc_bench::report::median;
 use tagalloc_bench::subjects::{Bench, Subject};
+use tagalloc_lab::counters::{Counters, EVENTS};
+use tagalloc_lab::example_cli;
 
 /// The seed of every run's counted actions: the timed benchmark's first trial's.
 const SEED: u64 = random_actions::FIRST_SEED;

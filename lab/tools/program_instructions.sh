@@ -6,7 +6,7 @@
 # each library given; prints a markdown table of the programs' instruction totals and the ratio
 # of the second library's to the first's.
 #
-# Usage: bench/tools/program_instructions.sh BASE.so NEW.so [OUT_DIR]
+# Usage: lab/tools/program_instructions.sh BASE.so NEW.so [OUT_DIR]
 #   (OUT_DIR, default target/program-instructions, keeps callgrind's files for
 #   callgrind_annotate)
 set -euo pipefail

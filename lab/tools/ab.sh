@@ -6,11 +6,11 @@
 #
 # Why: a change of a few instructions moves tagalloc's speed by about 1 %, less than the
 # machine's drift between two runs (several %) and than code layout moves a ratio (3 to 5 points,
-# bench/tools/layouts.sh). So each figure is taken against a peer in the same binary and the
+# lab/tools/layouts.sh). So each figure is taken against a peer in the same binary and the
 # same seconds (the drift cancels), over shuffled layouts of both builds (no one layout
 # decides), with the builds alternating run by run (what drift is left reaches both alike).
 #
-# Usage: bench/tools/ab.sh [--layouts K] [--rounds R] [--runs T] [--sizes S] [--out DIR]
+# Usage: lab/tools/ab.sh [--layouts K] [--rounds R] [--runs T] [--sizes S] [--out DIR]
 #                          REV [PEER]
 #   REV          the base: a commit, branch or tag; "new" is this working tree, uncommitted
 #                changes included
@@ -73,8 +73,8 @@ git worktree add --detach --force "$tree" "$rev" >&2
 rm -rf "$tree/bench"
 cp -r "$root/bench" "$tree/bench"
 
-. "$root/bench/tools/relink.sh"
-export RUSTFLAGS="-C linker=$root/bench/tools/shuffle-link"
+. "$root/lab/tools/relink.sh"
+export RUSTFLAGS="-C linker=$root/lab/tools/shuffle-link"
 mkdir -p "$out/bin" "$out/json"
 for build in base new; do
     src=$root

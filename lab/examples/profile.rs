@@ -1,4 +1,4 @@
-//! One allocator on one workload, for callgrind and cachegrind (`bench/tools/profile.sh`).
+//! One allocator on one workload, for callgrind and cachegrind (`lab/tools/profile.sh`).
 //!
 //! The timed benchmarks say how fast each allocator is; this says where the instructions and
 //! cache misses go. A profiler run must hold one allocator only (so that nothing else is in
@@ -25,10 +25,10 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tagalloc_bench::example_cli;
 use tagalloc_bench::random_actions::{self, Actions};
 use tagalloc_bench::replay::{self, Prepared};
 use tagalloc_bench::subjects::{Bench, Peer, Subject};
+use tagalloc_lab::example_cli;
 use tagalloc_tests::trace;
 
 /// The seed of the random-actions benchmark's first counted trial, so that the profile and

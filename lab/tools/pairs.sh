@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# The malloc+free pair of bench/tools/pairs.c with glibc, jemalloc, mimalloc, tcmalloc and the
+# The malloc+free pair of lab/tools/pairs.c with glibc, jemalloc, mimalloc, tcmalloc and the
 # tagalloc library preloaded, in turn, ROUNDS rounds (default 3); prints each run, then the
-# median per allocator. Usage: bash bench/tools/pairs.sh [LIB.so] [ROUNDS]
+# median per allocator. Usage: bash lab/tools/pairs.sh [LIB.so] [ROUNDS]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 lib=${1:-target/release/libtagalloc_malloc.so}
 rounds=${2:-3}
 exe=$(mktemp -d)/pairs
-cc -O2 -o "$exe" bench/tools/pairs.c
+cc -O2 -o "$exe" lab/tools/pairs.c
 d=/usr/lib/x86_64-linux-gnu
 declare -A pre=([glibc]="" [jemalloc]=$d/libjemalloc.so.2 [mimalloc]=$d/libmimalloc.so.2
     [tcmalloc]=$d/libtcmalloc_minimal.so.4 [tagalloc]=$lib)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reads callgrind and cachegrind output files for bench/tools/profile.sh.
+"""Reads callgrind and cachegrind output files for lab/tools/profile.sh.
 
 callgrind_annotate splits a function's cost by the source file of its inlined code, so its
 inclusive figures for one function are scattered over several rows; this reads the files
@@ -194,7 +194,7 @@ def source_functions(root, file):
 def outside(file):
     """A row name for code from outside tagalloc's core: the probe and the bench adapter, or
     the standard library file it was inlined from."""
-    if "profile.rs" in file or "bench/src" in file:
+    if "profile.rs" in file or "bench/src" in file or "lab/src" in file:
         return "(probe, bench adapter)"
     if "/library/" in file:
         return "(std) " + file.split("/library/")[1]

@@ -1,7 +1,7 @@
 /* One malloc+free pair, timed: 256 blocks live, each step frees a random one and allocates
  * 16 to 143 bytes in its place (the allocator's small-request path, with whatever per-thread
  * cache it has). Prints nanoseconds per pair. Usage: pairs [PAIRS] (default 20 million).
- * Run with each allocator preloaded: bench/tools/pairs.sh. */
+ * Run with each allocator preloaded: lab/tools/pairs.sh. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

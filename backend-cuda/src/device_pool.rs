@@ -191,8 +191,6 @@ pub enum DeviceError {
     /// The block is not a live block of this pool: freed already (`DoubleFree`), or another
     /// pool's (`ForeignPointer`).
     Block(Error),
-    /// An address that is not a live block handed out by [`DevicePool::alloc_ptr`].
-    UnknownPointer(DevicePtr),
     /// A stream or event call failed.
     Driver(DriverError),
     /// The pool could not be set up (a bad granule).
@@ -212,9 +210,6 @@ impl fmt::Display for DeviceError {
                 Ok(())
             }
             DeviceError::Block(e) => write!(f, "device pool: bad block: {e}"),
-            DeviceError::UnknownPointer(p) => {
-                write!(f, "device pool: {:#x} is not a live block", p.0)
-            }
             DeviceError::Driver(e) => write!(f, "device pool: {e}"),
             DeviceError::Setup(e) => write!(f, "device pool: cannot set up: {e}"),
             DeviceError::Config(what) => write!(f, "device pool: bad configuration: {what}"),
@@ -298,7 +293,7 @@ pub struct DeviceStats {
 /// Invariants (checked by [`DevicePool::check`]): the core pool's; in `Fresh` and `Single`
 /// mode nothing is pending and `index` and `extra` are empty; every live pending slot is as
 /// `pending::Slot` says, and `index` names it; every `Reused` entry is a live chunk of the
-/// heap; `by_addr` holds only blocks live in the pool.
+/// heap.
 pub struct DevicePool<D: Driver> {
     pool: Pool<DeviceHeap, DeviceSource<D>>,
     granule: usize,
@@ -316,8 +311,6 @@ pub struct DevicePool<D: Driver> {
     events: usize,
     /// The last tag handed out.
     tag: u32,
-    /// Blocks handed out by `alloc_ptr`, by address.
-    by_addr: AddrMap<DeviceBlock<D::Stream>>,
     /// Spare batch vectors.
     spare: Vec<Vec<SlotRef>>,
     batch_age: u64,
@@ -364,7 +357,6 @@ impl<D: Driver> DevicePool<D> {
             idle_events: Vec::new(),
             events: 0,
             tag: 0,
-            by_addr: AddrMap::default(),
             spare: Vec::new(),
             batch_age: config.batch_age.max(1),
             max_pending: config.max_pending,
@@ -845,39 +837,10 @@ impl<D: Driver> DevicePool<D> {
         }
     }
 
-    /// [`DevicePool::alloc`] for callers that know blocks by address only (the C ABI): the
-    /// block is kept in a map from address to block, for [`DevicePool::free_ptr`].
-    pub fn alloc_ptr(&mut self, size: usize, stream: D::Stream) -> Result<DevicePtr, DeviceError> {
-        let b = self.alloc(size, stream)?;
-        self.by_addr.insert(b.chunk.addr, b);
-        Ok(b.ptr)
-    }
-
-    /// Frees the block [`DevicePool::alloc_ptr`] handed out at `ptr`, on its stream.
-    pub fn free_ptr(&mut self, ptr: DevicePtr) -> Result<(), DeviceError> {
-        let b = self
-            .by_addr
-            .remove(&(ptr.0 as usize))
-            .ok_or(DeviceError::UnknownPointer(ptr))?;
-        self.free(b)
-    }
-
-    /// The block [`DevicePool::alloc_ptr`] handed out at `ptr`, if it is live.
-    pub fn block_at(&self, ptr: DevicePtr) -> Option<&DeviceBlock<D::Stream>> {
-        self.by_addr.get(&(ptr.0 as usize))
-    }
-
-    /// [`DevicePool::record_stream`] for a block handed out by [`DevicePool::alloc_ptr`].
-    pub fn record_stream_ptr(
-        &mut self,
-        ptr: DevicePtr,
-        other: D::Stream,
-    ) -> Result<(), DeviceError> {
-        let b = *self
-            .by_addr
-            .get(&(ptr.0 as usize))
-            .ok_or(DeviceError::UnknownPointer(ptr))?;
-        self.record_stream(&b, other)
+    /// Whether `block`'s chunk is live in the heap (handed out, or freed and still pending):
+    /// what a caller that keeps blocks by address (the C ABI) checks its map against.
+    pub fn chunk_is_live(&self, block: &DeviceBlock<D::Stream>) -> bool {
+        self.pool.heap().usable_size(&block.chunk).is_ok()
     }
 
     /// The pool's statistics.
@@ -895,7 +858,8 @@ impl<D: Driver> DevicePool<D> {
     }
 
     /// Every region the pool holds and every chunk in it, in address order, with what the
-    /// pool knows of each (see [`SnapshotRegion`]).
+    /// pool knows of each (see [`SnapshotRegion`]): a pending chunk's stream; nothing of a
+    /// chunk in use, whose block its owner holds.
     ///
     /// # Time Complexity
     /// `O(chunks + regions)`, and a hash lookup per chunk in use.
@@ -923,9 +887,6 @@ impl<D: Driver> DevicePool<D> {
                         block.state = BlockState::Pending;
                         let s = &self.slots.slots[*slot as usize];
                         block.stream = self.streams.get(s.stream as usize).map(|st| st.stream);
-                    } else if let Some(b) = self.by_addr.get(&addr) {
-                        block.requested = Some(b.size);
-                        block.stream = Some(b.stream);
                     }
                 }
                 if let Some(r) = regions.borrow_mut().last_mut() {
@@ -1018,11 +979,6 @@ impl<D: Driver> DevicePool<D> {
                 if !live {
                     return Err(format!("reused block {at:#x} is outside every region"));
                 }
-            }
-        }
-        for (&at, b) in &self.by_addr {
-            if b.chunk.addr != at || heap.usable_size(&b.chunk).is_err() {
-                return Err(format!("address map entry {at:#x} is not a live block"));
             }
         }
         Ok(())

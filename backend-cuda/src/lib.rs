@@ -100,6 +100,7 @@ pub mod source;
 #[cfg(feature = "torch-model")]
 pub mod torch_model;
 
+pub use addr_hash::{AddrHash, AddrHasher};
 pub use buffer::DeviceBuffer;
 pub use cuda::{driver_present, CuEvent, CuPhysical, CuStream, CudaDriver};
 pub use cudarc_buffer::CudaBuffer;

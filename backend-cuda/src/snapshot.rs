@@ -24,10 +24,12 @@ pub struct SnapshotBlock<S> {
     pub size: usize,
     /// Where it stands.
     pub state: BlockState,
-    /// The bytes asked for, where the pool knows them (blocks of
-    /// [`DevicePool::alloc_ptr`](crate::DevicePool::alloc_ptr)).
+    /// The bytes asked for, where the snapshot's maker knows them: the pool does not keep the
+    /// blocks it hands out (their owners do), so its snapshot leaves this `None`; the C ABI
+    /// fills it in from its map of the blocks it handed out.
     pub requested: Option<usize>,
-    /// The stream it was allocated (or, pending, freed) on, where the pool knows it.
+    /// The stream it was allocated (or, pending, freed) on, where the snapshot's maker knows
+    /// it (the pool, for a pending chunk; the C ABI, for the blocks it handed out).
     pub stream: Option<S>,
 }
 

@@ -34,6 +34,11 @@ pub struct SnapshotBlock<S> {
 }
 
 /// One region the pool holds from the driver, with its chunks in address order.
+///
+/// A picture of a [`DevicePool`](crate::DevicePool) at one moment: every region and every
+/// chunk in it, with what the pool knows of each (handed out, waiting for its stream's event,
+/// or free). What PyTorch's `torch.cuda.memory._snapshot()` calls segments and blocks; the C
+/// ABI turns it into that shape for PyTorch's memory visualiser.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SnapshotRegion<S> {
     /// Its first device address.

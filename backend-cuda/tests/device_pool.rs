@@ -7,10 +7,8 @@
 //! any CPU access to it would crash the test.
 
 use tagalloc::{Error, Growth, Policy};
-use tagalloc_cuda::fake::{Call, CallCounts, FakeStream, Outstanding};
-use tagalloc_cuda::{
-    DeviceBlock, DeviceConfig, DeviceError, DevicePool, Driver, FakeConfig, FakeDriver, Regions,
-};
+use tagalloc_cuda::fake::{Call, CallCounts, FakeConfig, FakeDriver, FakeStream, Outstanding};
+use tagalloc_cuda::{DeviceBlock, DeviceConfig, DeviceError, DevicePool, Driver, Regions};
 
 const MIB: usize = 1 << 20;
 

@@ -6,8 +6,8 @@
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::Arc;
 
-use tagalloc_cuda::fake::Outstanding;
-use tagalloc_cuda::{DeviceConfig, DevicePtr, Driver, FakeConfig, FakeDriver, PoolRegistry};
+use tagalloc_cuda::fake::{FakeConfig, FakeDriver, Outstanding};
+use tagalloc_cuda::{DeviceConfig, DevicePtr, Driver, PoolRegistry};
 use tagalloc_cuda_pluggable::{
     copy_whole, tagalloc_empty_cache, tagalloc_free, tagalloc_last_error, tagalloc_malloc,
     tagalloc_record_stream, tagalloc_snapshot, tagalloc_stats, tagalloc_stats_size, tagalloc_trim,

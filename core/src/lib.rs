@@ -23,8 +23,9 @@
 //! invariant and reports a [`CheckError`]. The crate is `#![no_std]`; the `std` feature (on by
 //! default) lets the shared heaps detect re-entry, `alloc` lets the detached table grow,
 //! `checked` validates every inline free, `lock_api` admits `lock_api` locks, and
-//! `allocator-api2` / `allocator-api2-04` implement that crate's `Allocator` for every
-//! [`SharedAlloc`] ([`GlobalHeap`] and shared inline pools).
+//! `allocator-api2` / `allocator-api2-04` implement that crate's `Allocator` for the shared
+//! host heaps and pools ([`GlobalHeap`], a [`SharedPool`] of an [`InlineHeap`]), through
+//! [`SharedAlloc`].
 //!
 //! # Glossary
 //!

@@ -290,7 +290,9 @@ pub struct DeviceStats {
 /// a foreign block), the size asked for and the stream. A block taken back from a pending list
 /// gets a fresh tag, so a stale copy of its earlier life is refused too.
 ///
-/// Invariants (checked by [`DevicePool::check`]): the core pool's; in `Fresh` and `Single`
+/// # Invariants
+///
+/// Checked by [`DevicePool::check`]: the core pool's; in `Fresh` and `Single`
 /// mode nothing is pending and `index` and `extra` are empty; every live pending slot is as
 /// `pending::Slot` says, and `index` names it; every `Reused` entry is a live chunk of the
 /// heap.

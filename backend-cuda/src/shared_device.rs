@@ -17,13 +17,14 @@ use crate::driver::Driver;
 /// when the pool itself must synchronise (switching to several streams, running out).
 ///
 /// Why not the core's sharing layer (`tagalloc::SharedAlloc`, and the lock with queued frees
-/// behind `GlobalHeap` and `SharedPool`): that layer hands out host memory by size and
-/// implements `GlobalAlloc` and `Allocator` over it, whose callers dereference what they get
-/// and pass no stream; a device block is neither addressable from the host nor free of a
-/// stream. Its lock spins (or takes a `lock_api` lock) and a queued free waits for the next
-/// holder, which suits a heap whose work under the lock is short; this pool's holder may wait
-/// for the device (`cuStreamSynchronize`), so waiters must sleep, and a free makes driver
-/// calls whose errors its caller gets back. So it keeps `std`'s mutex, which parks.
+/// behind `GlobalHeap` and `SharedPool`): that layer hands out host memory by size and writes
+/// `GlobalAlloc` and `Allocator` over it, whose callers dereference what they get and name no
+/// stream; a device block is neither addressable from the host nor free of its stream. What
+/// is left of it, the lock with queued frees, would defer a free that finds the lock taken to
+/// the next holder and drop its result, while a device free makes driver calls (an event on
+/// its stream) whose errors its caller gets back; and this pool's holder may wait for the
+/// device (`cuStreamSynchronize`), so waiters must sleep, which `std`'s mutex does with no
+/// lock crate added.
 pub struct SharedDevicePool<D: Driver> {
     device: u32,
     pool: Mutex<DevicePool<D>>,

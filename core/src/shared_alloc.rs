@@ -91,6 +91,45 @@ pub unsafe trait SharedAlloc {
     }
 }
 
+/// An `Allocator` impl whose methods forward to the helpers [`allocator_api!`] defines beside
+/// it (resolved where it is expanded): `$head` is the impl's header, so each shared type's
+/// impl is its header alone.
+#[cfg(any(feature = "allocator-api2", feature = "allocator-api2-04"))]
+macro_rules! forward_allocator {
+    ($($head:tt)*) => {
+        $($head)* {
+            fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
+                allocate(self, layout)
+            }
+
+            unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
+                // SAFETY: forwarded caller contract.
+                unsafe { deallocate(self, ptr, layout) }
+            }
+
+            unsafe fn grow(
+                &self,
+                ptr: NonNull<u8>,
+                old: Layout,
+                new: Layout,
+            ) -> Result<NonNull<[u8]>, AllocError> {
+                // SAFETY: forwarded caller contract.
+                unsafe { resize(self, ptr, old, new) }
+            }
+
+            unsafe fn shrink(
+                &self,
+                ptr: NonNull<u8>,
+                old: Layout,
+                new: Layout,
+            ) -> Result<NonNull<[u8]>, AllocError> {
+                // SAFETY: forwarded caller contract.
+                unsafe { resize(self, ptr, old, new) }
+            }
+        }
+    };
+}
+
 /// `allocator_api2::alloc::Allocator` for every [`SharedAlloc`] of this crate, written once
 /// for each supported version of that crate (its trait is a distinct trait in each).
 #[cfg(any(feature = "allocator-api2", feature = "allocator-api2-04"))]
@@ -182,79 +221,24 @@ macro_rules! allocator_api {
                 Ok(NonNull::slice_from_raw_parts(p, new.size()))
             }
 
-            // SAFETY: `SharedAlloc`'s contract makes blocks fresh, non-overlapping, as large
-            // and aligned as asked and valid until freed; zero-sized requests never reach the
-            // heap; the heap may be moved or shared (it is `Sync`), and blocks are freed
-            // through whichever reference to it.
-            unsafe impl<L: RawLock, const N: usize, G: Granule, K: Tally, B: BinShape> Allocator
-                for GlobalHeap<L, N, G, K, B>
-            {
-                fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
-                    allocate(self, layout)
-                }
-
-                unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
-                    // SAFETY: forwarded caller contract.
-                    unsafe { deallocate(self, ptr, layout) }
-                }
-
-                unsafe fn grow(
-                    &self,
-                    ptr: NonNull<u8>,
-                    old: Layout,
-                    new: Layout,
-                ) -> Result<NonNull<[u8]>, AllocError> {
-                    // SAFETY: forwarded caller contract.
-                    unsafe { resize(self, ptr, old, new) }
-                }
-
-                unsafe fn shrink(
-                    &self,
-                    ptr: NonNull<u8>,
-                    old: Layout,
-                    new: Layout,
-                ) -> Result<NonNull<[u8]>, AllocError> {
-                    // SAFETY: forwarded caller contract.
-                    unsafe { resize(self, ptr, old, new) }
-                }
+            forward_allocator! {
+                // SAFETY: `SharedAlloc`'s contract makes blocks fresh, non-overlapping, as
+                // large and aligned as asked and valid until freed; zero-sized requests never
+                // reach the heap; the heap may be moved or shared (it is `Sync`), and blocks
+                // are freed through whichever reference to it.
+                unsafe impl<L: RawLock, const N: usize, G: Granule, K: Tally, B: BinShape>
+                    Allocator for GlobalHeap<L, N, G, K, B>
             }
 
-            // SAFETY: as for `GlobalHeap` above, over regions the source hands the pool for
-            // its sole use.
-            unsafe impl<S, K, L, const N: usize> Allocator for SharedPool<InlineHeap, S, K, L, N>
-            where
-                S: RegionSource<Base = NonNull<u8>>,
-                K: Hooks,
-                L: RawLock,
-            {
-                fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
-                    allocate(self, layout)
-                }
-
-                unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
-                    // SAFETY: forwarded caller contract.
-                    unsafe { deallocate(self, ptr, layout) }
-                }
-
-                unsafe fn grow(
-                    &self,
-                    ptr: NonNull<u8>,
-                    old: Layout,
-                    new: Layout,
-                ) -> Result<NonNull<[u8]>, AllocError> {
-                    // SAFETY: forwarded caller contract.
-                    unsafe { resize(self, ptr, old, new) }
-                }
-
-                unsafe fn shrink(
-                    &self,
-                    ptr: NonNull<u8>,
-                    old: Layout,
-                    new: Layout,
-                ) -> Result<NonNull<[u8]>, AllocError> {
-                    // SAFETY: forwarded caller contract.
-                    unsafe { resize(self, ptr, old, new) }
-                }
+            forward_allocator! {
+                // SAFETY: as for `GlobalHeap` above, over regions the source hands the pool
+                // for its sole use.
+                unsafe impl<S, K, L, const N: usize> Allocator
+                    for SharedPool<InlineHeap, S, K, L, N>
+                where
+                    S: RegionSource<Base = NonNull<u8>>,
+                    K: Hooks,
+                    L: RawLock,
             }
         };
     };

@@ -1,5 +1,6 @@
 //! A hasher for maps keyed by device addresses: one multiplication, no DoS resistance (the keys
-//! are addresses this crate handed out, not input from outside).
+//! are addresses a pool handed out, not input from outside). The device pool's own maps and
+//! the C ABI's map of the blocks it handed out use it.
 
 use core::hash::{BuildHasherDefault, Hasher};
 
@@ -40,4 +41,4 @@ impl Hasher for AddrHasher {
 pub type AddrHash = BuildHasherDefault<AddrHasher>;
 
 /// A map keyed by address.
-pub type AddrMap<V> = std::collections::HashMap<usize, V, AddrHash>;
+pub(crate) type AddrMap<V> = std::collections::HashMap<usize, V, AddrHash>;

@@ -22,7 +22,8 @@ use crate::shared_device::SharedDevicePool;
 /// ```
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::sync::Arc;
-/// use tagalloc_cuda::{DeviceConfig, DevicePool, Driver, FakeConfig, FakeDriver, SharedDevicePool};
+/// use tagalloc_cuda::fake::{FakeConfig, FakeDriver};
+/// use tagalloc_cuda::{DeviceConfig, DevicePool, Driver, SharedDevicePool};
 ///
 /// let gpu = Arc::new(FakeDriver::new(FakeConfig::default())?);
 /// let pool = Arc::new(SharedDevicePool::new(0, DevicePool::new(gpu.clone(), DeviceConfig::VMM)?));

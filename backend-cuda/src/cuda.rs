@@ -1,36 +1,5 @@
 //! The real driver: [`Driver`] over the CUDA driver API, through cudarc's raw bindings
 //! (`cudarc::driver::sys`), with the driver library loaded at run time.
-//!
-//! # Which driver it needs
-//!
-//! cudarc is built with its `cuda-12000` bindings, the oldest CUDA 12 set. Every entry point
-//! called here (listed in [`ENTRY_POINTS`]) exists, under the same versioned name, in the
-//! bindings of every CUDA version cudarc 0.19 supports (11.4 to 13.4): none is gated on a newer
-//! version, so a newer feature would buy nothing and would only risk asking an older driver for
-//! a symbol it lacks. cudarc resolves each symbol when it is first called and panics if it is
-//! missing; [`CudaDriver::new`] therefore looks every one of them up first and reports a missing
-//! one as [`DriverError::MissingSymbol`], so no call can panic later.
-//!
-//! # No driver, no device
-//!
-//! cudarc's loader panics when no driver library can be found (`CudaContext::new(0)` does, for
-//! instance). [`CudaDriver::new`] asks `is_culib_present()` before anything else and returns
-//! [`DriverError::NoDriver`], then `cuInit` and `cuDeviceGetCount` decide between a working
-//! device and [`DriverError::NoDevice`].
-//!
-//! # Contexts
-//!
-//! The driver holds its device's primary context (the one the CUDA runtime and PyTorch use).
-//! Each method makes it current for the duration of the call only (pushing it when another
-//! context is current, and popping it after), so the caller's thread state is left alone.
-//!
-//! # A limit of the bindings
-//!
-//! cudarc types every entry point as returning its `CUresult` Rust enum, so a code the
-//! CUDA 12.0 headers do not list, returned by a newer driver, would not be a valid value of that
-//! enum. None of the calls used here is documented to return such a code; the error names this
-//! crate reports come from its own table ([`code_name`](crate::error::code_name)), which covers
-//! CUDA 13.4.
 
 use core::ffi::c_void;
 use core::ptr::{self, NonNull};
@@ -42,7 +11,7 @@ use crate::error::DriverError;
 
 /// The driver entry points this module calls, by the symbol names cudarc loads; checked by
 /// [`CudaDriver::new`] before the first call.
-pub const ENTRY_POINTS: &[&str] = &[
+pub(crate) const ENTRY_POINTS: &[&str] = &[
     "cuInit",
     "cuGetErrorName",
     "cuDeviceGetCount",
@@ -152,8 +121,40 @@ impl CuPhysical {
     }
 }
 
-/// The CUDA driver for one device, holding its primary context. See the
-/// [module documentation](self).
+/// The CUDA driver for one device, holding its primary context: [`Driver`] over the CUDA
+/// driver API, through cudarc's raw bindings (`cudarc::driver::sys`), with the driver library
+/// loaded at run time.
+///
+/// # Which driver it needs
+///
+/// cudarc is built with its `cuda-12000` bindings, the oldest CUDA 12 set. Every entry point
+/// called here (listed in `ENTRY_POINTS`) exists, under the same versioned name, in the
+/// bindings of every CUDA version cudarc 0.19 supports (11.4 to 13.4): none is gated on a newer
+/// version, so a newer feature would buy nothing and would only risk asking an older driver for
+/// a symbol it lacks. cudarc resolves each symbol when it is first called and panics if it is
+/// missing; [`CudaDriver::new`] therefore looks every one of them up first and reports a missing
+/// one as [`DriverError::MissingSymbol`], so no call can panic later.
+///
+/// # No driver, no device
+///
+/// cudarc's loader panics when no driver library can be found (`CudaContext::new(0)` does, for
+/// instance). [`CudaDriver::new`] asks `is_culib_present()` before anything else and returns
+/// [`DriverError::NoDriver`], then `cuInit` and `cuDeviceGetCount` decide between a working
+/// device and [`DriverError::NoDevice`].
+///
+/// # Contexts
+///
+/// The driver holds its device's primary context (the one the CUDA runtime and PyTorch use).
+/// Each method makes it current for the duration of the call only (pushing it when another
+/// context is current, and popping it after), so the caller's thread state is left alone.
+///
+/// # A limit of the bindings
+///
+/// cudarc types every entry point as returning its `CUresult` Rust enum, so a code the
+/// CUDA 12.0 headers do not list, returned by a newer driver, would not be a valid value of that
+/// enum. None of the calls used here is documented to return such a code; the error names this
+/// crate reports come from its own table ([`code_name`](crate::code_name)), which covers
+/// CUDA 13.4.
 ///
 /// Invariant: `ctx` is the retained primary context of `device`, released on drop.
 #[derive(Debug)]

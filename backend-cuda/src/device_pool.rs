@@ -1,70 +1,5 @@
-//! [`DevicePool`]: a device memory pool with stream-ordered reuse, over the core's
-//! [`Pool`] (a [`DetachedHeap`] growing from a [`DeviceSource`] under a [`Policy`]).
-//!
-//! # Stream order
-//!
-//! Every allocation belongs to a stream, and the device runs each stream's work in the order it
-//! was queued, while the host runs ahead. So a block freed on stream S (its last use queued on
-//! S, not yet run) may be handed to S again at once: S's next use of it runs after. Another
-//! stream T may reuse it only once the device has finished what S had queued when it was
-//! freed, which an event recorded on S after the free tells; the pool polls such events
-//! (`cuEventQuery`) and never waits for one when a block is freed. The rules, as built:
-//!
-//! 1. **One stream**: while a single stream has ever allocated from the pool, a free goes
-//!    straight to the heap (no other stream exists to misuse it), with no driver call. This is
-//!    the common case (PyTorch's default stream), and it costs what the heap costs.
-//! 2. **Many streams**: when a second stream first allocates (or `record_stream` names one),
-//!    the first stream is synchronised once (`cuStreamSynchronize`: the blocks already in the
-//!    heap were freed on it and may still be in use there), and from then on a block freed on
-//!    S is *pending* (see `pending.rs`): S may take it again at once (best fit among S's
-//!    pending blocks), and it joins S's open batch of frees. One event recorded on S fences a
-//!    whole batch; when it has completed, the batch's blocks go back to the heap, where they
-//!    merge with their free neighbours and serve every stream. Events on one stream complete
-//!    in order, so only each stream's oldest batch is queried.
-//! 3. **`record_stream(block, T)`** marks a block as used by stream T too: its free then waits
-//!    for a batch on each of its streams (an event on T as well as on S), and S may not take it
-//!    back before.
-//!
-//! **When memory comes back.** Once `batch_age` pool calls (allocations and frees, any
-//! stream) have passed since the last poll, the next allocation polls every stream's oldest fenced batches and then fences every open
-//! batch; so a block goes back to the heap at most two periods after the device has passed
-//! its free, whether or not its stream allocates again, for at most one record and one query
-//! per stream and period. A batch is also fenced when it reaches `batch` frees.
-//!
-//! **What waits is bounded.** An allocation on S tries, in order: a pending block of S that
-//! fits closely (at most 1/8 larger); a free chunk of the heap; then, if anything is pending,
-//! it polls every stream and tries the heap again; then, while pending blocks hold more than
-//! `max_pending` of the reserved bytes (a tenth by default), it waits for the stream whose
-//! batches hold the most pending bytes (`cuStreamSynchronize`: one call returns everything
-//! that stream freed, no event needed) and tries the heap again; then any pending block of S
-//! that fits; then the pool grows (its own trim-and-retry included); and when that runs out,
-//! it synchronises the context (`cuCtxSynchronize`), returns everything pending to the heap
-//! and tries once more before it reports the pool's error, with its figures. So the pool
-//! grows only while pending blocks hold at most `max_pending` of it: they never dominate it.
-//!
-//! Why this design. PyTorch's caching allocator records an event per stream a block was
-//! used on, at its free, queries them on every allocation, and keeps a free list per stream:
-//! memory freed on one stream never serves another, segments of different streams never
-//! merge, and it waits only when the device is out of memory. `cudaMallocAsync` pools reuse
-//! across streams by making the allocating stream wait on the device for the freeing
-//! stream's event (`cudaMemPoolReuseAllowInternalDependencies`), and RMM's stream-ordered
-//! resource (`stream_ordered_memory_resource::get_block`) keeps a free list per stream and,
-//! before it grows, takes another stream's block (the allocating stream waits for that
-//! stream's event, or that stream is synchronised), then synchronises and merges other
-//! streams' whole lists until a block fits. Here one heap serves every stream, so a block is
-//! free for all once the device has passed it; a batch of frees shares one event; and, as
-//! RMM does before it grows, a miss with too much pending waits for a stream (the fullest)
-//! and takes back everything it freed, which on a GPU that keeps up costs nothing (its work is
-//! done) and otherwise throttles the host to the device, as the next synchronising call of a
-//! training loop would. A device-side wait (`cuStreamWaitEvent`, as `cudaMallocAsync` does)
-//! would avoid the host wait; it is not built. Figures: `docs/device-pool.md` and
-//! `docs/measurements.md` (`tagalloc-bench device`).
-//!
-//! # Blocks
-//!
-//! A [`DeviceBlock`] carries the heap's [`Block`] (whose checked free catches a double free or
-//! a foreign block), the size asked for and the stream. A block taken back from a pending list
-//! gets a fresh tag, so a stale copy of its earlier life is refused too.
+//! [`DevicePool`]: a device memory pool with stream-ordered reuse (its docs give the rules
+//! and why), with its configuration, blocks, errors and statistics.
 
 use core::fmt;
 
@@ -191,8 +126,6 @@ pub enum DeviceError {
     /// The block is not a live block of this pool: freed already (`DoubleFree`), or another
     /// pool's (`ForeignPointer`).
     Block(Error),
-    /// An address that is not a live block handed out by [`DevicePool::alloc_ptr`].
-    UnknownPointer(DevicePtr),
     /// A stream or event call failed.
     Driver(DriverError),
     /// The pool could not be set up (a bad granule).
@@ -212,9 +145,6 @@ impl fmt::Display for DeviceError {
                 Ok(())
             }
             DeviceError::Block(e) => write!(f, "device pool: bad block: {e}"),
-            DeviceError::UnknownPointer(p) => {
-                write!(f, "device pool: {:#x} is not a live block", p.0)
-            }
             DeviceError::Driver(e) => write!(f, "device pool: {e}"),
             DeviceError::Setup(e) => write!(f, "device pool: cannot set up: {e}"),
             DeviceError::Config(what) => write!(f, "device pool: bad configuration: {what}"),
@@ -292,13 +222,80 @@ pub struct DeviceStats {
     pub counters: DeviceCounters,
 }
 
-/// A device memory pool with stream-ordered reuse, over driver `D`. See the
-/// [module documentation](self) for the rules.
+/// A device memory pool with stream-ordered reuse, over driver `D`: a [`Pool`] (a
+/// [`DetachedHeap`] growing from a [`DeviceSource`] under a [`Policy`]).
 ///
-/// Invariants (checked by [`DevicePool::check`]): the core pool's; in `Fresh` and `Single`
+/// # Stream order
+///
+/// Every allocation belongs to a stream, and the device runs each stream's work in the order it
+/// was queued, while the host runs ahead. So a block freed on stream S (its last use queued on
+/// S, not yet run) may be handed to S again at once: S's next use of it runs after. Another
+/// stream T may reuse it only once the device has finished what S had queued when it was
+/// freed, which an event recorded on S after the free tells; the pool polls such events
+/// (`cuEventQuery`) and never waits for one when a block is freed. The rules, as built:
+///
+/// 1. **One stream**: while a single stream has ever allocated from the pool, a free goes
+///    straight to the heap (no other stream exists to misuse it), with no driver call. This is
+///    the common case (PyTorch's default stream), and it costs what the heap costs.
+/// 2. **Many streams**: when a second stream first allocates (or `record_stream` names one),
+///    the first stream is synchronised once (`cuStreamSynchronize`: the blocks already in the
+///    heap were freed on it and may still be in use there), and from then on a block freed on
+///    S is *pending* (see `pending.rs`): S may take it again at once (best fit among S's
+///    pending blocks), and it joins S's open batch of frees. One event recorded on S fences a
+///    whole batch; when it has completed, the batch's blocks go back to the heap, where they
+///    merge with their free neighbours and serve every stream. Events on one stream complete
+///    in order, so only each stream's oldest batch is queried.
+/// 3. **`record_stream(block, T)`** marks a block as used by stream T too: its free then waits
+///    for a batch on each of its streams (an event on T as well as on S), and S may not take it
+///    back before.
+///
+/// **When memory comes back.** Once `batch_age` pool calls (allocations and frees, any
+/// stream) have passed since the last poll, the next allocation polls every stream's oldest fenced batches and then fences every open
+/// batch; so a block goes back to the heap at most two periods after the device has passed
+/// its free, whether or not its stream allocates again, for at most one record and one query
+/// per stream and period. A batch is also fenced when it reaches `batch` frees.
+///
+/// **What waits is bounded.** An allocation on S tries, in order: a pending block of S that
+/// fits closely (at most 1/8 larger); a free chunk of the heap; then, if anything is pending,
+/// it polls every stream and tries the heap again; then, while pending blocks hold more than
+/// `max_pending` of the reserved bytes (a tenth by default), it waits for the stream whose
+/// batches hold the most pending bytes (`cuStreamSynchronize`: one call returns everything
+/// that stream freed, no event needed) and tries the heap again; then any pending block of S
+/// that fits; then the pool grows (its own trim-and-retry included); and when that runs out,
+/// it synchronises the context (`cuCtxSynchronize`), returns everything pending to the heap
+/// and tries once more before it reports the pool's error, with its figures. So the pool
+/// grows only while pending blocks hold at most `max_pending` of it: they never dominate it.
+///
+/// Why this design. PyTorch's caching allocator records an event per stream a block was
+/// used on, at its free, queries them on every allocation, and keeps a free list per stream:
+/// memory freed on one stream never serves another, segments of different streams never
+/// merge, and it waits only when the device is out of memory. `cudaMallocAsync` pools reuse
+/// across streams by making the allocating stream wait on the device for the freeing
+/// stream's event (`cudaMemPoolReuseAllowInternalDependencies`), and RMM's stream-ordered
+/// resource (`stream_ordered_memory_resource::get_block`) keeps a free list per stream and,
+/// before it grows, takes another stream's block (the allocating stream waits for that
+/// stream's event, or that stream is synchronised), then synchronises and merges other
+/// streams' whole lists until a block fits. Here one heap serves every stream, so a block is
+/// free for all once the device has passed it; a batch of frees shares one event; and, as
+/// RMM does before it grows, a miss with too much pending waits for a stream (the fullest)
+/// and takes back everything it freed, which on a GPU that keeps up costs nothing (its work is
+/// done) and otherwise throttles the host to the device, as the next synchronising call of a
+/// training loop would. A device-side wait (`cuStreamWaitEvent`, as `cudaMallocAsync` does)
+/// would avoid the host wait; it is not built. Figures: `docs/device-pool.md` and
+/// `docs/measurements.md` (`tagalloc-bench device`).
+///
+/// # Blocks
+///
+/// A [`DeviceBlock`] carries the heap's [`Block`] (whose checked free catches a double free or
+/// a foreign block), the size asked for and the stream. A block taken back from a pending list
+/// gets a fresh tag, so a stale copy of its earlier life is refused too.
+///
+/// # Invariants
+///
+/// Checked by [`DevicePool::check`]: the core pool's; in `Fresh` and `Single`
 /// mode nothing is pending and `index` and `extra` are empty; every live pending slot is as
 /// `pending::Slot` says, and `index` names it; every `Reused` entry is a live chunk of the
-/// heap; `by_addr` holds only blocks live in the pool.
+/// heap.
 pub struct DevicePool<D: Driver> {
     pool: Pool<DeviceHeap, DeviceSource<D>>,
     granule: usize,
@@ -316,8 +313,6 @@ pub struct DevicePool<D: Driver> {
     events: usize,
     /// The last tag handed out.
     tag: u32,
-    /// Blocks handed out by `alloc_ptr`, by address.
-    by_addr: AddrMap<DeviceBlock<D::Stream>>,
     /// Spare batch vectors.
     spare: Vec<Vec<SlotRef>>,
     batch_age: u64,
@@ -364,7 +359,6 @@ impl<D: Driver> DevicePool<D> {
             idle_events: Vec::new(),
             events: 0,
             tag: 0,
-            by_addr: AddrMap::default(),
             spare: Vec::new(),
             batch_age: config.batch_age.max(1),
             max_pending: config.max_pending,
@@ -391,7 +385,7 @@ impl<D: Driver> DevicePool<D> {
     }
 
     /// Allocates `size` bytes on `stream`, aligned to the granule (see the
-    /// [module documentation](self) for what it tries, in which order).
+    /// [`DevicePool`] docs for what it tries, in which order).
     ///
     /// The pool keeps `stream` and later records events on it and synchronises it, until
     /// every block freed on it has gone back to the heap: a stream handed to the pool must
@@ -542,7 +536,7 @@ impl<D: Driver> DevicePool<D> {
     }
 
     /// Frees `block` on its stream: to the heap at once while one stream uses the pool, else
-    /// to its stream's pending list (see the [module documentation](self)). Never waits for the
+    /// to its stream's pending list (see [`DevicePool`]). Never waits for the
     /// device. Errors: a block freed already, or another pool's ([`DeviceError::Block`]); a
     /// failed `cuEventRecord` when the free fills a batch (the block stays pending then).
     ///
@@ -845,39 +839,10 @@ impl<D: Driver> DevicePool<D> {
         }
     }
 
-    /// [`DevicePool::alloc`] for callers that know blocks by address only (the C ABI): the
-    /// block is kept in a map from address to block, for [`DevicePool::free_ptr`].
-    pub fn alloc_ptr(&mut self, size: usize, stream: D::Stream) -> Result<DevicePtr, DeviceError> {
-        let b = self.alloc(size, stream)?;
-        self.by_addr.insert(b.chunk.addr, b);
-        Ok(b.ptr)
-    }
-
-    /// Frees the block [`DevicePool::alloc_ptr`] handed out at `ptr`, on its stream.
-    pub fn free_ptr(&mut self, ptr: DevicePtr) -> Result<(), DeviceError> {
-        let b = self
-            .by_addr
-            .remove(&(ptr.0 as usize))
-            .ok_or(DeviceError::UnknownPointer(ptr))?;
-        self.free(b)
-    }
-
-    /// The block [`DevicePool::alloc_ptr`] handed out at `ptr`, if it is live.
-    pub fn block_at(&self, ptr: DevicePtr) -> Option<&DeviceBlock<D::Stream>> {
-        self.by_addr.get(&(ptr.0 as usize))
-    }
-
-    /// [`DevicePool::record_stream`] for a block handed out by [`DevicePool::alloc_ptr`].
-    pub fn record_stream_ptr(
-        &mut self,
-        ptr: DevicePtr,
-        other: D::Stream,
-    ) -> Result<(), DeviceError> {
-        let b = *self
-            .by_addr
-            .get(&(ptr.0 as usize))
-            .ok_or(DeviceError::UnknownPointer(ptr))?;
-        self.record_stream(&b, other)
+    /// Whether `block`'s chunk is live in the heap (handed out, or freed and still pending):
+    /// what a caller that keeps blocks by address (the C ABI) checks its map against.
+    pub fn chunk_is_live(&self, block: &DeviceBlock<D::Stream>) -> bool {
+        self.pool.heap().usable_size(&block.chunk).is_ok()
     }
 
     /// The pool's statistics.
@@ -895,7 +860,8 @@ impl<D: Driver> DevicePool<D> {
     }
 
     /// Every region the pool holds and every chunk in it, in address order, with what the
-    /// pool knows of each (see [`SnapshotRegion`]).
+    /// pool knows of each (see [`SnapshotRegion`]): a pending chunk's stream; nothing of a
+    /// chunk in use, whose block its owner holds.
     ///
     /// # Time Complexity
     /// `O(chunks + regions)`, and a hash lookup per chunk in use.
@@ -923,9 +889,6 @@ impl<D: Driver> DevicePool<D> {
                         block.state = BlockState::Pending;
                         let s = &self.slots.slots[*slot as usize];
                         block.stream = self.streams.get(s.stream as usize).map(|st| st.stream);
-                    } else if let Some(b) = self.by_addr.get(&addr) {
-                        block.requested = Some(b.size);
-                        block.stream = Some(b.stream);
                     }
                 }
                 if let Some(r) = regions.borrow_mut().last_mut() {
@@ -1018,11 +981,6 @@ impl<D: Driver> DevicePool<D> {
                 if !live {
                     return Err(format!("reused block {at:#x} is outside every region"));
                 }
-            }
-        }
-        for (&at, b) in &self.by_addr {
-            if b.chunk.addr != at || heap.usable_size(&b.chunk).is_err() {
-                return Err(format!("address map entry {at:#x} is not a live block"));
             }
         }
         Ok(())

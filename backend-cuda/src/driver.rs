@@ -1,29 +1,5 @@
 //! The driver seam: the one trait through which every CUDA driver call of a device allocator
 //! goes, and the plain types it speaks in.
-//!
-//! Two implementations: [`CudaDriver`](crate::CudaDriver), the real driver through cudarc, and
-//! [`FakeDriver`](crate::FakeDriver), which backs CPU tests and benchmarks. A pool is generic
-//! over [`Driver`] (static dispatch). It calls the driver only when it grows, trims, or deals
-//! with streams and events, never once per allocation, so the trait favours clear contracts over
-//! saving nanoseconds; it stays object-safe all the same (`dyn Driver<Stream = …, Event = …,
-//! Physical = …>`) for code that wants one pool type over several drivers.
-//!
-//! # The liveness contract
-//!
-//! Every handle (stream, event, physical allocation) and every range (device allocation, address
-//! reservation, mapping, pinned or registered host memory) is owned by whoever created it
-//! through this driver, until they end its life with the matching call. Methods that end a life
-//! (`mem_free`, `stream_destroy`, …) or that hand the driver a handle or range it will act on
-//! (`event_record`, `mem_map`, …) are `unsafe`: the real driver's behaviour on a destroyed
-//! handle, or on a range another owner still uses, is undefined (or corrupts that owner's data
-//! on the device). Nothing obtained from a driver outlives it: dropping the driver ends every
-//! allocation, mapping and handle it gave (the real one releases its context, the fake one its
-//! memory). The fake driver checks all of it and returns the error the real driver
-//! returns where it detects misuse, which is what the tests lean on. Methods that only create
-//! or query are safe.
-//!
-//! All sizes are in bytes. Device addresses are [`DevicePtr`]s, which the host must never
-//! dereference.
 
 use core::fmt::Debug;
 use core::hash::Hash;
@@ -103,7 +79,30 @@ impl PinFlags {
 /// The CUDA driver calls a device allocator needs, for one device (the driver's
 /// [`device`](Driver::device)), whose context every call runs in.
 ///
-/// See the [module documentation](self) for the liveness contract behind the `unsafe` methods.
+/// Two implementations: [`CudaDriver`](crate::CudaDriver), the real driver through cudarc, and
+/// the fake driver (`fake::FakeDriver`, feature `fake`), which backs CPU tests and benchmarks. A pool is generic
+/// over [`Driver`] (static dispatch). It calls the driver only when it grows, trims, or deals
+/// with streams and events, never once per allocation, so the trait favours clear contracts over
+/// saving nanoseconds; it stays object-safe all the same (`dyn Driver<Stream = …, Event = …,
+/// Physical = …>`) for code that wants one pool type over several drivers.
+///
+/// # The liveness contract
+///
+/// Every handle (stream, event, physical allocation) and every range (device allocation, address
+/// reservation, mapping, pinned or registered host memory) is owned by whoever created it
+/// through this driver, until they end its life with the matching call. Methods that end a life
+/// (`mem_free`, `stream_destroy`, …) or that hand the driver a handle or range it will act on
+/// (`event_record`, `mem_map`, …) are `unsafe`: the real driver's behaviour on a destroyed
+/// handle, or on a range another owner still uses, is undefined (or corrupts that owner's data
+/// on the device). Nothing obtained from a driver outlives it: dropping the driver ends every
+/// allocation, mapping and handle it gave (the real one releases its context, the fake one its
+/// memory). The fake driver checks all of it and returns the error the real driver
+/// returns where it detects misuse, which is what the tests lean on. Methods that only create
+/// or query are safe.
+///
+/// All sizes are in bytes. Device addresses are [`DevicePtr`]s, which the host must never
+/// dereference.
+///
 /// Every method reports failure as a [`DriverError`] and never panics.
 pub trait Driver {
     /// A stream (`CUstream`). Ordered (by handle value, as PyTorch orders its streams) so that a

@@ -4,21 +4,23 @@
 //! Everything here builds and its tests run with no GPU and no CUDA toolkit: the driver
 //! library is opened at run time, and CPU tests run on a fake driver.
 //!
-//! - [`Driver`] ([`driver`]): the one trait through which every CUDA driver call of a device
+//! - [`Driver`]: the one trait through which every CUDA driver call of a device
 //!   allocator goes: device allocations, virtual memory (reserve, create, map, set access,
 //!   unmap, granularity), pinned and registered host memory, streams, events, memory
 //!   information, device count and context. Errors are values ([`DriverError`], carrying the
 //!   `CUresult` code and name); nothing panics.
-//! - [`CudaDriver`] ([`cuda`]): the real driver, through cudarc's raw driver bindings
+//! - [`CudaDriver`]: the real driver, through cudarc's raw driver bindings
 //!   (`cudarc::driver::sys`, CUDA 12.0 binding set, loaded dynamically). With no driver
 //!   installed, [`CudaDriver::new`] returns [`DriverError::NoDriver`]; with no device,
 //!   [`DriverError::NoDevice`].
-//! - [`FakeDriver`] ([`fake`]): a driver for tests and benchmarks whose device memory is
-//!   address space the CPU cannot touch, with real bookkeeping, manual event completion, call
-//!   counts and injected failures.
-//! - Region sources ([`source`]) for the core's [`tagalloc::Pool`]: plain device allocations,
-//!   virtual-memory growth that keeps the pool one region and unmaps free tail chunks on trim,
-//!   pinned host memory, and a hook that registers any host pool's regions with CUDA.
+//! - `fake::FakeDriver` (feature `fake`): a driver for tests and benchmarks whose device
+//!   memory is address space the CPU cannot touch, with real bookkeeping, manual event
+//!   completion, call counts and injected failures.
+//! - Region sources for the core's [`tagalloc::Pool`]: plain device allocations
+//!   ([`PlainSource`]), virtual-memory growth that keeps the pool one region and unmaps free
+//!   tail chunks on trim ([`VmmSource`]; either chosen at run time: [`DeviceSource`],
+//!   [`Regions`]), pinned host memory ([`PinnedSource`]), and a hook that registers any host
+//!   pool's regions with CUDA ([`RegisterHook`]).
 //! - [`DevicePool`]: a device pool with stream-ordered reuse (a block freed on one stream is
 //!   reusable at once by that stream, by others after an event; one event per batch of frees;
 //!   `record_stream`; completed-event reuse, then synchronise-and-retry, on exhaustion), with
@@ -36,7 +38,8 @@
 //! links a shared library.
 //!
 //! ```
-//! use tagalloc_cuda::{fake::Call, Driver, FakeConfig, FakeDriver};
+//! use tagalloc_cuda::fake::{Call, FakeConfig, FakeDriver};
+//! use tagalloc_cuda::Driver;
 //!
 //! # fn main() -> Result<(), tagalloc_cuda::DriverError> {
 //! let gpu = FakeDriver::new(FakeConfig::default())?; // a 16 GiB card, 2 MiB pages
@@ -84,22 +87,26 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+// Every item of the backend proper has one path, at the root; the modules are private. The
+// test doubles are modules of their own, behind features.
 mod addr_hash;
 mod buffer;
-pub mod cuda;
+mod cuda;
 mod cudarc_buffer;
-pub mod device_pool;
-pub mod driver;
-pub mod error;
+mod device_pool;
+mod driver;
+mod error;
+#[cfg(feature = "fake")]
 pub mod fake;
 mod pending;
 mod registry;
 mod shared_device;
-pub mod snapshot;
-pub mod source;
+mod snapshot;
+mod source;
 #[cfg(feature = "torch-model")]
 pub mod torch_model;
 
+pub use addr_hash::{AddrHash, AddrHasher};
 pub use buffer::DeviceBuffer;
 pub use cuda::{driver_present, CuEvent, CuPhysical, CuStream, CudaDriver};
 pub use cudarc_buffer::CudaBuffer;
@@ -108,8 +115,7 @@ pub use device_pool::{
 };
 pub use driver::{DevicePtr, Driver, Granularity, MemInfo, PinFlags};
 pub use error::{code, code_name, DriverError};
-pub use fake::{FakeConfig, FakeDriver};
 pub use registry::PoolRegistry;
 pub use shared_device::SharedDevicePool;
 pub use snapshot::{BlockState, SnapshotBlock, SnapshotRegion};
-pub use source::{DeviceSource, Regions};
+pub use source::{DeviceSource, PinnedSource, PlainSource, Regions, RegisterHook, VmmSource};

@@ -20,7 +20,8 @@ type Open<D> = dyn Fn(u32) -> Result<D, DriverError> + Send + Sync;
 ///
 /// ```
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// use tagalloc_cuda::{DeviceConfig, DriverError, FakeConfig, FakeDriver, PoolRegistry, Driver};
+/// use tagalloc_cuda::fake::{FakeConfig, FakeDriver};
+/// use tagalloc_cuda::{DeviceConfig, DriverError, PoolRegistry, Driver};
 ///
 /// let devices = PoolRegistry::new(2, DeviceConfig::VMM, |device| {
 ///     FakeDriver::new(FakeConfig { device, device_count: 2, ..FakeConfig::default() })

@@ -9,12 +9,22 @@ use tagalloc::Trimmed;
 
 use crate::buffer::DeviceBuffer;
 use crate::device_pool::{DeviceBlock, DeviceError, DevicePool, DeviceStats};
-use crate::driver::{DevicePtr, Driver};
+use crate::driver::Driver;
 
 /// A [`DevicePool`] behind a mutex, for one device, shared by every thread (and every buffer)
 /// that allocates there. The host work of an allocation is tens of nanoseconds, so one lock
 /// per device is not where time goes; a thread never holds it across a driver wait except
 /// when the pool itself must synchronise (switching to several streams, running out).
+///
+/// Why not the core's sharing layer (`tagalloc::SharedAlloc`, and the lock with queued frees
+/// behind `GlobalHeap` and `SharedPool`): that layer hands out host memory by size and writes
+/// `GlobalAlloc` and `Allocator` over it, whose callers dereference what they get and name no
+/// stream; a device block is neither addressable from the host nor free of its stream. What
+/// is left of it, the lock with queued frees, would defer a free that finds the lock taken to
+/// the next holder and drop its result, while a device free makes driver calls (an event on
+/// its stream) whose errors its caller gets back; and this pool's holder may wait for the
+/// device (`cuStreamSynchronize`), so waiters must sleep, which `std`'s mutex does with no
+/// lock crate added.
 pub struct SharedDevicePool<D: Driver> {
     device: u32,
     pool: Mutex<DevicePool<D>>,
@@ -79,16 +89,6 @@ impl<D: Driver> SharedDevicePool<D> {
         other: D::Stream,
     ) -> Result<(), DeviceError> {
         self.lock().record_stream(block, other)
-    }
-
-    /// [`DevicePool::alloc_ptr`].
-    pub fn alloc_ptr(&self, size: usize, stream: D::Stream) -> Result<DevicePtr, DeviceError> {
-        self.lock().alloc_ptr(size, stream)
-    }
-
-    /// [`DevicePool::free_ptr`].
-    pub fn free_ptr(&self, ptr: DevicePtr) -> Result<(), DeviceError> {
-        self.lock().free_ptr(ptr)
     }
 
     /// A typed buffer of `len` values of `T` on `stream`, freed to this pool when dropped.

@@ -7,10 +7,8 @@
 //! any CPU access to it would crash the test.
 
 use tagalloc::{Error, Growth, Policy};
-use tagalloc_cuda::fake::{Call, CallCounts, FakeStream, Outstanding};
-use tagalloc_cuda::{
-    DeviceBlock, DeviceConfig, DeviceError, DevicePool, Driver, FakeConfig, FakeDriver, Regions,
-};
+use tagalloc_cuda::fake::{Call, CallCounts, FakeConfig, FakeDriver, FakeStream, Outstanding};
+use tagalloc_cuda::{DeviceBlock, DeviceConfig, DeviceError, DevicePool, Driver, Regions};
 
 const MIB: usize = 1 << 20;
 
@@ -518,24 +516,6 @@ fn a_limit_is_reported_with_its_figures() {
         pool.alloc(0, s),
         Err(DeviceError::Pool { error, .. }) if error.error == Error::ZeroSize
     ));
-}
-
-#[test]
-fn address_frees_find_their_block() {
-    let gpu = fake(1 << 30);
-    let st = streams(&gpu, 2);
-    let mut pool = DevicePool::new(&gpu, DeviceConfig::VMM).unwrap();
-    let p = pool.alloc_ptr(1000, st[0]).unwrap();
-    let q = pool.alloc_ptr(1000, st[1]).unwrap();
-    assert_ne!(p, q);
-    pool.free_ptr(p).unwrap();
-    assert_eq!(pool.free_ptr(p), Err(DeviceError::UnknownPointer(p)));
-    pool.check().unwrap();
-    pool.free_ptr(q).unwrap();
-    pool.trim().unwrap();
-    drop(pool);
-    destroy(&gpu, st);
-    assert_eq!(gpu.outstanding(), Outstanding::default());
 }
 
 /// A small deterministic generator (xorshift64*), so that a failure replays.

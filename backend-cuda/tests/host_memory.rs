@@ -7,9 +7,8 @@ use std::collections::BTreeMap;
 use std::ptr::NonNull;
 
 use tagalloc::{Error, Growth, InlineHeap, Policy, Pool, RegionSource};
-use tagalloc_cuda::fake::{Call, Outstanding};
-use tagalloc_cuda::source::{PinnedSource, RegisterHook};
-use tagalloc_cuda::{FakeConfig, FakeDriver, PinFlags};
+use tagalloc_cuda::fake::{Call, FakeConfig, FakeDriver, Outstanding};
+use tagalloc_cuda::{PinFlags, PinnedSource, RegisterHook};
 
 const PAGE: usize = 4096;
 /// How far a region of the test arena may grow in place.

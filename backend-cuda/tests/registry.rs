@@ -3,10 +3,8 @@
 use std::sync::Arc;
 
 use tagalloc::Error;
-use tagalloc_cuda::fake::Outstanding;
-use tagalloc_cuda::{
-    DeviceConfig, DeviceError, Driver, DriverError, FakeConfig, FakeDriver, PoolRegistry,
-};
+use tagalloc_cuda::fake::{FakeConfig, FakeDriver, Outstanding};
+use tagalloc_cuda::{DeviceConfig, DeviceError, Driver, DriverError, PoolRegistry};
 
 fn registry(count: u32) -> (PoolRegistry<Arc<FakeDriver>>, Vec<Arc<FakeDriver>>) {
     let drivers: Vec<Arc<FakeDriver>> = (0..count)

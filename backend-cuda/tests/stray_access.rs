@@ -9,7 +9,8 @@
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, ExitCode};
 
-use tagalloc_cuda::{Driver, FakeConfig, FakeDriver};
+use tagalloc_cuda::fake::{FakeConfig, FakeDriver};
+use tagalloc_cuda::Driver;
 
 const CHILD: &str = "TAGALLOC_STRAY_ACCESS_CHILD";
 

@@ -12,10 +12,13 @@
 //! from inside another is counted.
 
 use core::alloc::{GlobalAlloc, Layout};
-use core::ptr::{null_mut, NonNull};
+use core::ptr::NonNull;
 use core::sync::atomic::AtomicU32;
 
-use tagalloc::{Error, Growth, InlineHeap, NoHooks, Policy, Pool, PoolStats, SharedPool, Trimmed};
+use tagalloc::{
+    Error, Growth, InlineHeap, NoHooks, Policy, Pool, PoolError, PoolStats, SharedAlloc,
+    SharedPool, Trimmed,
+};
 
 use crate::futex::FutexLock;
 use crate::mmap::{MmapSource, SourceError};
@@ -149,46 +152,63 @@ impl Default for HostAllocator {
     }
 }
 
-// SAFETY: `alloc` and `dealloc` go through the calling thread's cache, which hands out only
-// live blocks of this pool that nobody else holds (its invariant) and takes back the blocks the
-// caller gives up, with the caller's promise that `ptr` came from this allocator with
-// `layout`; everything else forwards to the shared pool's `GlobalAlloc`, whose contract is the
-// same.
-unsafe impl GlobalAlloc for HostAllocator {
+// SAFETY: `alloc_block` and `free_block` go through the calling thread's cache, which hands
+// out only live blocks of this pool that nobody else holds (its invariant) and takes back the
+// blocks the caller gives up, with the caller's promise that `ptr` came from this allocator
+// with `size`; everything else is the shared pool's `SharedAlloc`, whose contract is the same.
+unsafe impl SharedAlloc for HostAllocator {
+    type Error = PoolError;
+
     /// Small requests from the thread's cache (see `crate::tcache`), the rest from the pool.
     #[inline]
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+    fn alloc_block(&self, size: usize, align: usize) -> Result<NonNull<u8>, PoolError> {
         tcache::with_cache(&self.pool, &self.cache_id, |cache| match cache {
-            Some(cache) => self
-                .pool
-                .alloc_with_cache(cache, layout.size(), layout.align())
-                .map_or(null_mut(), NonNull::as_ptr),
-            // SAFETY: forwarded caller contract.
-            None => unsafe { GlobalAlloc::alloc(&self.pool, layout) },
+            Some(cache) => self.pool.alloc_with_cache(cache, size, align),
+            None => self.pool.alloc_block(size, align),
         })
     }
 
     /// Small blocks into the thread's cache (whichever thread allocated them: the heap is
     /// shared), the rest to the pool. Rust hands over the layout, so no tag is read.
     #[inline]
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        let Some(p) = NonNull::new(ptr) else {
-            return;
-        };
+    unsafe fn free_block(&self, ptr: NonNull<u8>, size: usize) -> Result<(), Error> {
         tcache::with_cache(&self.pool, &self.cache_id, |cache| match cache {
-            // SAFETY: `GlobalAlloc`'s contract: `p` was allocated here with `layout`, and the
-            // cache serves this pool. A refusal is counted; `dealloc` cannot return it.
-            Some(cache) => {
-                let _ = unsafe { self.pool.free_with_cache(cache, p, layout.size()) };
-            }
+            // SAFETY: forwarded caller contract; the cache serves this pool.
+            Some(cache) => unsafe { self.pool.free_with_cache(cache, ptr, size) },
             // SAFETY: forwarded caller contract.
-            None => unsafe { GlobalAlloc::dealloc(&self.pool, ptr, layout) },
+            None => unsafe { self.pool.free_block(ptr, size) },
         })
+    }
+
+    #[inline]
+    unsafe fn realloc_block(
+        &self,
+        ptr: NonNull<u8>,
+        size: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Result<NonNull<u8>, PoolError> {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.pool.realloc_block(ptr, size, align, new_size) }
+    }
+}
+
+// SAFETY: `SharedAlloc`'s contract, which the methods forward to.
+unsafe impl GlobalAlloc for HostAllocator {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        self.global_alloc(layout)
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.global_dealloc(ptr, layout) }
     }
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: forwarded caller contract.
-        unsafe { GlobalAlloc::realloc(&self.pool, ptr, layout, new_size) }
+        unsafe { self.global_realloc(ptr, layout, new_size) }
     }
 }

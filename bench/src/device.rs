@@ -22,11 +22,9 @@ use std::sync::Arc;
 
 use indicatif::ProgressBar;
 use serde_json::{json, Value};
-use tagalloc_cuda::fake::{Call, CallCounts, FakeMark, FakeStream};
+use tagalloc_cuda::fake::{Call, CallCounts, FakeConfig, FakeDriver, FakeMark, FakeStream};
 use tagalloc_cuda::torch_model::{TorchAllocator, TorchConfig};
-use tagalloc_cuda::{
-    DeviceBlock, DeviceConfig, DevicePool, DevicePtr, Driver, FakeConfig, FakeDriver,
-};
+use tagalloc_cuda::{DeviceBlock, DeviceConfig, DevicePool, DevicePtr, Driver};
 use tagalloc_tests::trace::{Event, Trace, TraceStats};
 
 use crate::clock::Stopwatch;

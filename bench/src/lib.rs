@@ -3,24 +3,24 @@
 //! `lab/` (callgrind probes, hardware counters, per-call latencies) drive the same allocator
 //! adapters, workloads and trace preparation instead of copies of them.
 
-pub mod arena_source;
-pub mod bump;
-pub mod clock;
+mod arena_source;
+mod bump;
+mod clock;
 pub mod cold;
 pub mod device;
 pub mod efficiency;
-pub mod heapmap;
+mod heapmap;
 pub mod machine;
 pub mod micro;
 pub mod plan;
 pub mod plan_trace;
-pub mod plot;
+mod plot;
 pub mod pool;
 pub mod programs;
 pub mod random_actions;
 pub mod replay;
 pub mod report;
 pub mod snapshot;
-pub mod style;
+mod style;
 pub mod subjects;
 pub mod threads;

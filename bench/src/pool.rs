@@ -1,5 +1,5 @@
 //! `pool`: traces replayed through a [`Pool`] of [`InlineHeap`] growing from an
-//! [`ArenaSource`] under several policies, for what each policy costs in memory (peak reserved
+//! `ArenaSource` under several policies, for what each policy costs in memory (peak reserved
 //! against the trace's peak live bytes, what is left reserved at the end, regions obtained,
 //! given back, grown, and what trimming gives back) and in time (ns per event against the bare
 //! heap).

@@ -1,6 +1,6 @@
 //! `snapshot TRACE [--at EVENT|peak]`: a trace replayed through a pool up to one moment (after
 //! a given number of events, or when its live bytes peak), the pool's regions and chunks taken
-//! with `Pool::visit`, and the heap drawn as a picture ([`crate::heapmap`]) with its figures.
+//! with `Pool::visit`, and the heap drawn as a picture (`heapmap`) with its figures.
 //!
 //! The figures are computed from the snapshot itself and checked against the pool's own
 //! statistics, so the picture and the counters cannot disagree unnoticed.

@@ -345,7 +345,7 @@ impl Peer {
 /// How to build a subject beyond its space.
 #[derive(Clone, Copy, Debug)]
 pub struct Setup {
-    /// Let the bump allocator wrap around (speed benchmarks only; see [`Bump`]).
+    /// Let the bump allocator wrap around (speed benchmarks only; see `bump::Bump`).
     pub wrap: bool,
     /// offset-allocator's node count: it refuses requests beyond this many chunks.
     pub max_allocs: u32,

@@ -1,9 +1,10 @@
 //! The shared inline heap: an [`InlineHeap`] behind a lock, with a queue for frees that arrive
 //! while the lock is held (see [`crate::shared`]). It implements [`GlobalAlloc`] and, with the
-//! `allocator-api2` / `allocator-api2-04` features, `allocator_api2`'s `Allocator`.
+//! `allocator-api2` / `allocator-api2-04` features, `allocator_api2`'s `Allocator`, both
+//! through [`SharedAlloc`] (see `crate::shared_alloc`).
 
 use core::alloc::{GlobalAlloc, Layout};
-use core::ptr::{null_mut, NonNull};
+use core::ptr::NonNull;
 
 use crate::error::Error;
 use crate::granule::{Granule, HostGranule};
@@ -11,6 +12,7 @@ use crate::inline::InlineHeap;
 use crate::lock::{RawLock, SpinLock};
 use crate::shape::{BinShape, Wide};
 use crate::shared::{QueuedFree, Shared};
+use crate::shared_alloc::SharedAlloc;
 use crate::stats::{Counters, Stats, Tally};
 use crate::sync::const_unless_loom;
 
@@ -379,144 +381,53 @@ impl Default for GlobalHeap {
     }
 }
 
-// SAFETY: `alloc` returns either null or a fresh block of at least `layout.size()` bytes aligned
-// to `layout.align()` that no other live allocation overlaps (the heap's invariants); `dealloc`
-// and `realloc` forward the caller's promise that `ptr` came from this allocator with `layout`.
+// SAFETY: `alloc_block` returns a fresh block of at least `size` bytes aligned to `align` that
+// no other live allocation overlaps, or an error (the heap's invariants); `free_block` and
+// `realloc_block` forward the caller's promise that `ptr` came from this heap with `size`.
+unsafe impl<L: RawLock, const N: usize, G: Granule, K: Tally, B: BinShape> SharedAlloc
+    for GlobalHeap<L, N, G, K, B>
+{
+    type Error = Error;
+
+    #[inline]
+    fn alloc_block(&self, size: usize, align: usize) -> Result<NonNull<u8>, Error> {
+        self.try_alloc(size, align)
+    }
+
+    #[inline]
+    unsafe fn free_block(&self, ptr: NonNull<u8>, size: usize) -> Result<(), Error> {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.try_free(ptr, size) }
+    }
+
+    #[inline]
+    unsafe fn realloc_block(
+        &self,
+        ptr: NonNull<u8>,
+        size: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Result<NonNull<u8>, Error> {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.try_realloc(ptr, size, align, new_size) }
+    }
+}
+
+// SAFETY: `SharedAlloc`'s contract, which the methods forward to (see `crate::shared_alloc`).
 unsafe impl<L: RawLock, const N: usize, G: Granule, K: Tally, B: BinShape> GlobalAlloc
     for GlobalHeap<L, N, G, K, B>
 {
-    /// Null for a zero size (which `GlobalAlloc` callers must not ask for) and on any error.
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        self.try_alloc(layout.size(), layout.align())
-            .map_or(null_mut(), NonNull::as_ptr)
+        self.global_alloc(layout)
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        if let Some(p) = NonNull::new(ptr) {
-            // SAFETY: `GlobalAlloc`'s contract: `ptr` was allocated here with `layout`. A
-            // refused free is counted in the statistics; `dealloc` has no way to return it.
-            let _ = unsafe { self.try_free(p, layout.size()) };
-        }
+        // SAFETY: forwarded caller contract.
+        unsafe { self.global_dealloc(ptr, layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let Some(p) = NonNull::new(ptr) else {
-            return null_mut();
-        };
-        // SAFETY: `GlobalAlloc`'s contract, as in `dealloc`.
-        unsafe { self.try_realloc(p, layout.size(), layout.align(), new_size) }
-            .map_or(null_mut(), NonNull::as_ptr)
+        // SAFETY: forwarded caller contract.
+        unsafe { self.global_realloc(ptr, layout, new_size) }
     }
 }
-
-/// `allocator_api2::alloc::Allocator` for [`GlobalHeap`], written once for each supported
-/// version of that crate (its trait is a distinct trait in each).
-#[cfg(any(feature = "allocator-api2", feature = "allocator-api2-04"))]
-macro_rules! allocator_api {
-    ($krate:ident) => {
-        const _: () = {
-            use core::ptr::{self, NonNull};
-            use $krate::alloc::{AllocError, Allocator, Layout};
-
-            use crate::lock::RawLock;
-            use crate::shape::BinShape;
-            use crate::stats::Tally;
-            use crate::GlobalHeap;
-
-            /// The well-aligned dangling pointer `Allocator` hands out for zero-sized requests.
-            fn dangling(layout: Layout) -> Result<NonNull<u8>, AllocError> {
-                NonNull::new(ptr::without_provenance_mut(layout.align())).ok_or(AllocError)
-            }
-
-            /// Moves an allocation to a fresh one for `new` (a resize that also changes the
-            /// alignment, or one from or to zero bytes).
-            ///
-            /// # Safety
-            /// `ptr` is a live allocation of `heap` with `old`, given up if this succeeds.
-            unsafe fn move_to<L: RawLock, const N: usize, G: Granule, K: Tally, B: BinShape>(
-                heap: &GlobalHeap<L, N, G, K, B>,
-                ptr: NonNull<u8>,
-                old: Layout,
-                new: Layout,
-            ) -> Result<NonNull<[u8]>, AllocError> {
-                let fresh = heap.allocate(new)?;
-                let keep = old.size().min(new.size());
-                // SAFETY: both blocks are live, distinct, and at least `keep` long.
-                unsafe { ptr::copy_nonoverlapping(ptr.as_ptr(), fresh.cast().as_ptr(), keep) };
-                // SAFETY: the caller's contract; the contents have been moved.
-                unsafe { heap.deallocate(ptr, old) };
-                Ok(fresh)
-            }
-
-            /// Resizes in place when it can (same alignment, neither size zero), else moves.
-            ///
-            /// # Safety
-            /// As for [`Allocator::grow`] / [`Allocator::shrink`].
-            unsafe fn resize<L: RawLock, const N: usize, G: Granule, K: Tally, B: BinShape>(
-                heap: &GlobalHeap<L, N, G, K, B>,
-                ptr: NonNull<u8>,
-                old: Layout,
-                new: Layout,
-            ) -> Result<NonNull<[u8]>, AllocError> {
-                if old.size() == 0 || new.size() == 0 || old.align() != new.align() {
-                    // SAFETY: forwarded caller contract.
-                    return unsafe { move_to(heap, ptr, old, new) };
-                }
-                // SAFETY: forwarded caller contract: `ptr` is live with `old`.
-                let p = unsafe { heap.try_realloc(ptr, old.size(), old.align(), new.size()) }
-                    .map_err(|_| AllocError)?;
-                Ok(NonNull::slice_from_raw_parts(p, new.size()))
-            }
-
-            // SAFETY: blocks are fresh, non-overlapping and as large and aligned as asked (the
-            // heap's invariants) and stay valid until freed; zero-sized requests get a dangling
-            // aligned pointer that is never passed to the heap; the heap may be moved or shared
-            // (it is `Sync`), and blocks are freed through whichever reference to it.
-            unsafe impl<L: RawLock, const N: usize, G: Granule, K: Tally, B: BinShape> Allocator
-                for GlobalHeap<L, N, G, K, B>
-            {
-                fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
-                    if layout.size() == 0 {
-                        return Ok(NonNull::slice_from_raw_parts(dangling(layout)?, 0));
-                    }
-                    let p = self
-                        .try_alloc(layout.size(), layout.align())
-                        .map_err(|_| AllocError)?;
-                    Ok(NonNull::slice_from_raw_parts(p, layout.size()))
-                }
-
-                unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
-                    if layout.size() != 0 {
-                        // SAFETY: `Allocator`'s contract: `ptr` is live here with `layout`.
-                        let _ = unsafe { self.try_free(ptr, layout.size()) };
-                    }
-                }
-
-                unsafe fn grow(
-                    &self,
-                    ptr: NonNull<u8>,
-                    old: Layout,
-                    new: Layout,
-                ) -> Result<NonNull<[u8]>, AllocError> {
-                    // SAFETY: forwarded caller contract.
-                    unsafe { resize(self, ptr, old, new) }
-                }
-
-                unsafe fn shrink(
-                    &self,
-                    ptr: NonNull<u8>,
-                    old: Layout,
-                    new: Layout,
-                ) -> Result<NonNull<[u8]>, AllocError> {
-                    // SAFETY: forwarded caller contract.
-                    unsafe { resize(self, ptr, old, new) }
-                }
-            }
-        };
-    };
-}
-
-#[cfg(feature = "allocator-api2")]
-allocator_api!(allocator_api2);
-#[cfg(feature = "allocator-api2-04")]
-allocator_api!(allocator_api2_04);

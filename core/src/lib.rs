@@ -23,7 +23,9 @@
 //! invariant and reports a [`CheckError`]. The crate is `#![no_std]`; the `std` feature (on by
 //! default) lets the shared heaps detect re-entry, `alloc` lets the detached table grow,
 //! `checked` validates every inline free, `lock_api` admits `lock_api` locks, and
-//! `allocator-api2` / `allocator-api2-04` implement that crate's `Allocator` for [`GlobalHeap`].
+//! `allocator-api2` / `allocator-api2-04` implement that crate's `Allocator` for the shared
+//! host heaps and pools ([`GlobalHeap`], a [`SharedPool`] of an [`InlineHeap`]), through
+//! [`SharedAlloc`].
 //!
 //! # Glossary
 //!
@@ -75,7 +77,8 @@
 //! (bins and best fit), `heap` (the algorithm), `region` (regions), `check` (the invariant
 //! walk), `stats` (statistics and the counters behind them), `lock` (locks and re-entry),
 //! `queue` (the ring of queued frees), `shared` (a heap behind a lock), `global` and
-//! `shared_detached` (the two shared heaps), `tcache` (per-thread caches in front of a shared
+//! `shared_detached` (the two shared heaps), `shared_alloc` (`GlobalAlloc` and `Allocator`,
+//! written once for every shared host heap or pool), `tcache` (per-thread caches in front of a shared
 //! pool), `sync` (atomics that loom can swap), `model` (the
 //! reference model and the one adapter that tests, fuzz targets, trace replay and benchmarks
 //! drive both heaps through; hidden).
@@ -139,6 +142,7 @@ mod region;
 mod scope;
 mod shape;
 mod shared;
+mod shared_alloc;
 mod shared_detached;
 mod shared_pool;
 mod size_table;
@@ -163,6 +167,7 @@ pub use pool_heap::PoolHeap;
 pub use records::{Record, RecordStore};
 pub use scope::Scope;
 pub use shape::{BinShape, Compact, Wide};
+pub use shared_alloc::SharedAlloc;
 pub use shared_detached::SharedDetachedHeap;
 pub use shared_pool::{OomHandler, SharedPool};
 pub use source::RegionSource;

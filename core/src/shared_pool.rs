@@ -1,9 +1,9 @@
 //! A pool shared between threads: a [`Pool`] behind a lock, with queued frees (see
 //! [`crate::shared`]), an out-of-memory handler called without the lock, and, for host pools,
-//! [`GlobalAlloc`].
+//! [`GlobalAlloc`] and `allocator_api2`'s `Allocator` through [`SharedAlloc`].
 
 use core::alloc::{GlobalAlloc, Layout};
-use core::ptr::{null_mut, NonNull};
+use core::ptr::NonNull;
 
 use crate::error::Error;
 use crate::hooks::{Hooks, NoHooks};
@@ -12,6 +12,7 @@ use crate::lock::{RawLock, SpinLock};
 use crate::pool::{Pool, PoolError, PoolStats, Trimmed};
 use crate::pool_heap::PoolHeap;
 use crate::shared::{QueuedFree, Shared};
+use crate::shared_alloc::SharedAlloc;
 use crate::source::RegionSource;
 use crate::sync::const_unless_loom;
 use crate::tcache::{self, Class, ThreadCache};
@@ -537,35 +538,60 @@ where
     }
 }
 
-// SAFETY: `alloc` returns null or a fresh block of at least `layout.size()` bytes aligned to
-// `layout.align()` that overlaps no live block (the heap's invariants, over regions the source
-// hands the pool for its sole use); `dealloc` and `realloc` forward the caller's promise that
-// `ptr` came from this allocator with `layout`.
+// SAFETY: `alloc_block` returns a fresh block of at least `size` bytes aligned to `align` that
+// overlaps no live block (the heap's invariants, over regions the source hands the pool for its
+// sole use), or an error; `free_block` and `realloc_block` forward the caller's promise that
+// `ptr` came from this pool with `size`.
+unsafe impl<S, K, L, const N: usize> SharedAlloc for SharedPool<InlineHeap, S, K, L, N>
+where
+    S: RegionSource<Base = NonNull<u8>>,
+    K: Hooks,
+    L: RawLock,
+{
+    type Error = PoolError;
+
+    #[inline]
+    fn alloc_block(&self, size: usize, align: usize) -> Result<NonNull<u8>, PoolError> {
+        self.alloc(size, align)
+    }
+
+    #[inline]
+    unsafe fn free_block(&self, ptr: NonNull<u8>, size: usize) -> Result<(), Error> {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.free(ptr, size) }
+    }
+
+    #[inline]
+    unsafe fn realloc_block(
+        &self,
+        ptr: NonNull<u8>,
+        size: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Result<NonNull<u8>, PoolError> {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.realloc(ptr, size, align, new_size) }
+    }
+}
+
+// SAFETY: `SharedAlloc`'s contract, which the methods forward to (see `crate::shared_alloc`).
 unsafe impl<S, K, L, const N: usize> GlobalAlloc for SharedPool<InlineHeap, S, K, L, N>
 where
     S: RegionSource<Base = NonNull<u8>>,
     K: Hooks,
     L: RawLock,
 {
-    /// Null for a zero size (which `GlobalAlloc` callers must not ask for) and on any error.
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        SharedPool::alloc(self, layout.size(), layout.align()).map_or(null_mut(), NonNull::as_ptr)
+        self.global_alloc(layout)
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        if let Some(p) = NonNull::new(ptr) {
-            // SAFETY: `GlobalAlloc`'s contract: `ptr` was allocated here with `layout`. A
-            // refused free is counted in the statistics; `dealloc` has no way to return it.
-            let _ = unsafe { SharedPool::free(self, p, layout.size()) };
-        }
+        // SAFETY: forwarded caller contract.
+        unsafe { self.global_dealloc(ptr, layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let Some(p) = NonNull::new(ptr) else {
-            return null_mut();
-        };
-        // SAFETY: `GlobalAlloc`'s contract, as in `dealloc`.
-        unsafe { SharedPool::realloc(self, p, layout.size(), layout.align(), new_size) }
-            .map_or(null_mut(), NonNull::as_ptr)
+        // SAFETY: forwarded caller contract.
+        unsafe { self.global_realloc(ptr, layout, new_size) }
     }
 }

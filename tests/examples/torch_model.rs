@@ -19,9 +19,8 @@ use std::env;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tagalloc_cuda::fake::Call;
+use tagalloc_cuda::fake::{Call, FakeConfig};
 use tagalloc_cuda::torch_model::TorchConfig;
-use tagalloc_cuda::FakeConfig;
 use tagalloc_tests::torch_replay::{TorchReplay, TorchReplayReport};
 use tagalloc_tests::trace::{shared_trace, Trace};
 

@@ -21,8 +21,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tagalloc_cuda::fake::{CallCounts, FakeMark, FakeStream};
-use tagalloc_cuda::{Driver, FakeConfig, FakeDriver};
+use tagalloc_cuda::fake::{CallCounts, FakeConfig, FakeDriver, FakeMark, FakeStream};
+use tagalloc_cuda::Driver;
 
 use crate::trace::{Event, FastHash, Trace};
 

@@ -12,10 +12,8 @@
 use std::fmt;
 use std::sync::Arc;
 
-use tagalloc_cuda::fake::FakeStream;
-use tagalloc_cuda::{
-    DeviceBlock, DeviceConfig, DeviceError, DevicePool, DeviceStats, FakeConfig, FakeDriver,
-};
+use tagalloc_cuda::fake::{FakeConfig, FakeDriver, FakeStream};
+use tagalloc_cuda::{DeviceBlock, DeviceConfig, DeviceError, DevicePool, DeviceStats};
 
 use crate::cuda_replay::{Replay, ReplayError, ReplayReport, ReplayStats, StreamAllocator};
 use crate::trace::{Event, Trace};

@@ -8,9 +8,9 @@
 use std::fmt;
 use std::sync::Arc;
 
-use tagalloc_cuda::fake::FakeStream;
+use tagalloc_cuda::fake::{FakeConfig, FakeDriver, FakeStream};
 use tagalloc_cuda::torch_model::{TorchAllocator, TorchConfig, TorchError, TorchStats};
-use tagalloc_cuda::{DevicePtr, FakeConfig, FakeDriver};
+use tagalloc_cuda::DevicePtr;
 
 use crate::cuda_replay::{Replay, ReplayError, ReplayReport, ReplayStats, StreamAllocator, GIB};
 use crate::trace::Trace;

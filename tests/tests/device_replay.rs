@@ -3,8 +3,8 @@
 //! way (its pending lists included), its figures agree with the driver's books, and nothing
 //! is left on the device once the trace's allocations are freed and the pool trimmed.
 
-use tagalloc_cuda::fake::Call;
-use tagalloc_cuda::{DeviceConfig, FakeConfig, Regions};
+use tagalloc_cuda::fake::{Call, FakeConfig};
+use tagalloc_cuda::{DeviceConfig, Regions};
 use tagalloc_tests::device_replay::{synthetic_trace, DeviceReplay, DeviceReplayReport};
 use tagalloc_tests::trace::{shared_trace, Trace};
 

@@ -2,9 +2,8 @@
 //! the model's invariants hold along the way, its statistics agree with the driver's books,
 //! and everything it obtained goes back once the trace's allocations are freed.
 
-use tagalloc_cuda::fake::Call;
+use tagalloc_cuda::fake::{Call, FakeConfig};
 use tagalloc_cuda::torch_model::{TorchConfig, TorchError};
-use tagalloc_cuda::FakeConfig;
 use tagalloc_tests::torch_replay::{TorchReplay, TorchReplayError, TorchReplayReport};
 use tagalloc_tests::trace::{shared_trace, Trace};
 

@@ -46,9 +46,9 @@
 //! the environment). A block belongs to the stream it was allocated on, and its free is
 //! stream-ordered (see [`tagalloc_cuda::DevicePool`]).
 //!
-//! **The free gets only an address.** The pool keeps a map from address to block
-//! ([`DevicePool::alloc_ptr`](tagalloc_cuda::DevicePool::alloc_ptr)), one hash insert per
-//! allocation and one removal per free. The detached heap itself cannot answer "which block
+//! **The free gets only an address.** [`Allocator`] keeps, per device, a map from address to
+//! the block handed out there, one hash insert per allocation and one removal per free; the
+//! device pool itself keeps no such map (a Rust caller holds its blocks). The detached heap itself cannot answer "which block
 //! starts here": its records are linked by neighbour and by bin, and a free reaches its
 //! record in `O(1)` through the handle a Rust caller keeps; an index by address in the core
 //! (a radix tree over granules, updated on every split and merge) would cost every user of
@@ -63,15 +63,16 @@
 //! over the real driver, and the tests over the fake one.
 
 use core::ffi::{c_char, c_int, c_void};
+use std::collections::HashMap;
 use std::ffi::CString;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 pub mod snapshot_json;
 
 use tagalloc_cuda::{
-    CuStream, CudaDriver, DeviceConfig, DeviceError, DevicePtr, Driver, DriverError, PoolRegistry,
-    Regions,
+    AddrHash, BlockState, CuStream, CudaDriver, DeviceBlock, DeviceConfig, DeviceError, DevicePtr,
+    Driver, DriverError, PoolRegistry, Regions,
 };
 
 /// What [`tagalloc_stats`] fills in: bytes, counts, and whether the pool works.
@@ -127,19 +128,38 @@ pub struct TagallocStats {
     pub stream_waits: u64,
 }
 
-/// The allocator over driver `D`: a registry of pools, one per device.
+/// The blocks handed out on one device, by address.
+type Blocks<S> = HashMap<usize, DeviceBlock<S>, AddrHash>;
+
+/// The allocator over driver `D`: a registry of pools, one per device, and for each device the
+/// blocks handed out there, by address, since a C caller frees by address.
+///
+/// Invariant: every block in `blocks[d]` was allocated from device `d`'s pool and is not
+/// freed. Lock order: a device's map, then its pool (never the other way round).
 pub struct Allocator<D: Driver> {
     registry: PoolRegistry<D>,
+    blocks: Box<[Mutex<Blocks<D::Stream>>]>,
 }
 
 impl<D: Driver> Allocator<D> {
     /// An allocator over `registry`.
     pub fn new(registry: PoolRegistry<D>) -> Allocator<D> {
-        Allocator { registry }
+        let blocks = (0..registry.device_count())
+            .map(|_| Mutex::new(Blocks::default()))
+            .collect();
+        Allocator { registry, blocks }
     }
 
     fn device(&self, device: c_int) -> Result<u32, String> {
         u32::try_from(device).map_err(|_| format!("bad device ordinal {device}"))
+    }
+
+    /// The map of the blocks handed out on `device` (a valid ordinal: its pool exists). A
+    /// panic while it was held leaves no half-made change: carry on.
+    fn blocks(&self, device: u32) -> MutexGuard<'_, Blocks<D::Stream>> {
+        self.blocks[device as usize]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// `size` bytes on `device`, on `stream`; `None` for a size of 0 (nothing to allocate).
@@ -153,18 +173,20 @@ impl<D: Driver> Allocator<D> {
         if size == 0 {
             return Ok(None);
         }
-        let pool = self.registry.get(self.device(device)?).map_err(message)?;
-        pool.alloc_ptr(size, stream).map(Some).map_err(message)
+        let device = self.device(device)?;
+        let pool = self.registry.get(device).map_err(message)?;
+        let block = pool.alloc(size, stream).map_err(message)?;
+        self.blocks(device).insert(block.ptr().0 as usize, block);
+        Ok(Some(block.ptr()))
     }
 
     /// Frees the block at `ptr` on its stream. `size` (when not negative) must be the size
     /// it was allocated with: a mismatch is refused, the block kept.
     pub fn free(&self, ptr: DevicePtr, size: isize, device: c_int) -> Result<(), String> {
-        let pool = self.registry.get(self.device(device)?).map_err(message)?;
-        let mut p = pool.lock();
-        let block = *p
-            .block_at(ptr)
-            .ok_or_else(|| message(DeviceError::UnknownPointer(ptr)))?;
+        let device = self.device(device)?;
+        let pool = self.registry.get(device).map_err(message)?;
+        let mut blocks = self.blocks(device);
+        let block = *blocks.get(&(ptr.0 as usize)).ok_or_else(|| unknown(ptr))?;
         if size >= 0 && size as usize != block.size() {
             return Err(format!(
                 "free of {:#x} with size {size}; it was allocated with {}",
@@ -172,18 +194,37 @@ impl<D: Driver> Allocator<D> {
                 block.size()
             ));
         }
-        p.free_ptr(ptr).map_err(message)
+        blocks.remove(&(ptr.0 as usize));
+        pool.free(block).map_err(message)
+    }
+
+    /// Verifies every invariant: each created pool's (see `DevicePool::check`), and that
+    /// every block in the maps is live in its device's pool at its address.
+    pub fn check(&self) -> Result<(), String> {
+        for pool in self.registry.created() {
+            let blocks = self.blocks(pool.device());
+            pool.with(|p| {
+                p.check()?;
+                for (&at, b) in blocks.iter() {
+                    if b.ptr().0 as usize != at || !p.chunk_is_live(b) {
+                        return Err(format!("address map entry {at:#x} is not a live block"));
+                    }
+                }
+                Ok(())
+            })?;
+        }
+        Ok(())
     }
 
     /// Marks the block at `ptr` (on whichever device holds it) as used on `stream` too.
     pub fn record_stream(&self, ptr: DevicePtr, stream: D::Stream) -> Result<(), String> {
         for pool in self.registry.created() {
-            let mut p = pool.lock();
-            if p.block_at(ptr).is_some() {
-                return p.record_stream_ptr(ptr, stream).map_err(message);
+            let blocks = self.blocks(pool.device());
+            if let Some(block) = blocks.get(&(ptr.0 as usize)) {
+                return pool.record_stream(block, stream).map_err(message);
             }
         }
-        Err(message(DeviceError::UnknownPointer(ptr)))
+        Err(unknown(ptr))
     }
 
     /// Empties the cache of `device`, or of every device created so far for -1.
@@ -237,7 +278,15 @@ impl<D: Driver> Allocator<D> {
     ) -> Result<String, String> {
         let ordinal = self.device(device)?;
         let pool = self.registry.get(ordinal).map_err(message)?;
-        let regions = pool.lock().snapshot();
+        let blocks = self.blocks(ordinal);
+        let mut regions = pool.lock().snapshot();
+        for b in regions.iter_mut().flat_map(|r| &mut r.blocks) {
+            if let (BlockState::Allocated, Some(h)) = (b.state, blocks.get(&b.addr)) {
+                b.requested = Some(h.size());
+                b.stream = Some(h.stream());
+            }
+        }
+        drop(blocks);
         Ok(snapshot_json::snapshot_json(
             ordinal,
             &regions,
@@ -248,6 +297,11 @@ impl<D: Driver> Allocator<D> {
 
 fn message(e: DeviceError) -> String {
     e.to_string()
+}
+
+/// The message for an address that is not a live block this allocator handed out.
+fn unknown(ptr: DevicePtr) -> String {
+    format!("device pool: {:#x} is not a live block", ptr.0)
 }
 
 /// The configuration from the environment: `TAGALLOC_CUDA_REGIONS=plain` for plain regions,

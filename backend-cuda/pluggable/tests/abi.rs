@@ -6,8 +6,8 @@
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::Arc;
 
-use tagalloc_cuda::fake::Outstanding;
-use tagalloc_cuda::{DeviceConfig, DevicePtr, Driver, FakeConfig, FakeDriver, PoolRegistry};
+use tagalloc_cuda::fake::{FakeConfig, FakeDriver, Outstanding};
+use tagalloc_cuda::{DeviceConfig, DevicePtr, Driver, PoolRegistry};
 use tagalloc_cuda_pluggable::{
     copy_whole, tagalloc_empty_cache, tagalloc_free, tagalloc_last_error, tagalloc_malloc,
     tagalloc_record_stream, tagalloc_snapshot, tagalloc_stats, tagalloc_stats_size, tagalloc_trim,
@@ -76,6 +76,33 @@ fn the_allocator_serves_frees_by_address_and_reports() {
         Outstanding::default(),
         "device 0 never opened"
     );
+}
+
+/// A free by address finds its block whatever stream it was allocated on; a second free of the
+/// address is refused; the map and the pool agree throughout.
+#[test]
+fn address_frees_find_their_block() {
+    let (a, gpus) = fake_allocator(1);
+    let st = [
+        gpus[0].stream_create().unwrap(),
+        gpus[0].stream_create().unwrap(),
+    ];
+    let p = a.malloc(1000, 0, st[0]).unwrap().unwrap();
+    let q = a.malloc(1000, 0, st[1]).unwrap().unwrap();
+    assert_ne!(p, q);
+    a.free(p, -1, 0).unwrap();
+    let e = a.free(p, -1, 0).unwrap_err();
+    assert_eq!(e, format!("device pool: {:#x} is not a live block", p.0));
+    a.check().unwrap();
+    a.free(q, -1, 0).unwrap();
+    a.empty_cache(0).unwrap();
+    a.check().unwrap();
+    drop(a);
+    for s in st {
+        // SAFETY: the test's stream, unused from now on.
+        unsafe { gpus[0].stream_destroy(s).unwrap() };
+    }
+    assert_eq!(gpus[0].outstanding(), Outstanding::default());
 }
 
 /// The snapshot the Python module's tests read (`backend-cuda/python/tests/`): this test

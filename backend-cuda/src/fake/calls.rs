@@ -112,7 +112,7 @@ impl Call {
     }
 }
 
-/// How many calls of each kind a [`FakeDriver`](crate::FakeDriver) has received, failed ones
+/// How many calls of each kind a [`FakeDriver`](super::FakeDriver) has received, failed ones
 /// included, since it was created or its counts were last reset.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct CallCounts {

@@ -36,7 +36,7 @@ struct Recorded {
 }
 
 /// A point in the fake device's timeline: everything recorded before it was taken (see
-/// [`FakeDriver::mark`](crate::FakeDriver::mark)).
+/// [`FakeDriver::mark`](super::FakeDriver::mark)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FakeMark(pub(crate) u64);
 

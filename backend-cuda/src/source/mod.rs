@@ -29,10 +29,10 @@
 //! The device sources' `Base` is the device address as a `usize`: they serve the core's
 //! [`tagalloc::DetachedHeap`], whose tags never touch the memory they manage.
 
-pub mod pinned;
-pub mod plain;
-pub mod register;
-pub mod vmm;
+mod pinned;
+mod plain;
+mod register;
+mod vmm;
 
 pub use pinned::PinnedSource;
 pub use plain::PlainSource;
@@ -46,7 +46,7 @@ use crate::error::DriverError;
 
 /// The granule of a device pool unless another is chosen: 256 bytes, the alignment
 /// `cuMemAlloc` guarantees.
-pub const DEVICE_GRANULE: usize = tagalloc::DEVICE_GRANULE;
+pub(crate) const DEVICE_GRANULE: usize = tagalloc::DEVICE_GRANULE;
 
 /// How a device pool obtains its regions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use crate::driver::{Driver, PinFlags};
 use crate::error::DriverError;
 
 /// The granularity of pinned regions: a page, the alignment `cuMemHostAlloc` returns.
-pub const PAGE: usize = 4096;
+pub(crate) const PAGE: usize = 4096;
 
 /// Regions of pinned host memory: `cuMemHostAlloc` when the pool obtains one, `cuMemFreeHost`
 /// when it gives one back. The memory is ordinary host memory to the CPU (an
@@ -19,7 +19,8 @@ pub const PAGE: usize = 4096;
 /// ```
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use tagalloc::{InlineHeap, Policy, Pool};
-/// use tagalloc_cuda::{source::PinnedSource, FakeConfig, FakeDriver, PinFlags};
+/// use tagalloc_cuda::fake::{FakeConfig, FakeDriver};
+/// use tagalloc_cuda::{PinnedSource, PinFlags};
 ///
 /// let gpu = FakeDriver::new(FakeConfig::default())?;
 /// let source = PinnedSource::new(&gpu, PinFlags::PORTABLE);

@@ -8,13 +8,13 @@ use crate::error::{code, DriverError};
 
 /// The alignment `cuMemAlloc` guarantees, and so the granularity of a plain source: region
 /// bases are aligned to it and nothing more may be assumed.
-pub const ALLOC_ALIGN: usize = 256;
+pub(crate) const ALLOC_ALIGN: usize = 256;
 
 /// Regions that are device allocations: `cuMemAlloc` when the pool obtains one, `cuMemFree`
 /// when it gives one back. Regions cannot grow in place (a pool over this source adds new
 /// regions), and a region's free tail is never given back alone.
 ///
-/// Invariant: `round` is a power of two of at least [`ALLOC_ALIGN`].
+/// Invariant: `round` is a power of two of at least `ALLOC_ALIGN` (256).
 #[derive(Debug)]
 pub struct PlainSource<D: Driver> {
     driver: D,

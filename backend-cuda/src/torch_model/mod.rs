@@ -1,6 +1,6 @@
 //! A model of PyTorch's CUDA caching allocator's placement policy (the `torch-model` feature),
 //! over the [driver seam](crate::Driver), so that it runs on the
-//! [fake driver](crate::FakeDriver) with no GPU and tagalloc's device pool can be measured
+//! fake driver (`fake::FakeDriver`, feature `fake`) with no GPU and tagalloc's device pool can be measured
 //! against it on the same trace: the memory it reserves for the same requests, and the driver
 //! calls it makes.
 //!

@@ -1013,6 +1013,46 @@ fn a_shared_inline_pool_can_be_a_static_global_allocator() {
     assert_eq!((e.error, e.reserved), (Error::OutOfMemory, 0));
 }
 
+/// A shared inline pool is an `allocator_api2` `Allocator` as a `GlobalHeap` is (both through
+/// `SharedAlloc`): a collection grows the pool and shrinks, a zero size
+/// never reaches the heap, and everything goes back.
+#[cfg(feature = "allocator-api2")]
+#[test]
+fn a_shared_inline_pool_is_an_allocator() {
+    use crate::SharedPool;
+    use allocator_api2::alloc::{Allocator, Layout as ApiLayout};
+    use allocator_api2::vec::Vec as AVec;
+
+    let (source, _books) = Memory::new(MEM);
+    let pool: SharedPool<InlineHeap, Memory> = SharedPool::new(Pool::new(
+        InlineHeap::new(),
+        source,
+        Policy::new().growth(Growth::Fixed(MEM / 8)),
+    ));
+    {
+        let mut v: AVec<u64, &SharedPool<InlineHeap, Memory>> = AVec::new_in(&pool);
+        for i in 0..(MEM / 8 / 8) as u64 {
+            v.push(i);
+        }
+        let s = pool.stats().unwrap();
+        assert!(
+            s.reserved > MEM / 8 && s.grown + s.regions_obtained > 1,
+            "the pool grew"
+        );
+        v.truncate(10);
+        v.shrink_to_fit();
+        assert_eq!(v.iter().sum::<u64>(), 45);
+    }
+    let zero = ApiLayout::from_size_align(0, 64).unwrap();
+    let d = pool.allocate(zero).unwrap();
+    assert_eq!(d.cast::<u8>().as_ptr() as usize % 64, 0);
+    // SAFETY: a zero-sized block from this allocator.
+    unsafe { pool.deallocate(d.cast(), zero) };
+    let st = pool.stats().unwrap().heap;
+    assert_eq!((st.live, st.in_use, st.refused_frees), (0, 0, 0));
+    pool.with_pool(|p| p.check()).unwrap().unwrap();
+}
+
 /// A bypassed block's region is rounded up to whole pages; what the block does not use must
 /// not become a free chunk that other blocks can take, or the region outlives the block: the
 /// small blocks allocated afterwards would land in that tail (best fit: it is the smallest free

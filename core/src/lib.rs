@@ -114,59 +114,38 @@ extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
-mod bins;
-mod check;
+mod algo;
 mod detached;
 mod error;
-mod global;
-mod granule;
-mod heap;
-mod hooks;
 mod inline;
-mod layout;
-mod lock;
 #[cfg(any(test, feature = "model"))]
 #[doc(hidden)]
 pub mod model;
 #[cfg(feature = "alloc")]
 pub mod plan;
-mod policy;
 mod pool;
-mod pool_heap;
-mod queue;
-mod records;
-mod region;
-mod scope;
-mod shape;
-mod shared;
-mod shared_detached;
-mod shared_pool;
-mod size_table;
-mod source;
-mod stats;
+mod share;
 mod sync;
-mod tags;
-mod tcache;
 
-pub use detached::{Block, DetachedHeap, Handle, DEVICE_GRANULE};
+pub use algo::geometry::{Layout, MAX_GRANULE};
+pub use algo::shape::{BinShape, Compact, Wide};
+pub use algo::stats::{Counters, NoCounters, Stats, Tally};
+pub use detached::heap::{Block, DetachedHeap, Handle, DEVICE_GRANULE};
+pub use detached::records::{Record, RecordStore};
 pub use error::{BlockError, CheckError, Error};
-pub use global::GlobalHeap;
-pub use granule::{AnyGranule, Granule, HostGranule};
-pub use hooks::{Hooks, NoHooks};
-pub use inline::{InlineHeap, HOST_GRANULE};
-pub use layout::{Layout, MAX_GRANULE};
-pub use lock::{RawLock, SpinLock};
-pub use policy::{Growth, Policy, PolicyError, Reserve};
+pub use inline::granule::{AnyGranule, Granule, HostGranule};
+pub use inline::heap::{InlineHeap, HOST_GRANULE};
+pub use pool::heap::PoolHeap;
+pub use pool::hooks::{Hooks, NoHooks};
+pub use pool::policy::{Growth, Policy, PolicyError, Reserve};
+pub use pool::scope::Scope;
+pub use pool::source::RegionSource;
 pub use pool::{Pool, PoolError, PoolStats, Trimmed};
-pub use pool_heap::PoolHeap;
-pub use records::{Record, RecordStore};
-pub use scope::Scope;
-pub use shape::{BinShape, Compact, Wide};
-pub use shared_detached::SharedDetachedHeap;
-pub use shared_pool::{OomHandler, SharedPool};
-pub use source::RegionSource;
-pub use stats::{Counters, NoCounters, Stats, Tally};
-pub use tcache::{tcache_enabled, CacheStats, Class, ThreadCache, CLASSES, TOTAL_BYTES};
+pub use share::detached::SharedDetachedHeap;
+pub use share::global::GlobalHeap;
+pub use share::lock::{RawLock, SpinLock};
+pub use share::pool::{OomHandler, SharedPool};
+pub use share::tcache::{tcache_enabled, CacheStats, Class, ThreadCache, CLASSES, TOTAL_BYTES};
 
 #[cfg(test)]
 mod tests;

@@ -20,13 +20,13 @@
 
 use core::ptr::NonNull;
 
-use super::{Chunk, InlineHeap, ABSORBED, FLAGS, IN_USE, PREV_IN_USE};
+use super::heap::{Chunk, InlineHeap, ABSORBED, FLAGS, IN_USE, PREV_IN_USE};
+use crate::algo::geometry::W;
+use crate::algo::shape::BinShape;
+use crate::algo::stats::Tally;
+use crate::algo::tags::Tags;
 use crate::error::{BlockError, CheckError, Error};
-use crate::granule::Granule;
-use crate::layout::W;
-use crate::shape::BinShape;
-use crate::stats::Tally;
-use crate::tags::Tags;
+use crate::inline::granule::Granule;
 
 /// A region as the probe sees it: the address of its first chunk's head and of its fence, and
 /// a pointer through which its words are read.

@@ -17,6 +17,6 @@
 mod reference;
 mod subject;
 
-pub use crate::layout::Layout;
+pub use crate::algo::geometry::Layout;
 pub use reference::{MChunk, Model};
 pub use subject::{Counted, DetachedSubject, InlineSubject, Memory, Subject};

@@ -23,9 +23,9 @@
 
 extern crate alloc;
 
-use crate::bins::LIST_SIZES;
-use crate::heap::SHRINK_MOVE_MAX;
-use crate::layout::Layout;
+use crate::algo::bins::LIST_SIZES;
+use crate::algo::geometry::Layout;
+use crate::algo::heap::SHRINK_MOVE_MAX;
 use crate::Error;
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;

@@ -17,11 +17,11 @@
 use core::fmt::Debug;
 use core::ptr::{without_provenance_mut, NonNull};
 
+use crate::algo::geometry::Layout;
+use crate::algo::stats::{Counters, Stats, Tally};
+use crate::algo::tags::Tags;
+use crate::detached::records::RecordStore;
 use crate::error::{CheckError, Error};
-use crate::layout::Layout;
-use crate::records::RecordStore;
-use crate::stats::{Counters, Stats, Tally};
-use crate::tags::Tags;
 use crate::{BinShape, Block, DetachedHeap, Granule, HostGranule, InlineHeap, Wide};
 
 /// A heap under test, in terms of addresses and handles.

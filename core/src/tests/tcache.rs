@@ -12,7 +12,7 @@ use proptest::prelude::*;
 
 use super::inline::{Arena, OneRegion};
 use crate::model::{Layout, Model};
-use crate::tcache::ENABLED;
+use crate::share::tcache::ENABLED;
 use crate::{
     Class, Error, Growth, InlineHeap, Policy, Pool, Reserve, SharedPool, ThreadCache, TOTAL_BYTES,
 };

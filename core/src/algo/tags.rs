@@ -1,11 +1,11 @@
 //! The placement seam: everything the shared algorithm needs to know about chunks and regions,
 //! and nothing about where their tags are stored.
 //!
-//! Two placements implement [`Tags`]: [`crate::inline`] keeps the tags inside the managed memory
-//! (dlmalloc-style head word and footer, no side storage), [`crate::detached`] keeps them in a
+//! Two placements implement [`Tags`]: [`crate::inline::heap`] keeps the tags inside the managed memory
+//! (dlmalloc-style head word and footer, no side storage), [`crate::detached::heap`] keeps them in a
 //! host-side table of records and never touches the managed memory. Binning and best fit
-//! ([`crate::bins`]), the allocation algorithm ([`crate::heap`]), region management
-//! ([`crate::region`]) and the invariant walk ([`crate::check`]) are written once against this
+//! ([`crate::algo::bins`]), the allocation algorithm ([`crate::algo::heap`]), region management
+//! ([`crate::algo::region`]) and the invariant walk ([`crate::algo::check`]) are written once against this
 //! trait and monomorphised for each placement.
 //!
 //! # Contract
@@ -27,8 +27,8 @@
 //! A placement keeps its own tags consistent on every call: callers only ever see whole,
 //! consistent chunks.
 
+use crate::algo::geometry::Layout;
 use crate::error::{CheckError, Error};
-use crate::layout::Layout;
 
 /// The free-structure links a free chunk carries while it sits in a bin.
 ///

@@ -1,17 +1,17 @@
 //! The shared inline heap: an [`InlineHeap`] behind a lock, with a queue for frees that arrive
-//! while the lock is held (see [`crate::shared`]). It implements [`GlobalAlloc`] and, with the
+//! while the lock is held (see [`crate::share::shared`]). It implements [`GlobalAlloc`] and, with the
 //! `allocator-api2` / `allocator-api2-04` features, `allocator_api2`'s `Allocator`.
 
 use core::alloc::{GlobalAlloc, Layout};
 use core::ptr::{null_mut, NonNull};
 
+use crate::algo::shape::{BinShape, Wide};
+use crate::algo::stats::{Counters, Stats, Tally};
 use crate::error::Error;
-use crate::granule::{Granule, HostGranule};
-use crate::inline::InlineHeap;
-use crate::lock::{RawLock, SpinLock};
-use crate::shape::{BinShape, Wide};
-use crate::shared::{QueuedFree, Shared};
-use crate::stats::{Counters, Stats, Tally};
+use crate::inline::granule::{Granule, HostGranule};
+use crate::inline::heap::InlineHeap;
+use crate::share::lock::{RawLock, SpinLock};
+use crate::share::shared::{QueuedFree, Shared};
 use crate::sync::const_unless_loom;
 
 /// A free waiting in the queue: the pointer and the size it was freed with.
@@ -418,9 +418,9 @@ macro_rules! allocator_api {
             use core::ptr::{self, NonNull};
             use $krate::alloc::{AllocError, Allocator, Layout};
 
-            use crate::lock::RawLock;
-            use crate::shape::BinShape;
-            use crate::stats::Tally;
+            use crate::algo::shape::BinShape;
+            use crate::algo::stats::Tally;
+            use crate::share::lock::RawLock;
             use crate::GlobalHeap;
 
             /// The well-aligned dangling pointer `Allocator` hands out for zero-sized requests.

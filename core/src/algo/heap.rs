@@ -1,15 +1,15 @@
 //! The allocation algorithm, written once over [`Tags`]: best-fit allocation, aligned carving,
 //! splitting, coalescing, resizing in place and the counters behind the statistics.
 //! [`crate::InlineHeap`] and [`crate::DetachedHeap`] are thin typed front ends over [`Heap`];
-//! region management lives in [`crate::region`], the invariant walk in [`crate::check`].
+//! region management lives in [`crate::algo::region`], the invariant walk in [`crate::algo::check`].
 
-use crate::bins::{Bins, LIST_SIZES};
+use crate::algo::bins::{Bins, LIST_SIZES};
+use crate::algo::geometry::Layout;
+use crate::algo::shape::sealed::Shape;
+use crate::algo::shape::Wide;
+use crate::algo::stats::{Counters, Stats, Tally};
+use crate::algo::tags::Tags;
 use crate::error::{as_pair, Error};
-use crate::layout::Layout;
-use crate::shape::sealed::Shape;
-use crate::shape::Wide;
-use crate::stats::{Counters, Stats, Tally};
-use crate::tags::Tags;
 
 /// The boundary, in granules, of a realloc's move (see [`Heap::shrink_target`]): a block moves
 /// when its chunk is above it and the new size at or below it. It is the largest listed size
@@ -132,7 +132,7 @@ impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
         self.tags.layout()
     }
 
-    /// The placement, to change regions ([`crate::region`] only: it never touches a chunk in
+    /// The placement, to change regions ([`crate::algo::region`] only: it never touches a chunk in
     /// a bin, and hands every chunk it makes or takes back to [`Heap::add_space`] and
     /// [`Heap::remove_space`]).
     #[inline]

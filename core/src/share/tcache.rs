@@ -34,8 +34,8 @@
 
 use core::ptr::NonNull;
 
-use crate::granule::HOST_LAYOUT;
-use crate::layout::W;
+use crate::algo::geometry::W;
+use crate::inline::granule::HOST_LAYOUT;
 
 /// How many size classes a cache has.
 pub const CLASSES: usize = 64;

@@ -3,14 +3,14 @@
 
 use core::ptr::NonNull;
 
-use crate::detached::{Block, DetachedHeap};
+use crate::algo::geometry::Layout;
+use crate::algo::stats::Stats;
+use crate::algo::tags::Tags;
+use crate::detached::heap::{Block, DetachedHeap};
+use crate::detached::records::RecordStore;
 use crate::error::{CheckError, Error};
-use crate::granule::Granule;
-use crate::inline::InlineHeap;
-use crate::layout::Layout;
-use crate::records::RecordStore;
-use crate::stats::Stats;
-use crate::tags::Tags;
+use crate::inline::granule::Granule;
+use crate::inline::heap::InlineHeap;
 
 /// A heap a pool can grow: the operations of [`InlineHeap`] and [`DetachedHeap`] under one name.
 /// Each method is the heap's own, documented there.

@@ -12,8 +12,8 @@
 //! lock instead; nothing on the free path allocates.
 
 use crate::error::Error;
-use crate::lock::{Guard, Locked, RawLock};
-use crate::queue::FreeQueue;
+use crate::share::lock::{Guard, Locked, RawLock};
+use crate::share::queue::FreeQueue;
 use crate::sync::{const_unless_loom, AtomicUsize, CachePadded, Ordering};
 
 /// A heap that can sit behind a [`Shared`]: how a free is identified while it waits in the

@@ -1,20 +1,20 @@
 //! A pool shared between threads: a [`Pool`] behind a lock, with queued frees (see
-//! [`crate::shared`]), an out-of-memory handler called without the lock, and, for host pools,
+//! [`crate::share::shared`]), an out-of-memory handler called without the lock, and, for host pools,
 //! [`GlobalAlloc`].
 
 use core::alloc::{GlobalAlloc, Layout};
 use core::ptr::{null_mut, NonNull};
 
 use crate::error::Error;
-use crate::hooks::{Hooks, NoHooks};
-use crate::inline::InlineHeap;
-use crate::lock::{RawLock, SpinLock};
+use crate::inline::heap::InlineHeap;
+use crate::pool::heap::PoolHeap;
+use crate::pool::hooks::{Hooks, NoHooks};
+use crate::pool::source::RegionSource;
 use crate::pool::{Pool, PoolError, PoolStats, Trimmed};
-use crate::pool_heap::PoolHeap;
-use crate::shared::{QueuedFree, Shared};
-use crate::source::RegionSource;
+use crate::share::lock::{RawLock, SpinLock};
+use crate::share::shared::{QueuedFree, Shared};
+use crate::share::tcache::{self, Class, ThreadCache};
 use crate::sync::const_unless_loom;
-use crate::tcache::{self, Class, ThreadCache};
 
 /// A free waiting in the queue: the block and the size it was freed with.
 pub(crate) struct Pending<B> {

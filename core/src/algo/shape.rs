@@ -1,10 +1,10 @@
 //! Which bins a heap keeps beside the memory it manages: [`Wide`], the default, or [`Compact`],
 //! for small machines. Both serve the same policy (best fit, oldest first among equals, the
-//! top and the victim: see `crate::heap`), so they hand out the same addresses; they differ in
+//! top and the victim: see `crate::algo::heap`), so they hand out the same addresses; they differ in
 //! the heap's own state and in how fast a size is found.
 //!
 //! - [`Wide`]: a list for every size up to 2047 granules, the size table up to 16383, tries
-//!   above (see `crate::bins`): most of a heap's state is the two ends of each list, about
+//!   above (see `crate::algo::bins`): most of a heap's state is the two ends of each list, about
 //!   20 KiB on a 32-bit target.
 //! - [`Compact`]: a list for every size up to 64 granules (1 KiB at the host granule), and
 //!   tries for everything above, in 16 tree bins (the last open-ended, from 896 granules, 14 KiB
@@ -14,8 +14,8 @@
 
 use core::fmt::Debug;
 
-use crate::bins::Ends;
-use crate::size_table::{SizeTable, Table};
+use crate::algo::bins::Ends;
+use crate::algo::size_table::{SizeTable, Table};
 
 /// The bins a heap keeps: [`Wide`] (the default) or [`Compact`]. A type parameter of
 /// [`crate::InlineHeap`] and [`crate::GlobalHeap`], so that the lists' sizes are constants of the
@@ -79,8 +79,8 @@ pub(crate) mod sealed {
 
     impl Shape for Wide {
         const LISTS: usize = 2047;
-        const TABLE_LAST: usize = crate::size_table::LAST;
-        const LAST_BIN: usize = crate::bins::BIN_COUNT - 1;
+        const TABLE_LAST: usize = crate::algo::size_table::LAST;
+        const LAST_BIN: usize = crate::algo::bins::BIN_COUNT - 1;
         type Map = [u64; 32];
         type Lists<C: Copy> = [Ends<C>; 2048];
         type Roots<C: Copy> = [Option<C>; 32];
@@ -90,10 +90,10 @@ pub(crate) mod sealed {
     impl Shape for Compact {
         const LISTS: usize = 64;
         const TABLE_LAST: usize = 64;
-        const LAST_BIN: usize = crate::bins::EXACT_BINS + 15;
+        const LAST_BIN: usize = crate::algo::bins::EXACT_BINS + 15;
         type Map = [u64; 1];
         type Lists<C: Copy> = [Ends<C>; 64];
         type Roots<C: Copy> = [Option<C>; 16];
-        type Table<C: Copy + Eq + Debug> = crate::size_table::NoTable;
+        type Table<C: Copy + Eq + Debug> = crate::algo::size_table::NoTable;
     }
 }

@@ -1,7 +1,7 @@
 //! The free chunks of the sizes just above the lists: a bitmap over sizes for the best fit, and
 //! the oldest chunk of each size found through a small hash table.
 //!
-//! The lists (see `crate::bins`) give every size its own pair of ends in the heap's state,
+//! The lists (see `crate::algo::bins`) give every size its own pair of ends in the heap's state,
 //! which is what makes them `O(1)`, and what stops them at 2047 granules: each further size
 //! would cost 16 bytes whether it occurs or not. Above them, a bitwise trie costs no state per
 //! size but visits a chunk, often a cache miss, per level, on every filing, taking and search.
@@ -32,8 +32,8 @@
 //! `Left` and `Right` are a head's neighbours in its chain (towards the bucket and away from
 //! it); `Parent` is `None` for a head and the chunk itself for a ring member, as in the tries.
 
-use crate::bins::{ring_each, ring_init, ring_push_back, ring_unlink, LIST_SIZES};
-use crate::tags::{Link, Tags};
+use crate::algo::bins::{ring_each, ring_init, ring_push_back, ring_unlink, LIST_SIZES};
+use crate::algo::tags::{Link, Tags};
 
 /// The smallest size the table holds: the first one above the lists.
 pub(crate) const FIRST: usize = LIST_SIZES + 1;
@@ -57,7 +57,7 @@ const _: () = assert!(
 
 /// The sizes `FIRST..=LAST` of one heap's free chunks.
 ///
-/// Invariants (verified by `crate::check`): bit `w` of `top` is set iff `summary[w] != 0`,
+/// Invariants (verified by `crate::algo::check`): bit `w` of `top` is set iff `summary[w] != 0`,
 /// bit `v` of `summary[w]` iff `map[64 w + v] != 0`; bit `s` of the map is set iff one head of
 /// size `s` is in chain `s / 64` (so no bit below `FIRST` is), and no chain holds two heads
 /// of one size or a head of another chain; chains are linked both ways (`Left` of a chain's
@@ -720,7 +720,7 @@ mod tests {
 
     #[test]
     fn the_table_covers_whole_tree_bins() {
-        use crate::bins::bin_of;
+        use crate::algo::bins::bin_of;
         assert_ne!(bin_of(FIRST - 1), bin_of(FIRST));
         assert_ne!(bin_of(LAST), bin_of(LAST + 1));
     }

@@ -13,8 +13,8 @@
 //! `InlineHeap::with_granule`) with the one stored beside the regions. The algorithm is written
 //! once; only its monomorphic copies differ.
 
-use crate::inline::HOST_GRANULE;
-use crate::layout::Layout;
+use crate::algo::geometry::Layout;
+use crate::inline::heap::HOST_GRANULE;
 
 mod sealed {
     pub trait Sealed {}
@@ -72,7 +72,7 @@ impl Granule for AnyGranule {
 
 #[cfg(test)]
 mod tests {
-    use crate::tags::Tags;
+    use crate::algo::tags::Tags;
     use crate::InlineHeap;
 
     #[test]

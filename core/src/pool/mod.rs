@@ -8,16 +8,22 @@
 //!
 //! Every check happens before anything is written: a refused call leaves the pool as it was.
 
+pub(crate) mod heap;
+pub(crate) mod hooks;
+pub(crate) mod policy;
+pub(crate) mod scope;
+pub(crate) mod source;
+
 use core::fmt;
 
+use crate::algo::stats::Stats;
 use crate::error::Error;
-use crate::hooks::{Hooks, NoHooks};
-use crate::policy::{Growth, Policy, Reserve};
-use crate::pool_heap::PoolHeap;
-use crate::scope::Scope;
-use crate::source::RegionSource;
-use crate::stats::Stats;
-use crate::tcache::CacheStats;
+use crate::pool::heap::PoolHeap;
+use crate::pool::hooks::{Hooks, NoHooks};
+use crate::pool::policy::{Growth, Policy, Reserve};
+use crate::pool::scope::Scope;
+use crate::pool::source::RegionSource;
+use crate::share::tcache::CacheStats;
 
 /// How many bypass regions a pool remembers at once; past that, large requests are served like
 /// any other (the pool stays correct, it just keeps their regions until trimmed).

@@ -5,13 +5,13 @@
 //! every step, so it never trusts a link to stay in bounds: every walk is bounded by the number
 //! of free chunks found.
 
-use crate::bins::Bins;
+use crate::algo::bins::Bins;
+use crate::algo::heap::Heap;
+use crate::algo::shape::sealed::Shape;
+use crate::algo::size_table::{self, SizeTable, Table};
+use crate::algo::stats::Tally;
+use crate::algo::tags::{Link, Tags};
 use crate::error::CheckError;
-use crate::heap::Heap;
-use crate::shape::sealed::Shape;
-use crate::size_table::{self, SizeTable, Table};
-use crate::stats::Tally;
-use crate::tags::{Link, Tags};
 
 impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
     /// Verifies every invariant of the heap: each region is covered by whole, consistent chunks

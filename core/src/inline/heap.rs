@@ -17,24 +17,22 @@
 use core::marker::PhantomData;
 use core::ptr::NonNull;
 
+use crate::algo::geometry::{Layout, W};
+use crate::algo::heap::Heap;
+use crate::algo::shape::{BinShape, Compact, Wide};
+use crate::algo::stats::{Counters, NoCounters, Stats, Tally};
+use crate::algo::tags::{Link, Tags};
 use crate::error::{as_pair, BlockError, CheckError, Error};
-use crate::granule::{AnyGranule, Granule, HostGranule};
-use crate::heap::Heap;
-use crate::layout::{Layout, W};
-use crate::shape::{BinShape, Compact, Wide};
-use crate::stats::{Counters, NoCounters, Stats, Tally};
-use crate::tags::{Link, Tags};
+use crate::inline::granule::{AnyGranule, Granule, HostGranule};
 
-mod probe;
-
-const IN_USE: usize = 1;
-const PREV_IN_USE: usize = 2;
-const FLAGS: usize = IN_USE | PREV_IN_USE;
+pub(super) const IN_USE: usize = 1;
+pub(super) const PREV_IN_USE: usize = 2;
+pub(super) const FLAGS: usize = IN_USE | PREV_IN_USE;
 /// What a chunk's head word becomes when a merge absorbs the chunk into a free neighbour: not
 /// in use (so the free path's one test of the head refuses a later free of it as a double
 /// free) and no size a chunk can have (not a whole number of granules), so no live or free
 /// head ever holds it and a report can tell it from other damage.
-const ABSORBED: usize = 0xF4EE_D0D0_F4EE_D0D4_u64 as usize;
+pub(super) const ABSORBED: usize = 0xF4EE_D0D0_F4EE_D0D4_u64 as usize;
 /// The default granule of a host heap.
 pub const HOST_GRANULE: usize = 16;
 
@@ -53,7 +51,7 @@ pub(crate) struct RegionHeader {
 /// it, so every word the placement reads or writes through it lies between that region's
 /// header and its fence, in memory the heap owns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Chunk(NonNull<u8>);
+pub(crate) struct Chunk(pub(super) NonNull<u8>);
 
 impl Chunk {
     /// The chunk whose payload is `ptr` (not checked: see [`InlineHeap::free`]).
@@ -104,7 +102,7 @@ impl Chunk {
 /// Invariant: every [`Chunk`] passed to these methods satisfies its type invariant, and every
 /// region on `regions` is memory the heap owns exclusively for as long as it is on the list
 /// (the contract of [`InlineHeap::add_region`]). `G` says whether the granule is a constant
-/// or read from `layout` (see [`crate::granule`]), which holds it only for the latter.
+/// or read from `layout` (see [`crate::inline::granule`]), which holds it only for the latter.
 pub(crate) struct InlineTags<G: Granule> {
     layout: G::Stored,
     regions: Option<NonNull<RegionHeader>>,
@@ -1033,7 +1031,7 @@ impl<G: Granule, K: Tally, B: BinShape> InlineHeap<G, K, B> {
         self.heap.free_spans(min, page, each)
     }
 
-    /// Verifies every invariant of the heap (see `crate::check`).
+    /// Verifies every invariant of the heap (see `crate::algo::check`).
     ///
     /// # Time Complexity
     /// `O(chunks + regions)`.

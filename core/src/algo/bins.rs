@@ -15,7 +15,7 @@
 //!
 //! **The size table.** From 2048 to 16383 granules (32 KiB to 256 KiB at the host granule,
 //! tree bins 84–95), a bitmap over sizes finds the best fit and a hash of the size its oldest
-//! chunk: `crate::size_table`, which says why.
+//! chunk: `crate::algo::size_table`, which says why.
 //!
 //! **Tries.** Above that, inside each tree bin, the distinct sizes form a bitwise trie on the
 //! size's low bits (dlmalloc's tree bins): a node at depth `d` branches on bit `top_bit - d`, so
@@ -28,7 +28,7 @@
 //! are non-empty.
 //!
 //! **Shapes.** That is the [`Wide`](crate::Wide) shape, the default. The
-//! [`Compact`](crate::Compact) shape (`crate::shape`) keeps lists up to 64 granules, no size
+//! [`Compact`](crate::Compact) shape (`crate::algo::shape`) keeps lists up to 64 granules, no size
 //! table, and tries from bin 64 to bin 79, its last, open-ended: a few hundred bytes instead of
 //! some 20 KiB. The policy is the same in both: what a request takes is decided by
 //! [`LIST_SIZES`] (the victim, the realloc's move), never by where a shape keeps a size, and
@@ -36,10 +36,10 @@
 
 use core::hint::select_unpredictable;
 
-use crate::shape::sealed::Shape;
-use crate::shape::{Slots, Wide};
-use crate::size_table::Table;
-use crate::tags::{Link, Tags};
+use crate::algo::shape::sealed::Shape;
+use crate::algo::shape::{Slots, Wide};
+use crate::algo::size_table::Table;
+use crate::algo::tags::{Link, Tags};
 
 /// Number of bins of the [`Wide`](crate::Wide) shape ([`Compact`](crate::Compact) keeps fewer
 /// tree bins, its last one open-ended).
@@ -47,7 +47,7 @@ pub(crate) const BIN_COUNT: usize = 128;
 /// Bins below this index hold exactly one size each.
 pub(crate) const EXACT_BINS: usize = 64;
 /// The listed sizes of the policy: a request of up to this many granules may take the victim,
-/// and a realloc's move is bounded by it (see `crate::heap`). Every shape serves the same policy;
+/// and a realloc's move is bounded by it (see `crate::algo::heap`). Every shape serves the same policy;
 /// the [`Wide`](crate::Wide) shape also keeps a list for each of these sizes.
 pub(crate) const LIST_SIZES: usize = 2047;
 /// Tree sub-bins per power of two (a power of two itself).
@@ -112,7 +112,7 @@ pub(crate) const fn top_bit(bin: usize) -> u32 {
 
 /// The free bins of one heap.
 ///
-/// Invariants (verified by `crate::check`): bit `s − 1` of `lists` is set iff `heads[s − 1]`
+/// Invariants (verified by `crate::algo::check`): bit `s − 1` of `lists` is set iff `heads[s − 1]`
 /// is `Some`, iff `tails[s − 1]` is; bit `w` of `summary` is set iff `lists[w] != 0`; bit
 /// `b − FIRST_TRIE_BIN` of `tries` is set iff `roots[b − FIRST_TRIE_BIN]` is `Some`; every
 /// chunk reachable from a list or a root is free; a list runs from its head to its tail with

@@ -7,7 +7,7 @@
 
 use core::ptr::NonNull;
 
-use crate::inline::InlineHeap;
+use crate::inline::heap::InlineHeap;
 
 /// Callbacks on the ranges a pool obtains and gives back. Every method does nothing by
 /// default. Addresses are the ranges' first bytes, lengths in bytes.

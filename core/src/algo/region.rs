@@ -10,11 +10,11 @@
 //!
 //! Every check happens before anything is written: a refused call leaves the heap as it was.
 
+use crate::algo::heap::Heap;
+use crate::algo::shape::sealed::Shape;
+use crate::algo::stats::Tally;
+use crate::algo::tags::Tags;
 use crate::error::Error;
-use crate::heap::Heap;
-use crate::shape::sealed::Shape;
-use crate::stats::Tally;
-use crate::tags::Tags;
 
 impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
     /// Adds `base..base + len` as a new region (`base` granule-aligned, `len` rounded down to

@@ -1,12 +1,12 @@
 //! The shared detached heap: a [`DetachedHeap`] behind a lock, with a queue for frees that
-//! arrive while the lock is held (see [`crate::shared`]).
+//! arrive while the lock is held (see [`crate::share::shared`]).
 
-use crate::detached::{Block, DetachedHeap};
+use crate::algo::stats::Stats;
+use crate::detached::heap::{Block, DetachedHeap};
+use crate::detached::records::RecordStore;
 use crate::error::Error;
-use crate::lock::{RawLock, SpinLock};
-use crate::records::RecordStore;
-use crate::shared::{QueuedFree, Shared};
-use crate::stats::Stats;
+use crate::share::lock::{RawLock, SpinLock};
+use crate::share::shared::{QueuedFree, Shared};
 
 impl<S: RecordStore> QueuedFree for DetachedHeap<S> {
     type Freed = Block;

@@ -8,13 +8,13 @@
 
 use core::num::NonZeroU32;
 
+use crate::algo::geometry::Layout;
+use crate::algo::heap::Heap;
+use crate::algo::stats::Stats;
+use crate::algo::tags::{Link, Tags};
+use crate::detached::records::{Idx, Kind, Record, RecordStore, MAX_RECORDS};
 use crate::error::{CheckError, Error};
-use crate::heap::Heap;
-use crate::layout::Layout;
-use crate::records::{Idx, Kind, Record, RecordStore, MAX_RECORDS};
-use crate::stats::Stats;
 use crate::sync::next_id;
-use crate::tags::{Link, Tags};
 
 /// Names one allocation's record: the heap that made it, the record's index, and the
 /// record's generation when it was handed out, which tells a live allocation from an earlier
@@ -691,7 +691,7 @@ impl<S: RecordStore> DetachedHeap<S> {
         self.heap.free_spans(min, page, each)
     }
 
-    /// Verifies every invariant of the heap (see `crate::check`).
+    /// Verifies every invariant of the heap (see `crate::algo::check`).
     ///
     /// # Time Complexity
     /// `O(chunks + regions)`.

@@ -3,7 +3,8 @@
 //! [`crate::InlineHeap`] and [`crate::DetachedHeap`] are thin typed front ends over [`Heap`];
 //! region management lives in [`crate::algo::region`], the invariant walk in [`crate::algo::check`].
 
-use crate::algo::bins::{Bins, LIST_SIZES};
+use crate::algo::bin_index::LIST_SIZES;
+use crate::algo::bins::Bins;
 use crate::algo::geometry::Layout;
 use crate::algo::shape::sealed::Shape;
 use crate::algo::shape::Wide;

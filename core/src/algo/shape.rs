@@ -14,7 +14,6 @@
 
 use core::fmt::Debug;
 
-use crate::algo::bins::Ends;
 use crate::algo::size_table::{SizeTable, Table};
 
 /// The bins a heap keeps: [`Wide`] (the default) or [`Compact`]. A type parameter of
@@ -51,6 +50,23 @@ impl<C: Copy, const N: usize> Slots<Option<C>> for [Option<C>; N] {
     const EMPTY: Self = [None; N];
 }
 
+/// The two ends of a list: its oldest chunk (where chunks are taken) and its newest (where
+/// they are filed).
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct Ends<C> {
+    pub(crate) head: Option<C>,
+    pub(crate) tail: Option<C>,
+}
+
+impl<C> Ends<C> {
+    /// An empty list's ends.
+    pub(crate) const NONE: Self = Ends {
+        head: None,
+        tail: None,
+    };
+}
+
 impl<C: Copy, const N: usize> Slots<Ends<C>> for [Ends<C>; N] {
     const EMPTY: Self = [Ends::NONE; N];
 }
@@ -80,7 +96,7 @@ pub(crate) mod sealed {
     impl Shape for Wide {
         const LISTS: usize = 2047;
         const TABLE_LAST: usize = crate::algo::size_table::LAST;
-        const LAST_BIN: usize = crate::algo::bins::BIN_COUNT - 1;
+        const LAST_BIN: usize = crate::algo::bin_index::BIN_COUNT - 1;
         type Map = [u64; 32];
         type Lists<C: Copy> = [Ends<C>; 2048];
         type Roots<C: Copy> = [Option<C>; 32];
@@ -90,7 +106,7 @@ pub(crate) mod sealed {
     impl Shape for Compact {
         const LISTS: usize = 64;
         const TABLE_LAST: usize = 64;
-        const LAST_BIN: usize = crate::algo::bins::EXACT_BINS + 15;
+        const LAST_BIN: usize = crate::algo::bin_index::EXACT_BINS + 15;
         type Map = [u64; 1];
         type Lists<C: Copy> = [Ends<C>; 64];
         type Roots<C: Copy> = [Option<C>; 16];

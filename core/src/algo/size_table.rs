@@ -32,7 +32,8 @@
 //! `Left` and `Right` are a head's neighbours in its chain (towards the bucket and away from
 //! it); `Parent` is `None` for a head and the chunk itself for a ring member, as in the tries.
 
-use crate::algo::bins::{ring_each, ring_init, ring_push_back, ring_unlink, LIST_SIZES};
+use crate::algo::bin_index::LIST_SIZES;
+use crate::algo::ring::{ring_each, ring_init, ring_push_back, ring_unlink};
 use crate::algo::tags::{Link, Tags};
 
 /// The smallest size the table holds: the first one above the lists.
@@ -720,7 +721,7 @@ mod tests {
 
     #[test]
     fn the_table_covers_whole_tree_bins() {
-        use crate::algo::bins::bin_of;
+        use crate::algo::bin_index::bin_of;
         assert_ne!(bin_of(FIRST - 1), bin_of(FIRST));
         assert_ne!(bin_of(LAST), bin_of(LAST + 1));
     }

@@ -14,7 +14,9 @@
 //! once; only its monomorphic copies differ.
 
 use crate::algo::geometry::Layout;
-use crate::inline::heap::HOST_GRANULE;
+
+/// The default granule of a host heap.
+pub const HOST_GRANULE: usize = 16;
 
 mod sealed {
     pub trait Sealed {}

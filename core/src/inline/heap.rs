@@ -33,8 +33,6 @@ pub(super) const FLAGS: usize = IN_USE | PREV_IN_USE;
 /// free) and no size a chunk can have (not a whole number of granules), so no live or free
 /// head ever holds it and a report can tell it from other damage.
 pub(super) const ABSORBED: usize = 0xF4EE_D0D0_F4EE_D0D4_u64 as usize;
-/// The default granule of a host heap.
-pub const HOST_GRANULE: usize = 16;
 
 /// The first bytes of every inline region; regions form a singly linked list.
 #[derive(Clone, Copy)]
@@ -658,7 +656,7 @@ impl<K: Tally> InlineHeap<AnyGranule, K> {
 }
 
 impl InlineHeap<AnyGranule> {
-    /// An empty heap with another granule: a power of two from 16 bytes ([`HOST_GRANULE`]) to
+    /// An empty heap with another granule: a power of two from 16 bytes ([`HOST_GRANULE`](crate::HOST_GRANULE)) to
     /// [`MAX_GRANULE`](crate::MAX_GRANULE) (1 GiB). Every request is rounded up to a whole number of granules
     /// (its one-word tag included) and every payload is granule-aligned; a region loses up to a
     /// granule at its start to its header. The granule is read at run time ([`AnyGranule`]):

@@ -23,7 +23,7 @@
 
 extern crate alloc;
 
-use crate::algo::bins::LIST_SIZES;
+use crate::algo::bin_index::LIST_SIZES;
 use crate::algo::geometry::Layout;
 use crate::algo::heap::SHRINK_MOVE_MAX;
 use crate::Error;

@@ -3,3 +3,4 @@
 pub(crate) mod granule;
 pub(crate) mod heap;
 mod probe;
+pub(crate) mod tags;

@@ -20,7 +20,8 @@
 
 use core::ptr::NonNull;
 
-use super::heap::{Chunk, InlineHeap, ABSORBED, FLAGS, IN_USE, PREV_IN_USE};
+use super::heap::InlineHeap;
+use super::tags::{Chunk, ABSORBED, FLAGS, IN_USE, PREV_IN_USE};
 use crate::algo::geometry::W;
 use crate::algo::shape::BinShape;
 use crate::algo::stats::Tally;

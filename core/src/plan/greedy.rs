@@ -14,8 +14,8 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use super::buffer::check_buffers;
+use super::monitor::Monitor;
 use super::place::{best_fit, Placed, WORK_LIMIT};
-use super::search::Monitor;
 use super::sweep::Instance;
 use super::{Buffer, Plan, PlanError};
 

@@ -22,7 +22,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use super::buffer::align_up;
-use super::search::Monitor;
+use super::monitor::Monitor;
 use super::{Buffer, Plan};
 
 /// Work (conflicting pairs found, each once, by the later-placed buffer, times the log of

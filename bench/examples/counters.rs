@@ -18,7 +18,7 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-use tagalloc_bench::counters::{Counters, EVENTS};
+use tagalloc_bench::counters::{EventCounters, EVENTS};
 use tagalloc_bench::example_cli;
 use tagalloc_bench::random_actions::{self, Actions};
 use tagalloc_bench::report::median;
@@ -31,7 +31,7 @@ const SEED: u64 = random_actions::FIRST_SEED;
 struct Run<'c> {
     max: usize,
     actions: usize,
-    counters: &'c Counters,
+    counters: &'c EventCounters,
     out: Option<(f64, Vec<Option<f64>>)>,
 }
 
@@ -61,7 +61,7 @@ fn run() -> Result<(), String> {
         return Ok(());
     }
     let a = example_cli::actions_args(&args, usage, 10_000_000)?;
-    let (counters, refused) = Counters::open(&EVENTS);
+    let (counters, refused) = EventCounters::open(&EVENTS);
     for (e, why) in &refused {
         println!("refused: {}: {why}", e.name);
     }

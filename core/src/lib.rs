@@ -127,7 +127,7 @@ mod pool;
 mod share;
 mod sync;
 
-pub use algo::geometry::{Layout, MAX_GRANULE};
+pub use algo::geometry::{Geometry, MAX_GRANULE};
 pub use algo::shape::{BinShape, Compact, Wide};
 pub use algo::stats::{Counters, NoCounters, Stats, Tally};
 pub use detached::heap::{Block, DetachedHeap, Handle, DEVICE_GRANULE};

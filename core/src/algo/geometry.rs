@@ -15,13 +15,14 @@ pub(crate) const W: usize = size_of::<usize>();
 /// `isize::MAX`), and any real region still holds chunks.
 pub const MAX_GRANULE: usize = 1 << 30;
 
-/// A placement's layout: granule, tag bytes per chunk, smallest chunk, region overhead.
+/// A placement's geometry: granule, tag bytes per chunk, smallest chunk, region overhead.
+/// (Not a [`core::alloc::Layout`], which is one request's size and alignment.)
 ///
 /// Invariants (checked by the constructors): the granule is a power of two no larger than
 /// [`MAX_GRANULE`] and `granule = 1 << shift`; `pad = head + granule − 1`;
 /// `size_limit = isize::MAX − pad`; `min_chunk ≥ 1`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Layout {
+pub struct Geometry {
     shift: u32,
     /// `1 << shift`, kept so the hot paths need not shift to get it.
     granule: usize,
@@ -36,16 +37,16 @@ pub struct Layout {
     free_tags: (usize, usize),
 }
 
-impl Layout {
-    /// The layout of an inline heap with this granule (a power of two from 16 bytes to
+impl Geometry {
+    /// The geometry of an inline heap with this granule (a power of two from 16 bytes to
     /// [`MAX_GRANULE`]): one word of head per chunk; the smallest chunk holds a head, the two
     /// links of an exact bin's list and a footer; each region starts with a two-word header
     /// padded so that the first payload is granule-aligned, and ends with a one-word fence.
-    pub const fn inline(granule: usize) -> Result<Layout, Error> {
+    pub const fn inline(granule: usize) -> Result<Geometry, Error> {
         if !granule.is_power_of_two() || granule < 16 || granule > MAX_GRANULE {
             return Err(Error::BadGranule);
         }
-        Ok(Layout {
+        Ok(Geometry {
             shift: granule.trailing_zeros(),
             granule,
             head: W,
@@ -60,13 +61,13 @@ impl Layout {
         })
     }
 
-    /// The layout of a detached heap with this granule (any power of two up to
+    /// The geometry of a detached heap with this granule (any power of two up to
     /// [`MAX_GRANULE`]): no tag bytes, one-granule chunks, regions that are all chunk space.
-    pub const fn detached(granule: usize) -> Result<Layout, Error> {
+    pub const fn detached(granule: usize) -> Result<Geometry, Error> {
         if !granule.is_power_of_two() || granule > MAX_GRANULE {
             return Err(Error::BadGranule);
         }
-        Ok(Layout {
+        Ok(Geometry {
             shift: granule.trailing_zeros(),
             granule,
             head: 0,
@@ -232,7 +233,7 @@ impl Layout {
     }
 }
 
-/// The error for a size [`Layout::granules_for`] refuses.
+/// The error for a size [`Geometry::granules_for`] refuses.
 #[cold]
 fn bad_size(size: usize) -> Error {
     if size == 0 {

@@ -5,7 +5,7 @@
 
 use crate::algo::bin_index::LIST_SIZES;
 use crate::algo::bins::Bins;
-use crate::algo::geometry::Layout;
+use crate::algo::geometry::Geometry;
 use crate::algo::shape::sealed::Shape;
 use crate::algo::shape::Wide;
 use crate::algo::stats::{Counters, Stats, Tally};
@@ -129,7 +129,7 @@ impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
     }
 
     #[inline]
-    fn layout(&self) -> &Layout {
+    fn layout(&self) -> &Geometry {
         self.tags.layout()
     }
 
@@ -242,7 +242,7 @@ impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
         self.alloc_granules(need)
     }
 
-    /// Allocates a chunk of `need` granules (from [`Layout::granules_for`]) at the granule's
+    /// Allocates a chunk of `need` granules (from [`Geometry::granules_for`]) at the granule's
     /// alignment, as [`Victim`] says: for a listed size, a chunk of exactly that size, else
     /// the victim, else the best fit; for a larger one, the best fit.
     ///
@@ -727,7 +727,7 @@ impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
         }
     }
 
-    /// [`Heap::resize_in_place`] to `need` granules (from [`Layout::granules_for`]): `true`
+    /// [`Heap::resize_in_place`] to `need` granules (from [`Geometry::granules_for`]): `true`
     /// when done, `false` when `c` cannot grow in place (it is unchanged then).
     ///
     /// Inlined, so that the common answer of a growing realloc, "not in place", costs a read
@@ -768,7 +768,7 @@ impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
         self.tally.grew(self.tags.size(c) - have);
     }
 
-    /// The chunk size `c` was allocated with may be `size` bytes (see [`Layout::size_fits`]).
+    /// The chunk size `c` was allocated with may be `size` bytes (see [`Geometry::size_fits`]).
     #[inline]
     pub fn size_fits(&self, c: T::Chunk, size: usize) -> bool {
         self.layout().size_fits(self.tags.size(c), size)

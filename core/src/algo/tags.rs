@@ -27,7 +27,7 @@
 //! A placement keeps its own tags consistent on every call: callers only ever see whole,
 //! consistent chunks.
 
-use crate::algo::geometry::Layout;
+use crate::algo::geometry::Geometry;
 use crate::error::{CheckError, Error};
 
 /// The free-structure links a free chunk carries while it sits in a bin.
@@ -56,7 +56,7 @@ pub(crate) trait Tags {
     type Base: Copy;
 
     /// The placement's size arithmetic.
-    fn layout(&self) -> &Layout;
+    fn layout(&self) -> &Geometry;
 
     // Chunks.
 

@@ -8,7 +8,7 @@
 
 use core::num::NonZeroU32;
 
-use crate::algo::geometry::Layout;
+use crate::algo::geometry::Geometry;
 use crate::algo::heap::Heap;
 use crate::algo::stats::Stats;
 use crate::algo::tags::{Link, Tags};
@@ -100,7 +100,7 @@ pub(crate) struct DetachedTags<S> {
     store: S,
     /// The heap's identity, carried by every handle it makes.
     id: NonZeroU32,
-    layout: Layout,
+    layout: Geometry,
     fresh: usize,
     vacant: Option<Idx>,
     vacant_count: usize,
@@ -188,7 +188,7 @@ impl<S: RecordStore> Tags for DetachedTags<S> {
     type Base = usize;
 
     #[inline]
-    fn layout(&self) -> &Layout {
+    fn layout(&self) -> &Geometry {
         &self.layout
     }
 
@@ -509,7 +509,7 @@ impl<S: RecordStore> DetachedHeap<S> {
     /// # Time Complexity
     /// `O(1)`.
     pub fn new(store: S, granule: usize) -> Result<Self, Error> {
-        let layout = Layout::detached(granule)?;
+        let layout = Geometry::detached(granule)?;
         let id = next_id().ok_or(Error::TooManyHeaps)?;
         Ok(DetachedHeap {
             heap: Heap::new(DetachedTags {

@@ -13,7 +13,7 @@
 //! `InlineHeap::with_granule`) with the one stored beside the regions. The algorithm is written
 //! once; only its monomorphic copies differ.
 
-use crate::algo::geometry::Layout;
+use crate::algo::geometry::Geometry;
 
 /// The default granule of a host heap.
 pub const HOST_GRANULE: usize = 16;
@@ -32,7 +32,7 @@ pub trait Granule: sealed::Sealed {
     type Stored: Copy;
     /// The layout to compute with, given what the heap stores.
     #[doc(hidden)]
-    fn layout(stored: &Self::Stored) -> &Layout;
+    fn layout(stored: &Self::Stored) -> &Geometry;
 }
 
 /// The host granule, 16 bytes ([`HOST_GRANULE`]), as a compile-time constant: the granule of
@@ -45,7 +45,7 @@ pub enum HostGranule {}
 pub enum AnyGranule {}
 
 /// The layout of an inline heap with the host granule.
-pub(crate) const HOST_LAYOUT: Layout = match Layout::inline(HOST_GRANULE) {
+pub(crate) const HOST_GEOMETRY: Geometry = match Geometry::inline(HOST_GRANULE) {
     Ok(l) => l,
     Err(_) => panic!("the host granule is a valid granule"),
 };
@@ -56,18 +56,18 @@ impl sealed::Sealed for AnyGranule {}
 impl Granule for HostGranule {
     type Stored = ();
 
-    /// The constant: a heap of this kind stores nothing and computes with [`HOST_LAYOUT`].
+    /// The constant: a heap of this kind stores nothing and computes with [`HOST_GEOMETRY`].
     #[inline(always)]
-    fn layout(_stored: &()) -> &Layout {
-        &HOST_LAYOUT
+    fn layout(_stored: &()) -> &Geometry {
+        &HOST_GEOMETRY
     }
 }
 
 impl Granule for AnyGranule {
-    type Stored = Layout;
+    type Stored = Geometry;
 
     #[inline(always)]
-    fn layout(stored: &Layout) -> &Layout {
+    fn layout(stored: &Geometry) -> &Geometry {
         stored
     }
 }

@@ -3,7 +3,7 @@
 
 use core::ptr::NonNull;
 
-use crate::algo::geometry::{Layout, W};
+use crate::algo::geometry::{Geometry, W};
 use crate::algo::heap::Heap;
 use crate::algo::shape::{BinShape, Compact, Wide};
 use crate::algo::stats::{Counters, NoCounters, Stats, Tally};
@@ -161,7 +161,7 @@ impl InlineHeap<AnyGranule, NoCounters> {
 impl<K: Tally> InlineHeap<AnyGranule, K> {
     /// An empty heap with `granule`, counting with `K` (see [`InlineHeap::with_granule`]).
     const fn any(granule: usize) -> Result<Self, Error> {
-        match Layout::inline(granule) {
+        match Geometry::inline(granule) {
             Ok(layout) => Ok(InlineHeap {
                 heap: Heap::new(InlineTags::new(layout)),
             }),
@@ -566,7 +566,7 @@ impl<G: Granule, B: BinShape> InlineHeap<G, Counters, B> {
 
 /// Starts loading the cache line at `ptr + size`, where, by the size the caller frees with,
 /// the head of the chunk after the block at `ptr` lies or is close: less than a minimum chunk
-/// further (a chunk is at most that much above its request, `Layout::size_fits`), so usually
+/// further (a chunk is at most that much above its request, `Geometry::size_fits`), so usually
 /// on that line.
 ///
 /// Why: a free reads its chunk's head, and only then knows where its successor's head is; on

@@ -17,7 +17,7 @@
 use core::marker::PhantomData;
 use core::ptr::NonNull;
 
-use crate::algo::geometry::{Layout, W};
+use crate::algo::geometry::{Geometry, W};
 use crate::algo::tags::{Link, Tags};
 use crate::error::{CheckError, Error};
 use crate::inline::granule::Granule;
@@ -183,7 +183,7 @@ impl<G: Granule> Tags for InlineTags<G> {
     type Base = NonNull<u8>;
 
     #[inline]
-    fn layout(&self) -> &Layout {
+    fn layout(&self) -> &Geometry {
         G::layout(&self.layout)
     }
 

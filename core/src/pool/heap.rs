@@ -3,7 +3,7 @@
 
 use core::ptr::NonNull;
 
-use crate::algo::geometry::Layout;
+use crate::algo::geometry::Geometry;
 use crate::algo::stats::Stats;
 use crate::algo::tags::Tags;
 use crate::detached::heap::{Block, DetachedHeap};
@@ -12,16 +12,21 @@ use crate::error::{CheckError, Error};
 use crate::inline::granule::Granule;
 use crate::inline::heap::InlineHeap;
 
+mod sealed {
+    pub trait Sealed {}
+}
+
 /// A heap a pool can grow: the operations of [`InlineHeap`] and [`DetachedHeap`] under one name.
-/// Each method is the heap's own, documented there.
-pub trait PoolHeap {
+/// Each method is the heap's own, documented there. Sealed: a pool relies on these methods
+/// keeping the heaps' own contracts, which only the two heaps of this crate do.
+pub trait PoolHeap: sealed::Sealed {
     /// How a region's base is named (a pointer for inline tags, an address for detached ones).
     type Base: Copy;
     /// What an allocation is known by: a payload pointer, or a [`Block`].
     type Block: Copy;
 
     /// The heap's size arithmetic.
-    fn layout(&self) -> Layout;
+    fn layout(&self) -> Geometry;
     /// The address a block starts at.
     fn block_addr(block: &Self::Block) -> usize;
     /// Allocates `size` bytes aligned to `align`.
@@ -80,7 +85,7 @@ pub trait PoolHeap {
 macro_rules! shared_ops {
     () => {
         #[inline]
-        fn layout(&self) -> Layout {
+        fn layout(&self) -> Geometry {
             *self.heap.tags().layout()
         }
         unsafe fn add_region(&mut self, base: Self::Base, len: usize) -> Result<(), Error> {
@@ -135,6 +140,9 @@ macro_rules! shared_ops {
         }
     };
 }
+
+impl<G: Granule> sealed::Sealed for InlineHeap<G> {}
+impl<S: RecordStore> sealed::Sealed for DetachedHeap<S> {}
 
 impl<G: Granule> PoolHeap for InlineHeap<G> {
     type Base = NonNull<u8>;

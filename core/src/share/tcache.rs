@@ -11,7 +11,7 @@
 //! **Size classes.** One class per inline chunk size from the smallest (32 bytes, 24 usable)
 //! up to 64 classes (1040 bytes, 1032 usable), as glibc's 64 tcache bins: every request that
 //! rounds to the same chunk shares a class, so a block cached by one request serves any other
-//! of its class, and a class is the heap's own rounding (`Layout::granules_for`), not a
+//! of its class, and a class is the heap's own rounding (`Geometry::granules_for`), not a
 //! second table. Larger sizes, and alignments above the granule, go to the pool.
 //!
 //! **Bounds.** At most [`ThreadCache::limit`] blocks per class (32 for chunks up to 128 bytes,
@@ -35,7 +35,7 @@
 use core::ptr::NonNull;
 
 use crate::algo::geometry::W;
-use crate::inline::granule::HOST_LAYOUT;
+use crate::inline::granule::HOST_GEOMETRY;
 
 /// How many size classes a cache has.
 pub const CLASSES: usize = 64;
@@ -63,11 +63,11 @@ impl Class {
     /// The class of a request of `size` bytes aligned to at most the granule, if it has one.
     #[inline]
     pub fn of(size: usize, align: usize) -> Option<Class> {
-        if align > HOST_LAYOUT.granule() {
+        if align > HOST_GEOMETRY.granule() {
             return None;
         }
-        let g = HOST_LAYOUT.granules_for(size).ok()?;
-        let c = g - HOST_LAYOUT.min_chunk();
+        let g = HOST_GEOMETRY.granules_for(size).ok()?;
+        let c = g - HOST_GEOMETRY.min_chunk();
         if c < CLASSES {
             Some(Class(c as u8))
         } else {
@@ -84,7 +84,7 @@ impl Class {
     /// The bytes of its chunks.
     #[inline]
     pub fn chunk_bytes(self) -> usize {
-        (self.index() + HOST_LAYOUT.min_chunk()) * HOST_LAYOUT.granule()
+        (self.index() + HOST_GEOMETRY.min_chunk()) * HOST_GEOMETRY.granule()
     }
 
     /// The usable bytes of its blocks: the request the pool serves for it.

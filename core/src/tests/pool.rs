@@ -16,7 +16,7 @@ use core::ptr::NonNull;
 use proptest::prelude::*;
 
 use super::inline::Arena;
-use crate::model::{Layout, Model};
+use crate::model::{Geometry, Model};
 use crate::{
     DetachedHeap, Error, Growth, Hooks, InlineHeap, Policy, PolicyError, Pool, Record,
     RegionSource, Reserve, Scope,
@@ -858,7 +858,7 @@ proptest! {
         policy.limit = limit;
         policy.bypass_above = bypass;
         let (mut pool, books, hooks) = detached_pool(1 << 30, policy, grows);
-        let mut model = Model::new(Layout::detached(256).unwrap());
+        let mut model = Model::new(Geometry::detached(256).unwrap());
         let mut seen = 0;
         let mut live: Vec<crate::Block> = Vec::new();
         // Blocks in regions of their own, each holding one of the pool's 32 bypass slots.
@@ -999,13 +999,13 @@ unsafe impl RegionSource for Empty {
 #[test]
 fn a_shared_inline_pool_can_be_a_static_global_allocator() {
     use crate::SharedPool;
-    use core::alloc::{GlobalAlloc, Layout as StdLayout};
+    use core::alloc::{GlobalAlloc, Layout};
 
     fn sync<T: Sync>(_: &T) {}
     static POOL: SharedPool<InlineHeap, Empty> =
         SharedPool::new(Pool::new(InlineHeap::new(), Empty, Policy::new()));
     sync(&POOL);
-    let layout = StdLayout::from_size_align(64, 8).unwrap();
+    let layout = Layout::from_size_align(64, 8).unwrap();
     // SAFETY: a non-zero size.
     let p = unsafe { GlobalAlloc::alloc(&POOL, layout) };
     assert!(p.is_null(), "the source has nothing: null, not a panic");

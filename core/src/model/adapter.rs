@@ -1,13 +1,13 @@
 //! One adapter for both heaps: what a test, a fuzz target, a replay or a benchmark calls to
 //! drive a heap from a list of operations and compare the results.
 //!
-//! [`Subject`] speaks in addresses (region bases, payloads) and handles (what names a block:
+//! [`Adapter`] speaks in addresses (region bases, payloads) and handles (what names a block:
 //! a payload pointer inline, a [`Block`] detached), so that one driver runs both placements:
 //!
-//! - [`InlineSubject`]: an [`InlineHeap`] over [`Memory`] (one arena or several), which turns
+//! - [`InlineAdapter`]: an [`InlineHeap`] over [`Memory`] (one arena or several), which turns
 //!   an address into a pointer the heap may be given. Region calls outside that memory panic:
 //!   that is a bug of the driver, never of the heap.
-//! - [`DetachedSubject`]: a [`DetachedHeap`] over any range of addresses, touched by no one.
+//! - [`DetachedAdapter`]: a [`DetachedHeap`] over any range of addresses, touched by no one.
 //!   It never moves memory: a resize that cannot stay in place is a new block and the old one
 //!   freed, as the owner of device memory would do it (copying on the device in between).
 //!
@@ -17,7 +17,7 @@
 use core::fmt::Debug;
 use core::ptr::{without_provenance_mut, NonNull};
 
-use crate::algo::geometry::Layout;
+use crate::algo::geometry::Geometry;
 use crate::algo::stats::{Counters, Stats, Tally};
 use crate::algo::tags::Tags;
 use crate::detached::records::RecordStore;
@@ -30,17 +30,17 @@ use crate::{BinShape, Block, DetachedHeap, Granule, HostGranule, InlineHeap, Wid
 /// test means to misuse it. That size is passed with the handle; an inline heap is told it, a
 /// detached block carries its own ([`Block::size`], what the heap checks), so a detached block
 /// is misused with another size by changing that field.
-pub trait Subject {
+pub trait Adapter {
     /// What names a block: its payload pointer (inline) or its [`Block`] (detached).
     type H: Copy + Debug;
 
     /// Whether the tags are inline: a block is then named by its address alone (a stale or
     /// made-up handle equal to a live block's address is that block), and its bytes are
-    /// memory the caller may touch ([`Subject::bytes`]).
+    /// memory the caller may touch ([`Adapter::bytes`]).
     const INLINE: bool;
 
     /// The heap's size arithmetic (the reference model's, too).
-    fn layout(&self) -> Layout;
+    fn layout(&self) -> Geometry;
 
     /// The payload address of `h`.
     fn addr(h: &Self::H) -> usize;
@@ -104,14 +104,14 @@ pub trait Subject {
     fn check(&self) -> Result<(), CheckError>;
 }
 
-/// A [`Subject`] whose heap keeps statistics (see [`crate::Tally`]): every one but an
-/// [`InlineSubject`] over a heap without counters.
-pub trait Counted: Subject {
+/// A [`Adapter`] whose heap keeps statistics (see [`crate::Tally`]): every one but an
+/// [`InlineAdapter`] over a heap without counters.
+pub trait Counted: Adapter {
     /// `stats()`.
     fn stats(&self) -> Stats;
 }
 
-/// Memory an [`InlineSubject`] gives its heap as regions: one or more ranges of bytes.
+/// Memory an [`InlineAdapter`] gives its heap as regions: one or more ranges of bytes.
 ///
 /// # Safety
 /// Every range `ranges` yields, `(start, len)`, is valid for reads and writes through `start`
@@ -134,15 +134,15 @@ unsafe impl<M: Memory + ?Sized> Memory for &mut M {
 ///
 /// The heap is declared before the memory, so it is gone before the memory is released (or,
 /// for a memory that zeroes what it lent, zeroed).
-pub struct InlineSubject<M, G: Granule = HostGranule, K: Tally = Counters, B: BinShape = Wide> {
+pub struct InlineAdapter<M, G: Granule = HostGranule, K: Tally = Counters, B: BinShape = Wide> {
     heap: InlineHeap<G, K, B>,
     memory: M,
 }
 
-impl<M: Memory, G: Granule, K: Tally, B: BinShape> InlineSubject<M, G, K, B> {
+impl<M: Memory, G: Granule, K: Tally, B: BinShape> InlineAdapter<M, G, K, B> {
     /// `heap` (with no regions yet) over `memory`.
     pub fn new(heap: InlineHeap<G, K, B>, memory: M) -> Self {
-        InlineSubject { heap, memory }
+        InlineAdapter { heap, memory }
     }
 
     /// The heap, for what the adapter does not cover.
@@ -184,11 +184,11 @@ impl<M: Memory, G: Granule, K: Tally, B: BinShape> InlineSubject<M, G, K, B> {
     }
 }
 
-impl<M: Memory, G: Granule, K: Tally, B: BinShape> Subject for InlineSubject<M, G, K, B> {
+impl<M: Memory, G: Granule, K: Tally, B: BinShape> Adapter for InlineAdapter<M, G, K, B> {
     type H = NonNull<u8>;
     const INLINE: bool = true;
 
-    fn layout(&self) -> Layout {
+    fn layout(&self) -> Geometry {
         *self.heap.heap.tags().layout()
     }
 
@@ -276,21 +276,21 @@ impl<M: Memory, G: Granule, K: Tally, B: BinShape> Subject for InlineSubject<M, 
     }
 }
 
-impl<M: Memory, G: Granule, B: BinShape> Counted for InlineSubject<M, G, Counters, B> {
+impl<M: Memory, G: Granule, B: BinShape> Counted for InlineAdapter<M, G, Counters, B> {
     fn stats(&self) -> Stats {
         self.heap.stats()
     }
 }
 
 /// A [`DetachedHeap`] over plain addresses, its records in `S`.
-pub struct DetachedSubject<S: RecordStore> {
+pub struct DetachedAdapter<S: RecordStore> {
     heap: DetachedHeap<S>,
 }
 
-impl<S: RecordStore> DetachedSubject<S> {
+impl<S: RecordStore> DetachedAdapter<S> {
     /// Drives `heap`.
     pub fn new(heap: DetachedHeap<S>) -> Self {
-        DetachedSubject { heap }
+        DetachedAdapter { heap }
     }
 
     /// The heap, for what the adapter does not cover.
@@ -318,11 +318,11 @@ impl<S: RecordStore> DetachedSubject<S> {
     }
 }
 
-impl<S: RecordStore> Subject for DetachedSubject<S> {
+impl<S: RecordStore> Adapter for DetachedAdapter<S> {
     type H = Block;
     const INLINE: bool = false;
 
-    fn layout(&self) -> Layout {
+    fn layout(&self) -> Geometry {
         *self.heap.heap.tags().layout()
     }
 
@@ -389,7 +389,7 @@ impl<S: RecordStore> Subject for DetachedSubject<S> {
     }
 }
 
-impl<S: RecordStore> Counted for DetachedSubject<S> {
+impl<S: RecordStore> Counted for DetachedAdapter<S> {
     fn stats(&self) -> Stats {
         self.heap.stats()
     }

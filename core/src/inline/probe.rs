@@ -128,9 +128,9 @@ impl<G: Granule, K: Tally, B: BinShape> InlineHeap<G, K, B> {
         if off > s.fence - s.first - min || off & (g - 1) != 0 {
             return None;
         }
-        // SAFETY (every read below): each address is word-aligned (heads are `≡ −W (mod g)`,
-        // sizes whole granules) and checked to lie between the first head and the fence
-        // before it is read.
+        // SAFETY: `c` is word-aligned (heads are `≡ −W (mod g)`) and was just checked to lie
+        // between the first head and the fence. Every read below is of a word-aligned address
+        // (sizes are whole granules) checked the same way before it is read.
         let h = unsafe { s.word(c) };
         // In use, and a whole number of granules (no bit below the granule but the flags).
         if h & (g - 1) & !PREV_IN_USE != IN_USE {
@@ -159,10 +159,11 @@ impl<G: Granule, K: Tally, B: BinShape> InlineHeap<G, K, B> {
             // A free predecessor is merged: its footer must fit and its head agree.
             // SAFETY: as above: `c >= first`, so the word before it is in the region.
             let f = unsafe { s.word(c - W) };
-            // SAFETY: as above: `c − f` is at or after the first head.
             if f & (g - 1) != 0
                 || f < min
                 || f > c - s.first
+                // SAFETY: as above: `f <= c − first` (tested just before), so `c − f` is at or
+                // after the first head.
                 || unsafe { s.word(c - f) } != f | PREV_IN_USE
             {
                 return None;

@@ -261,9 +261,9 @@ impl<S: RegionSource<Base = NonNull<u8>>, K: Hooks> Pool<InlineHeap, S, K> {
             // SAFETY: forwarded caller contract.
             match unsafe { self.heap_mut().realloc(ptr, old_size, align, new_size) } {
                 Ok(p) => return Ok(p),
-                // SAFETY: forwarded caller contract.
                 Err(e) => {
-                    return unsafe { self.realloc_refused(e, ptr, old_size, align, new_size) }
+                    // SAFETY: forwarded caller contract; the refused realloc left `ptr` live.
+                    return unsafe { self.realloc_refused(e, ptr, old_size, align, new_size) };
                 }
             }
         }

@@ -652,8 +652,8 @@ fn a_growable_source_keeps_one_region_and_trim_gives_its_free_end_back() {
     assert!(st.grown >= 1);
     assert_eq!(books.borrow().out.len(), 1);
     // Free the last three: the region's free end goes back, the region stays.
-    // SAFETY: detached blocks are checked; freed once.
     for b in &blocks[2..] {
+        // SAFETY: detached blocks are checked; each is freed once.
         unsafe { pool.free(*b, b.size).unwrap() };
     }
     let t = pool.trim();
@@ -1094,8 +1094,9 @@ fn a_bypassed_block_grows_with_its_region_and_keeps_its_place() {
     let st = pool.stats();
     assert_eq!((st.regions_obtained, st.bypassed), (2, 1), "{st:?}");
     assert!(st.grown > 0, "{st:?}");
-    // SAFETY: the live block, shrunk but still above the threshold: kept in place.
     let smaller = threshold + (size - threshold) / 2;
+    // SAFETY: `p` is the live block of `size` bytes; shrunk but still above the threshold, it
+    // is kept in place.
     let q = unsafe { pool.realloc(p, size, 16, smaller) }.unwrap();
     assert_eq!(q, p);
     size = smaller;

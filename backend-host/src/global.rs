@@ -176,9 +176,9 @@ unsafe impl GlobalAlloc for HostAllocator {
             return;
         };
         tcache::with_cache(&self.pool, &self.cache_id, |cache| match cache {
-            // SAFETY: `GlobalAlloc`'s contract: `p` was allocated here with `layout`, and the
-            // cache serves this pool. A refusal is counted; `dealloc` cannot return it.
             Some(cache) => {
+                // SAFETY: `GlobalAlloc`'s contract: `p` was allocated here with `layout`, and
+                // the cache serves this pool. A refusal is counted; `dealloc` cannot return it.
                 let _ = unsafe { self.pool.free_with_cache(cache, p, layout.size()) };
             }
             // SAFETY: forwarded caller contract.

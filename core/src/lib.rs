@@ -107,7 +107,6 @@
 
 #![no_std]
 #![deny(unsafe_op_in_unsafe_fn)]
-#![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
 #[cfg(feature = "alloc")]

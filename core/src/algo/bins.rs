@@ -1,7 +1,7 @@
-//! The 128 free bins and the exact best-fit search.
+//! The free bins and the exact best-fit search.
 //!
-//! Bins 0–63 each hold exactly one size (1…64 granules). Bins 64–127 are tree bins:
-//! logarithmic, four sub-bins per power of two, the last one open-ended.
+//! Sizes are numbered into 128 bins by `crate::algo::bin_index`: bins 0–63 each hold exactly
+//! one size (1…64 granules), bins 64–127 are tree bins, logarithmic, the last one open-ended.
 //!
 //! **Lists.** Every size up to [`LIST_SIZES`] granules (bins 0–83: up to 32 KiB at the host
 //! granule) has a FIFO list of its own: the oldest chunk at its head, the newest at its tail,

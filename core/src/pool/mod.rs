@@ -23,7 +23,6 @@ use crate::pool::hooks::{Hooks, NoHooks};
 use crate::pool::policy::{Growth, Policy, Reserve};
 use crate::pool::scope::Scope;
 use crate::pool::source::RegionSource;
-use crate::share::tcache::CacheStats;
 
 /// How many bypass regions a pool remembers at once; past that, large requests are served like
 /// any other (the pool stays correct, it just keeps their regions until trimmed).
@@ -102,6 +101,24 @@ pub struct PoolStats {
     /// What per-thread caches in front of the pool hold and did (see [`crate::ThreadCache`]):
     /// their blocks count as in use in `heap` too.
     pub cache: CacheStats,
+}
+
+/// Figures of the caches, kept by the pool (see [`crate::PoolStats::cache`]): what the caches
+/// held and did as of each cache's last exchange with the pool (a refill, a spill, a flush).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Blocks sitting in caches (counted as in use by the heap's statistics too).
+    pub blocks: usize,
+    /// Bytes of the chunks sitting in caches.
+    pub bytes: usize,
+    /// Allocations served by a cache without the lock.
+    pub hits: u64,
+    /// Allocations that found their cache's class empty and refilled it under the lock.
+    pub misses: u64,
+    /// Frees that found their cache's class full and moved a batch to the pool.
+    pub spills: u64,
+    /// Caches given back whole (thread exit, trim, fork).
+    pub flushes: u64,
 }
 
 /// What one [`Pool::trim`] gave back.

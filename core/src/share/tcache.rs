@@ -36,6 +36,7 @@ use core::ptr::NonNull;
 
 use crate::algo::geometry::W;
 use crate::inline::granule::HOST_GEOMETRY;
+use crate::pool::CacheStats;
 
 /// How many size classes a cache has.
 pub const CLASSES: usize = 64;
@@ -99,24 +100,6 @@ impl Class {
 struct Bin {
     head: Option<NonNull<u8>>,
     count: u32,
-}
-
-/// Figures of the caches, kept by the pool (see [`crate::PoolStats::cache`]): what the caches
-/// held and did as of each cache's last exchange with the pool (a refill, a spill, a flush).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CacheStats {
-    /// Blocks sitting in caches (counted as in use by the heap's statistics too).
-    pub blocks: usize,
-    /// Bytes of the chunks sitting in caches.
-    pub bytes: usize,
-    /// Allocations served by a cache without the lock.
-    pub hits: u64,
-    /// Allocations that found their cache's class empty and refilled it under the lock.
-    pub misses: u64,
-    /// Frees that found their cache's class full and moved a batch to the pool.
-    pub spills: u64,
-    /// Caches given back whole (thread exit, trim, fork).
-    pub flushes: u64,
 }
 
 /// A thread's cache of small blocks (see the module docs). It belongs to one pool and is used

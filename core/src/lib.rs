@@ -94,7 +94,8 @@
 //!   `tags` (the head word and footer of each chunk, the region header and fence), `heap`
 //!   ([`InlineHeap`]), `probe` (the bounds-checked walk behind the checked free).
 //! - `detached/`, tags apart from the memory: `records` (the table, [`Record`],
-//!   [`RecordStore`]), `heap` (the tags in that table, and [`DetachedHeap`]).
+//!   [`RecordStore`]), `tags` (each chunk and region a record of that table), `heap`
+//!   ([`DetachedHeap`], the [`Block`]s and [`Handle`]s it hands out).
 //! - `pool/`, a heap grown from a source under a policy ([`Pool`], its statistics):
 //!   `heap` (what a pool needs of either heap, [`PoolHeap`]), `source` ([`RegionSource`]),
 //!   `policy` ([`Policy`]), `hooks` ([`Hooks`]), `scope` ([`Scope`]).

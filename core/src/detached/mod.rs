@@ -2,3 +2,4 @@
 
 pub(crate) mod heap;
 pub(crate) mod records;
+pub(crate) mod tags;

@@ -10,7 +10,7 @@ use core::num::NonZeroU32;
 use crate::algo::geometry::Geometry;
 use crate::algo::heap::Heap;
 use crate::algo::stats::Stats;
-use crate::detached::records::{Idx, Kind, Record, RecordStore};
+use crate::detached::records::{Idx, Kind, RecordStore};
 use crate::detached::tags::DetachedTags;
 use crate::error::{CheckError, Error};
 use crate::sync::next_id;
@@ -131,9 +131,10 @@ impl<S: RecordStore> DetachedHeap<S> {
     /// memory; 1 turns the heap into an allocator of exact byte ranges. Larger granules mean
     /// fewer, coarser chunks.
     ///
-    /// Without the `alloc` feature, `store` is a slice of [`Record::VACANT`] the caller
-    /// supplies, and the heap holds at most that many chunks and regions at once (records past
-    /// `u32::MAX − 1` are never used); with it, a `Vec<Record>` grows as needed.
+    /// Without the `alloc` feature, `store` is a slice of
+    /// [`Record::VACANT`](crate::Record::VACANT) the caller supplies, and the heap holds at most
+    /// that many chunks and regions at once (records past `u32::MAX − 1` are never used); with
+    /// it, a `Vec<Record>` grows as needed.
     ///
     /// Errors: `BadGranule`; `TooManyHeaps` once 2^32 − 2 detached heaps have been made in this
     /// process (each has an identity its blocks carry).
@@ -342,13 +343,13 @@ impl<S: RecordStore> DetachedHeap<S> {
 
     /// The record table, for tests that age or corrupt records.
     #[cfg(all(test, not(loom)))]
-    pub(crate) fn records_mut(&mut self) -> &mut [Record] {
+    pub(crate) fn records_mut(&mut self) -> &mut [crate::Record] {
         self.heap.tags_mut().store.records_mut()
     }
 }
 
 #[cfg(feature = "alloc")]
-impl DetachedHeap<alloc::vec::Vec<Record>> {
+impl DetachedHeap<alloc::vec::Vec<crate::Record>> {
     /// An empty heap whose record table grows on the global heap.
     ///
     /// # Time Complexity

@@ -62,7 +62,7 @@ pub enum Error {
     LimitExceeded,
     /// A pool's policy has a field no pool can follow (see [`crate::Policy::check`]); the
     /// pool obtained nothing.
-    BadPolicy(crate::PolicyError),
+    BadPolicy(crate::pool::policy::PolicyError),
     /// Every detached heap gets an identity that its blocks carry; all 2^32 − 2 of them
     /// have been used in this process.
     TooManyHeaps,

@@ -343,13 +343,13 @@ impl<S: RecordStore> DetachedHeap<S> {
 
     /// The record table, for tests that age or corrupt records.
     #[cfg(all(test, not(loom)))]
-    pub(crate) fn records_mut(&mut self) -> &mut [crate::Record] {
+    pub(crate) fn records_mut(&mut self) -> &mut [crate::detached::records::Record] {
         self.heap.tags_mut().store.records_mut()
     }
 }
 
 #[cfg(feature = "alloc")]
-impl DetachedHeap<alloc::vec::Vec<crate::Record>> {
+impl DetachedHeap<alloc::vec::Vec<crate::detached::records::Record>> {
     /// An empty heap whose record table grows on the global heap.
     ///
     /// # Time Complexity

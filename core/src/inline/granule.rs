@@ -71,17 +71,3 @@ impl Granule for AnyGranule {
         stored
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use crate::algo::tags::Tags;
-    use crate::InlineHeap;
-
-    #[test]
-    fn both_granule_kinds_compute_the_same_sizes() {
-        let host = InlineHeap::new();
-        let any = InlineHeap::with_granule(16).unwrap();
-        assert_eq!(host.heap.tags().layout(), any.heap.tags().layout());
-        assert_eq!(host.granule(), 16);
-    }
-}

@@ -18,11 +18,14 @@ use core::fmt::Debug;
 use core::ptr::{without_provenance_mut, NonNull};
 
 use crate::algo::geometry::Geometry;
+use crate::algo::shape::{BinShape, Wide};
 use crate::algo::stats::{Counters, Stats, Tally};
 use crate::algo::tags::Tags;
+use crate::detached::heap::{Block, DetachedHeap};
 use crate::detached::records::RecordStore;
 use crate::error::{CheckError, Error};
-use crate::{BinShape, Block, DetachedHeap, Granule, HostGranule, InlineHeap, Wide};
+use crate::inline::granule::{Granule, HostGranule};
+use crate::inline::heap::InlineHeap;
 
 /// A heap under test, in terms of addresses and handles.
 ///

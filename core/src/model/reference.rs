@@ -26,7 +26,7 @@ extern crate alloc;
 use crate::algo::bin_index::LIST_SIZES;
 use crate::algo::geometry::Geometry;
 use crate::algo::heap::SHRINK_MOVE_MAX;
-use crate::Error;
+use crate::error::Error;
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 

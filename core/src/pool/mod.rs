@@ -20,7 +20,7 @@ use crate::algo::stats::Stats;
 use crate::error::Error;
 use crate::pool::heap::PoolHeap;
 use crate::pool::hooks::{Hooks, NoHooks};
-use crate::pool::policy::{Growth, Policy, Reserve};
+use crate::pool::policy::{Growth, Policy, PolicyError, Reserve};
 use crate::pool::scope::Scope;
 use crate::pool::source::RegionSource;
 
@@ -567,12 +567,12 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
     ///
     /// # Time Complexity
     /// `O(chunks + regions)`.
-    pub fn check(&self) -> Result<(), crate::CheckError> {
+    pub fn check(&self) -> Result<(), crate::error::CheckError> {
         self.heap.check()?;
         let mut sum = 0;
         self.heap.visit(|_, len| sum += len, |_, _, _| {});
         if sum != self.reserved {
-            return Err(crate::CheckError::new(
+            return Err(crate::error::CheckError::new(
                 "reserved bytes disagree with the regions",
                 0,
             ));
@@ -603,7 +603,7 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
         let bad = |e| self.report(Error::BadPolicy(e), size);
         self.policy.check().map_err(bad)?;
         if self.round(self.increment).is_none() {
-            return Err(bad(crate::PolicyError::GrowthSize));
+            return Err(bad(PolicyError::GrowthSize));
         }
         Ok(())
     }

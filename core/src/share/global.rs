@@ -420,8 +420,8 @@ macro_rules! allocator_api {
 
             use crate::algo::shape::BinShape;
             use crate::algo::stats::Tally;
+            use crate::share::global::GlobalHeap;
             use crate::share::lock::RawLock;
-            use crate::GlobalHeap;
 
             /// The well-aligned dangling pointer `Allocator` hands out for zero-sized requests.
             fn dangling(layout: Layout) -> Result<NonNull<u8>, AllocError> {

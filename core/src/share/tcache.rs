@@ -231,10 +231,10 @@ impl ThreadCache {
     /// that the caller gives up (it is not used afterwards unless handed out again), unless it
     /// is a double free of a block in a cache, which is refused.
     #[inline]
-    pub unsafe fn put(&mut self, c: Class, ptr: NonNull<u8>) -> Result<bool, crate::Error> {
+    pub unsafe fn put(&mut self, c: Class, ptr: NonNull<u8>) -> Result<bool, crate::error::Error> {
         // SAFETY: the caller's promise: a block of at least 24 bytes.
         if unsafe { self.carries_key(ptr) } {
-            return Err(crate::Error::DoubleFree);
+            return Err(crate::error::Error::DoubleFree);
         }
         let bin = &self.bins[c.index()];
         if bin.count >= Self::limit(c) || self.bytes + c.chunk_bytes() > TOTAL_BYTES {

@@ -47,11 +47,12 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use super::buffer::{align_up, check_buffers};
+use super::buffer::{Buffer, Plan};
+use super::error::PlanError;
 use super::greedy::{self, Order};
 use super::monitor::Monitor;
 use super::place::WORK_LIMIT;
 use super::sweep::Instance;
-use super::{Buffer, Plan, PlanError};
 
 /// How long [`search`] may look, and how much memory it may use.
 ///

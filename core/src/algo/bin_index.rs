@@ -10,8 +10,8 @@ pub(crate) const BIN_COUNT: usize = 128;
 /// Bins below this index hold exactly one size each.
 pub(crate) const EXACT_BINS: usize = 64;
 /// The listed sizes of the policy: a request of up to this many granules may take the victim,
-/// and a realloc's move is bounded by it (see `crate::algo::heap`). Every shape serves the same policy;
-/// the [`Wide`](crate::Wide) shape also keeps a list for each of these sizes.
+/// and a realloc's move is bounded by it (see `crate::algo::heap`). Every shape serves the same
+/// policy; the [`Wide`](crate::Wide) shape also keeps a list for each of these sizes.
 pub(crate) const LIST_SIZES: usize = 2047;
 /// Tree sub-bins per power of two (a power of two itself).
 const SUB_BINS_LOG2: u32 = 2;

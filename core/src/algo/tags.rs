@@ -1,12 +1,13 @@
 //! The placement seam: everything the shared algorithm needs to know about chunks and regions,
 //! and nothing about where their tags are stored.
 //!
-//! Two placements implement [`Tags`]: [`crate::inline::heap`] keeps the tags inside the managed memory
-//! (dlmalloc-style head word and footer, no side storage), [`crate::detached::heap`] keeps them in a
-//! host-side table of records and never touches the managed memory. Binning and best fit
-//! ([`crate::algo::bins`]), the allocation algorithm ([`crate::algo::heap`]), region management
-//! ([`crate::algo::region`]) and the invariant walk ([`crate::algo::check`]) are written once against this
-//! trait and monomorphised for each placement.
+//! Two placements implement [`Tags`]: [`crate::inline::tags`] keeps the tags inside the
+//! managed memory (dlmalloc-style head word and footer, no side storage),
+//! [`crate::detached::tags`] keeps them in a host-side table of records and never touches the
+//! managed memory. Binning and best fit ([`crate::algo::bins`]), the allocation algorithm
+//! ([`crate::algo::heap`]), region management ([`crate::algo::region`]) and the invariant walk
+//! ([`crate::algo::check`]) are written once against this trait and monomorphised for each
+//! placement.
 //!
 //! # Contract
 //!

@@ -171,10 +171,11 @@ impl<K: Tally> InlineHeap<AnyGranule, K> {
 }
 
 impl InlineHeap<AnyGranule> {
-    /// An empty heap with another granule: a power of two from 16 bytes ([`HOST_GRANULE`](crate::HOST_GRANULE)) to
-    /// [`MAX_GRANULE`](crate::MAX_GRANULE) (1 GiB). Every request is rounded up to a whole number of granules
-    /// (its one-word tag included) and every payload is granule-aligned; a region loses up to a
-    /// granule at its start to its header. The granule is read at run time ([`AnyGranule`]):
+    /// An empty heap with another granule: a power of two from 16 bytes
+    /// ([`HOST_GRANULE`](crate::HOST_GRANULE)) to [`MAX_GRANULE`](crate::MAX_GRANULE) (1 GiB).
+    /// Every request is rounded up to a whole number of granules (its one-word tag included)
+    /// and every payload is granule-aligned; a region loses up to a granule at its start to its
+    /// header. The granule is read at run time ([`AnyGranule`]):
     /// [`InlineHeap::new`] is faster for the host granule. Errors: `BadGranule`.
     ///
     /// # Time Complexity

@@ -17,10 +17,10 @@ pub(crate) mod source;
 use core::fmt;
 
 use crate::algo::stats::Stats;
-use crate::error::Error;
+use crate::error::{Error, PolicyError};
 use crate::pool::heap::PoolHeap;
 use crate::pool::hooks::{Hooks, NoHooks};
-use crate::pool::policy::{Growth, Policy, PolicyError, Reserve};
+use crate::pool::policy::{Growth, Policy, Reserve};
 use crate::pool::scope::Scope;
 use crate::pool::source::RegionSource;
 

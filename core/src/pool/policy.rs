@@ -13,6 +13,8 @@
 //! needs (with the heap's overhead and the source's rounding), so a single large request never
 //! fails for want of a larger increment.
 
+use crate::error::PolicyError;
+
 /// How a pool asks for more memory on a miss.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Growth {
@@ -40,63 +42,6 @@ pub enum Reserve {
     /// say. NaN, negative and larger fractions are refused ([`PolicyError::ReserveFraction`]).
     Fraction(f64),
 }
-
-/// A policy field whose value no pool can follow, found by [`Policy::check`]. A pool with
-/// such a policy refuses every request that would act on it with
-/// [`Error::BadPolicy`](crate::Error::BadPolicy), obtaining nothing.
-///
-/// ```
-/// use tagalloc::{Growth, Policy, PolicyError, Reserve};
-///
-/// let policy = Policy::new().reserve(Reserve::Fraction(f64::NAN));
-/// assert_eq!(policy.check(), Err(PolicyError::ReserveFraction));
-/// assert_eq!(PolicyError::ReserveFraction.field(), "reserve");
-/// let policy = Policy::new().growth(Growth::Fixed(usize::MAX));
-/// assert_eq!(policy.check(), Err(PolicyError::GrowthSize));
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum PolicyError {
-    /// `reserve`: a [`Reserve::Fraction`] that is NaN, negative or above 1.
-    ReserveFraction,
-    /// `reserve`: [`Reserve::Bytes`] above `isize::MAX`, more than any address space holds.
-    ReserveBytes,
-    /// `growth`: a region size ([`Growth::Fixed`]'s, or [`Growth::Doubling`]'s `initial` or
-    /// `cap`) above `isize::MAX`, more than any address space holds.
-    GrowthSize,
-}
-
-impl PolicyError {
-    /// The name of the [`Policy`] field at fault.
-    pub const fn field(self) -> &'static str {
-        match self {
-            PolicyError::ReserveFraction | PolicyError::ReserveBytes => "reserve",
-            PolicyError::GrowthSize => "growth",
-        }
-    }
-
-    /// What is wrong with it.
-    pub const fn why(self) -> &'static str {
-        match self {
-            PolicyError::ReserveFraction => "Reserve::Fraction must be a number from 0 to 1",
-            PolicyError::ReserveBytes => "Reserve::Bytes is above isize::MAX",
-            PolicyError::GrowthSize => "a region size is above isize::MAX",
-        }
-    }
-}
-
-impl core::fmt::Display for PolicyError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(
-            f,
-            "bad pool policy field `{}`: {}",
-            self.field(),
-            self.why()
-        )
-    }
-}
-
-impl core::error::Error for PolicyError {}
 
 /// A pool's policy. Build one with [`Policy::new`] and the `const` setters.
 ///

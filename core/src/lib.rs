@@ -105,10 +105,16 @@
 //!   ([`SharedPool`]), `tcache` (per-thread caches in front of a shared pool,
 //!   [`ThreadCache`]).
 //! - `plan/` (with `alloc`), apart from the rest: static memory planning, offsets for buffers
-//!   whose lifetimes are known in advance (`tagalloc::plan::search`).
-//! - `model/` (for tests and the `model` feature; hidden): the reference model that predicts
-//!   every address, and the one adapter that the core's tests, the fuzz targets, the trace
-//!   replay and the benchmarks drive both heaps through.
+//!   whose lifetimes are known in advance: `error`, `buffer` (the problem and its plan),
+//!   `sweep` (time cut into sections, and who conflicts with whom), `bound` (the lower bound),
+//!   `validate` (the independent check of a plan), `monitor` (the caller's say in a running
+//!   search), `place` (the tightest-gap step), `greedy` (the three greedy orders), `search`
+//!   (branch and bound, `tagalloc::plan::search`).
+//! - `model/` (for tests and the `model` feature; hidden): `reference` (the reference model
+//!   that predicts every address) and `adapter` (the one adapter that the core's tests, the
+//!   fuzz targets, the trace replay and the benchmarks drive both heaps through).
+//!
+//! `tests/module_map.rs` holds this map to the files.
 //!
 //! ```
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {

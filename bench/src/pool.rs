@@ -18,7 +18,7 @@ use indicatif::ProgressBar;
 use serde_json::{json, Value};
 use std::ptr::NonNull;
 
-use tagalloc::model::InlineSubject;
+use tagalloc::model::InlineAdapter;
 use tagalloc::{Growth, InlineHeap, Policy, Pool, PoolStats, Reserve};
 
 use crate::arena_source::ArenaSource;
@@ -163,7 +163,7 @@ pub struct TrimTotals {
 }
 
 /// The bare heap: one region, the whole arena, given up front.
-pub type Bare<'a> = subjects::Tagalloc<InlineSubject<&'a mut Arena>>;
+pub type Bare<'a> = subjects::Tagalloc<InlineAdapter<&'a mut Arena>>;
 
 impl Target for Bare<'_> {}
 

@@ -12,7 +12,7 @@
 //!
 //! Three adapters make subjects, so that no call is written twice:
 //! - [`Tagalloc`]: either of tagalloc's heaps through the core's own adapter
-//!   (`tagalloc::model::Subject`, the one its tests, fuzz targets and trace replay use).
+//!   (`tagalloc::model::Adapter`, the one its tests, fuzz targets and trace replay use).
 //! - `Host`: any peer that speaks `GlobalAlloc`'s language (`HostPeer`: a pointer, the size
 //!   and alignment it was asked for); peers with a `GlobalAlloc` implementation (glibc's malloc
 //!   through `System`, talc) go through it, the others say in a few lines how they allocate
@@ -24,7 +24,7 @@ use std::cell::Cell;
 use std::marker::PhantomData;
 use std::ptr::{null_mut, NonNull};
 
-use tagalloc::model::{self, DetachedSubject, InlineSubject, Memory, Subject as _};
+use tagalloc::model::{self, Adapter as _, DetachedAdapter, InlineAdapter, Memory};
 use tagalloc::{BinShape, DetachedHeap, Error, HostGranule, InlineHeap, Record, Tally};
 
 use crate::bump::Bump;
@@ -410,7 +410,7 @@ unsafe impl Memory for Arena {
 }
 
 /// One of tagalloc's heaps, through the adapter the core's tests, the fuzz targets and the
-/// trace replay drive it with ([`tagalloc::model::Subject`]): the heap's own calls, nothing
+/// trace replay drive it with ([`tagalloc::model::Adapter`]): the heap's own calls, nothing
 /// added on their way. A refused free or resize is counted and reported by `check`.
 pub struct Tagalloc<A> {
     heap: A,
@@ -422,25 +422,25 @@ pub struct Tagalloc<A> {
 pub fn tagalloc_inline<K: Tally, B: BinShape>(
     arena: &mut Arena,
     heap: InlineHeap<HostGranule, K, B>,
-) -> Result<Tagalloc<InlineSubject<&mut Arena, HostGranule, K, B>>, String> {
+) -> Result<Tagalloc<InlineAdapter<&mut Arena, HostGranule, K, B>>, String> {
     let (base, len) = (arena.ptr.addr().get(), arena.len());
-    let mut heap = InlineSubject::new(heap, arena);
+    let mut heap = InlineAdapter::new(heap, arena);
     heap.add_region(base, len)
         .map_err(|e| format!("tagalloc inline: add_region: {e}"))?;
     Ok(Tagalloc { heap, refused: 0 })
 }
 
-impl Tagalloc<DetachedSubject<Vec<Record>>> {
+impl Tagalloc<DetachedAdapter<Vec<Record>>> {
     /// The detached heap over `base..base + len`, its record table growing on the heap.
     fn detached(granule: usize, base: usize, len: usize) -> Result<Self, String> {
         let err = |e: Error| format!("tagalloc detached: {e}");
-        let mut heap = DetachedSubject::new(DetachedHeap::growable(granule).map_err(err)?);
+        let mut heap = DetachedAdapter::new(DetachedHeap::growable(granule).map_err(err)?);
         heap.add_region(base, len).map_err(err)?;
         Ok(Tagalloc { heap, refused: 0 })
     }
 }
 
-impl<A: model::Subject> Subject for Tagalloc<A> {
+impl<A: model::Adapter> Subject for Tagalloc<A> {
     type Block = A::H;
     #[inline]
     fn alloc(&mut self, size: usize, align: usize) -> Option<A::H> {

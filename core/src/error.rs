@@ -1,5 +1,6 @@
 //! Errors as values: every bad request comes back as an [`Error`], every broken invariant found
-//! by `check()` as a [`CheckError`]. Nothing in the core panics on bad input.
+//! by `check()` as a [`CheckError`], every policy no pool can follow as a [`PolicyError`].
+//! Nothing in the core panics on bad input.
 
 use core::fmt;
 
@@ -62,7 +63,7 @@ pub enum Error {
     LimitExceeded,
     /// A pool's policy has a field no pool can follow (see [`crate::Policy::check`]); the
     /// pool obtained nothing.
-    BadPolicy(crate::PolicyError),
+    BadPolicy(PolicyError),
     /// Every detached heap gets an identity that its blocks carry; all 2^32 − 2 of them
     /// have been used in this process.
     TooManyHeaps,
@@ -188,3 +189,63 @@ impl fmt::Display for CheckError {
 }
 
 impl core::error::Error for CheckError {}
+
+/// A policy field whose value no pool can follow, found by
+/// [`Policy::check`](crate::Policy::check). A pool with such a policy refuses every request that
+/// would act on it with [`Error::BadPolicy`], obtaining nothing.
+///
+/// ```
+/// use tagalloc::{Growth, Policy, PolicyError, Reserve};
+///
+/// let policy = Policy::new().reserve(Reserve::Fraction(f64::NAN));
+/// assert_eq!(policy.check(), Err(PolicyError::ReserveFraction));
+/// assert_eq!(PolicyError::ReserveFraction.field(), "reserve");
+/// let policy = Policy::new().growth(Growth::Fixed(usize::MAX));
+/// assert_eq!(policy.check(), Err(PolicyError::GrowthSize));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum PolicyError {
+    /// `reserve`: a [`Reserve::Fraction`](crate::Reserve::Fraction) that is NaN, negative or
+    /// above 1.
+    ReserveFraction,
+    /// `reserve`: [`Reserve::Bytes`](crate::Reserve::Bytes) above `isize::MAX`, more than any
+    /// address space holds.
+    ReserveBytes,
+    /// `growth`: a region size ([`Growth::Fixed`](crate::Growth::Fixed)'s, or
+    /// [`Growth::Doubling`](crate::Growth::Doubling)'s `initial` or `cap`) above `isize::MAX`,
+    /// more than any address space holds.
+    GrowthSize,
+}
+
+impl PolicyError {
+    /// The name of the [`Policy`](crate::Policy) field at fault.
+    pub const fn field(self) -> &'static str {
+        match self {
+            PolicyError::ReserveFraction | PolicyError::ReserveBytes => "reserve",
+            PolicyError::GrowthSize => "growth",
+        }
+    }
+
+    /// What is wrong with it.
+    pub const fn why(self) -> &'static str {
+        match self {
+            PolicyError::ReserveFraction => "Reserve::Fraction must be a number from 0 to 1",
+            PolicyError::ReserveBytes => "Reserve::Bytes is above isize::MAX",
+            PolicyError::GrowthSize => "a region size is above isize::MAX",
+        }
+    }
+}
+
+impl core::fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "bad pool policy field `{}`: {}",
+            self.field(),
+            self.why()
+        )
+    }
+}
+
+impl core::error::Error for PolicyError {}

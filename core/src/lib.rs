@@ -1,9 +1,10 @@
 //! # tagalloc
 //!
 //! A boundary-tag allocator core: dlmalloc-style chunks with `O(1)` coalescing of both
-//! physical neighbours, 128 bins (64 exact bins + 64 tree bins), and an exact best-fit search
-//! with a worst case bounded by the bits of a size (beside dlmalloc's designated victim for
-//! small requests), over regions handed to it from anywhere.
+//! physical neighbours, free chunks filed by size (a list for each size up to 2,047 granules,
+//! a size table up to 16,383, bitwise tries above), and an exact best-fit search with a worst
+//! case bounded by the bits of a size (beside dlmalloc's designated victim for small
+//! requests), over regions handed to it from anywhere.
 //!
 //! One algorithm, two tag placements:
 //!
@@ -42,9 +43,16 @@
 //! - **tags**: a chunk's size, state and neighbour links. **Inline** tags sit in the memory;
 //!   **detached** tags sit in a table of [`Record`]s apart from it (elsewhere called
 //!   out-of-band tags). The **placement** is where a heap keeps its tags.
-//! - **bin**: where free chunks wait. **Exact bins** (0–63) hold one size each, oldest first;
-//!   **tree bins** (64–127) each hold a logarithmic range of sizes: up to 2047 granules (bins
-//!   64–83) in one list per size, above that in a bitwise trie (see `bins`).
+//! - **bin**: where free chunks wait. Sizes are numbered into 128 bins: **exact bins** (0–63)
+//!   of one size each, **tree bins** (64–127) of a logarithmic range each, the last
+//!   open-ended. Where a bin's chunks are kept is the heap's [`BinShape`]. The default,
+//!   [`Wide`], keeps 2,047 **lists**, one per size from 1 to 2,047 granules (bins 0–83;
+//!   requests up to 32,744 bytes at the host granule), each oldest first, found through a
+//!   2,048-bit map; the **size table** for 2,048 to 16,383 granules (bins 84–95), a bitmap
+//!   over sizes and a hash from a size to its oldest chunk; and a bitwise **trie** per tree
+//!   bin above (bins 96–127).
+//!   [`Compact`] keeps lists up to 64 granules and tries for bins 64–79, the last open-ended.
+//!   Every structure finds the exact best fit, oldest first among equals.
 //! - **best fit**: the smallest free chunk that fits, the oldest among equals, the top and the
 //!   victim aside.
 //! - **victim**: the rest of the chunk last carved for a listed request, kept out of the bins;
@@ -72,16 +80,44 @@
 //!
 //! # Modules
 //!
-//! One concept per file: `layout` (size arithmetic), `tags` (the placement seam), `inline` and
-//! `detached` (the two placements and their heaps), `records` (the detached table), `bins`
-//! (bins and best fit), `heap` (the algorithm), `region` (regions), `check` (the invariant
-//! walk), `stats` (statistics and the counters behind them), `lock` (locks and re-entry),
-//! `queue` (the ring of queued frees), `shared` (a heap behind a lock), `global` and
-//! `shared_detached` (the two shared heaps), `shared_alloc` (`GlobalAlloc` and `Allocator`,
-//! written once for every shared host heap or pool), `tcache` (per-thread caches in front of a shared
-//! pool), `sync` (atomics that loom can swap), `model` (the
-//! reference model and the one adapter that tests, fuzz targets, trace replay and benchmarks
-//! drive both heaps through; hidden).
+//! The folders are the layers; each uses only the ones listed before it. One concept per file:
+//!
+//! - `error` (what every call can return) and `sync` (the atomics and cells that loom can
+//!   swap, `core/src/tests/loom.rs`).
+//! - `algo/`, the algorithm, written once over the placement seam: `geometry` (a placement's
+//!   size arithmetic, [`Geometry`]), `tags` (the seam), `bin_index` (which bin a size falls
+//!   in, and the sizes the policy lists), `ring` (the rings of equal-sized free chunks),
+//!   `size_table` (the sizes just above the lists), `shape` (which bins a heap keeps:
+//!   [`Wide`], [`Compact`]), `bins` (the bins and the best-fit search), `stats` (statistics
+//!   and the tally behind them), `heap` (allocation, carving, merging, resizing, the top and
+//!   the victim), `region` (adding, growing, trimming and removing regions), `check` (the
+//!   invariant walk).
+//! - `inline/`, tags in the memory: `granule` (a constant or a stored granule, [`Granule`]),
+//!   `tags` (the head word and footer of each chunk, the region header and fence), `heap`
+//!   ([`InlineHeap`]), `probe` (the bounds-checked walk behind the checked free).
+//! - `detached/`, tags apart from the memory: `records` (the table, [`Record`],
+//!   [`RecordStore`]), `tags` (each chunk and region a record of that table), `heap`
+//!   ([`DetachedHeap`], the [`Block`]s and [`Handle`]s it hands out).
+//! - `pool/`, a heap grown from a source under a policy ([`Pool`], its statistics):
+//!   `heap` (what a pool needs of either heap, [`PoolHeap`]), `source` ([`RegionSource`]),
+//!   `policy` ([`Policy`]), `hooks` ([`Hooks`]), `scope` ([`Scope`]).
+//! - `share/`, heaps and pools between threads: `lock` ([`SpinLock`], [`RawLock`], re-entry),
+//!   `queue` (the ring of queued frees), `shared` (a heap behind a lock whose holder drains
+//!   the queue), `global` ([`GlobalHeap`]), `detached` ([`SharedDetachedHeap`]), `pool`
+//!   ([`SharedPool`]), `alloc` (`GlobalAlloc` and `Allocator`, written once for every shared
+//!   host heap or pool, [`SharedAlloc`]), `tcache` (per-thread caches in front of a shared
+//!   pool, [`ThreadCache`]).
+//! - `plan/` (with `alloc`), apart from the rest: static memory planning, offsets for buffers
+//!   whose lifetimes are known in advance: `error`, `buffer` (the problem and its plan),
+//!   `sweep` (time cut into sections, and who conflicts with whom), `bound` (the lower bound),
+//!   `validate` (the independent check of a plan), `monitor` (the caller's say in a running
+//!   search), `place` (the tightest-gap step), `greedy` (the three greedy orders), `search`
+//!   (branch and bound, `tagalloc::plan::search`).
+//! - `model/` (for tests and the `model` feature; hidden): `reference` (the reference model
+//!   that predicts every address) and `adapter` (the one adapter that the core's tests, the
+//!   fuzz targets, the trace replay and the benchmarks drive both heaps through).
+//!
+//! `tests/module_map.rs` holds this map to the files.
 //!
 //! ```
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -117,62 +153,40 @@ extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
-mod bins;
-mod check;
+mod algo;
 mod detached;
 mod error;
-mod global;
-mod granule;
-mod heap;
-mod hooks;
 mod inline;
-mod layout;
-mod lock;
 #[cfg(any(test, feature = "model"))]
 #[doc(hidden)]
 pub mod model;
 #[cfg(feature = "alloc")]
 pub mod plan;
-mod policy;
 mod pool;
-mod pool_heap;
-mod queue;
-mod records;
-mod region;
-mod scope;
-mod shape;
-mod shared;
-mod shared_alloc;
-mod shared_detached;
-mod shared_pool;
-mod size_table;
-mod source;
-mod stats;
+mod share;
 mod sync;
-mod tags;
-mod tcache;
 
-pub use check::StepMarks;
-pub use detached::{Block, DetachedHeap, Handle, DEVICE_GRANULE};
-pub use error::{BlockError, CheckError, Error};
-pub use global::GlobalHeap;
-pub use granule::{AnyGranule, Granule, HostGranule};
-pub use hooks::{Hooks, NoHooks};
-pub use inline::{InlineHeap, HOST_GRANULE};
-pub use layout::{Layout, MAX_GRANULE};
-pub use lock::{RawLock, SpinLock};
-pub use policy::{Growth, Policy, PolicyError, Reserve};
-pub use pool::{Pool, PoolError, PoolStats, Trimmed};
-pub use pool_heap::PoolHeap;
-pub use records::{Record, RecordStore};
-pub use scope::Scope;
-pub use shape::{BinShape, Compact, Wide};
-pub use shared_alloc::SharedAlloc;
-pub use shared_detached::SharedDetachedHeap;
-pub use shared_pool::{OomHandler, SharedPool};
-pub use source::RegionSource;
-pub use stats::{Counters, NoCounters, Stats, Tally};
-pub use tcache::{tcache_enabled, CacheStats, Class, ThreadCache, CLASSES, TOTAL_BYTES};
+pub use algo::check::StepMarks;
+pub use algo::geometry::{Geometry, MAX_GRANULE};
+pub use algo::shape::{BinShape, Compact, Wide};
+pub use algo::stats::{Counters, NoCounters, Stats, Tally};
+pub use detached::heap::{Block, DetachedHeap, Handle, DEVICE_GRANULE};
+pub use detached::records::{Record, RecordStore};
+pub use error::{BlockError, CheckError, Error, PolicyError};
+pub use inline::granule::{AnyGranule, Granule, HostGranule, HOST_GRANULE};
+pub use inline::heap::InlineHeap;
+pub use pool::heap::PoolHeap;
+pub use pool::hooks::{Hooks, NoHooks};
+pub use pool::policy::{Growth, Policy, Reserve};
+pub use pool::scope::Scope;
+pub use pool::source::RegionSource;
+pub use pool::{CacheStats, Pool, PoolError, PoolStats, Trimmed};
+pub use share::alloc::SharedAlloc;
+pub use share::detached::SharedDetachedHeap;
+pub use share::global::GlobalHeap;
+pub use share::lock::{RawLock, SpinLock};
+pub use share::pool::{OomHandler, SharedPool};
+pub use share::tcache::{tcache_enabled, Class, ThreadCache, CLASSES, TOTAL_BYTES};
 
 #[cfg(test)]
 mod tests;

@@ -58,7 +58,7 @@ impl<T> core::ops::Deref for CachePadded<T> {
     }
 }
 
-/// One turn of a busy-wait. (Under loom a waiter yields instead: see `crate::lock`.)
+/// One turn of a busy-wait. (Under loom a waiter yields instead: see `crate::share::lock`.)
 #[cfg(not(loom))]
 #[inline]
 pub(crate) fn spin_loop() {

@@ -16,7 +16,7 @@
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 
-use tagalloc::model::{Counted, Layout, Model, Subject};
+use tagalloc::model::{Adapter, Counted, Geometry, Model};
 use tagalloc::{Error, Stats, StepMarks};
 
 use crate::ops::{Align, Len, Op, Place, RegionPick, Size};
@@ -92,7 +92,7 @@ pub(crate) fn verify<R: Rig>(h: &H<R>, len: usize, seed: u8) {
 pub struct Driver<R: Rig> {
     pub(crate) rig: R,
     model: Option<Model>,
-    pub(crate) geo: Layout,
+    pub(crate) geo: Geometry,
     pub(crate) live: Vec<Live<H<R>>>,
     /// The live allocations' spans, address → size, to find overlaps.
     spans: BTreeMap<usize, usize>,

@@ -1,7 +1,7 @@
 //! Fuzz harness for the tagalloc core, shared by the targets in `fuzz_targets/`.
 //!
 //! - [`ops`]: decoding input bytes into heap operations ([`ops::Op`]) and a run's set-up.
-//! - [`rig`]: both heaps, driven through the core's adapter (`tagalloc::model::Subject`), with
+//! - [`rig`]: both heaps, driven through the core's adapter (`tagalloc::model::Adapter`), with
 //!   what surrounds them: an `InlineHeap` over regions carved from a zeroed arena ([`arena`]:
 //!   one per thread, reused from run to run), a `DetachedHeap` over plain numbers with its
 //!   record table growable or capped, foreign handles, and each heap behind a lock for a

@@ -5,7 +5,7 @@
 //! for the refusal counter, `check()` clean) and leave every live allocation's contents alone.
 
 use arbitrary::{Arbitrary, Result, Unstructured};
-use tagalloc::model::{Counted, Layout, Subject};
+use tagalloc::model::{Adapter, Counted, Geometry};
 use tagalloc::{DetachedHeap, Error, InlineHeap, Stats, HOST_GRANULE, MAX_GRANULE};
 
 use crate::driver::{addr, verify, Driver, Live};
@@ -640,7 +640,7 @@ impl<R: Rig> Driver<R> {
 
 /// Tries the re-entrant calls `reenter` names on `shared`, whose lock this thread holds: each
 /// must be refused as `Reentrant` (nothing waits, nothing changes).
-fn reentrant<S: SharedHeap>(shared: &S, reenter: u8, probe: Option<Live<S::H>>, geo: Layout)
+fn reentrant<S: SharedHeap>(shared: &S, reenter: u8, probe: Option<Live<S::H>>, geo: Geometry)
 where
     S::H: Copy + std::fmt::Debug,
 {
@@ -686,7 +686,7 @@ fn constructors(salt: u64) {
         }
     }
     let inline = InlineHeap::with_granule(MAX_GRANULE).expect("the largest granule");
-    let layout = Layout::inline(MAX_GRANULE).unwrap();
+    let layout = Geometry::inline(MAX_GRANULE).unwrap();
     for (size, align) in limit_requests(salt) {
         let want = layout
             .request(size, align)
@@ -705,7 +705,7 @@ fn constructors(salt: u64) {
     }
     // One detached heap of the largest granule (each takes an identity, so not on every run).
     let mut heap = DetachedHeap::growable(MAX_GRANULE).expect("the largest granule");
-    let layout = Layout::detached(MAX_GRANULE).unwrap();
+    let layout = Geometry::detached(MAX_GRANULE).unwrap();
     heap.add_region(1 << 40, 4 * MAX_GRANULE).unwrap();
     let empty = heap.stats();
     for (size, align) in limit_requests(salt) {

@@ -1,12 +1,12 @@
 //! The heap under test and what surrounds it. The heap itself is driven through the core's
-//! adapter ([`tagalloc::model::Subject`], the one the core's tests, the trace replay and the
+//! adapter ([`tagalloc::model::Adapter`], the one the core's tests, the trace replay and the
 //! benchmarks use); a [`Rig`] adds what only fuzzing needs: where regions may go, handles that
 //! are not the heap's (interior, foreign, of another heap), and the heap put behind a lock for
 //! a while, to queue frees on it.
 
 use std::ptr::NonNull;
 
-use tagalloc::model::{Counted, DetachedSubject, InlineSubject, Subject};
+use tagalloc::model::{Adapter, Counted, DetachedAdapter, InlineAdapter};
 use tagalloc::{
     AnyGranule, Block, CheckError, DetachedHeap, Error, GlobalHeap, Granule, HostGranule,
     InlineHeap, Record, RecordStore, SharedDetachedHeap, SpinLock, Stats,
@@ -16,7 +16,7 @@ use crate::arena::Lease;
 use crate::ops::{Place, SPACE};
 
 /// What names a block of rig `R`'s heap.
-pub type H<R> = <<R as Rig>::S as Subject>::H;
+pub type H<R> = <<R as Rig>::S as Adapter>::H;
 
 /// How many frees the ring of a shared heap holds here: few, so that a batch of queued frees
 /// fills it.
@@ -67,7 +67,7 @@ pub trait SharedHeap {
     /// `with_heap`: runs `f` with the lock held, given the heap's statistics and `check()` as
     /// they are then (queued frees are done when the lock is next taken).
     fn with_heap<T>(&self, f: impl FnOnce(Stats, Result<(), CheckError>) -> T) -> Result<T, Error>;
-    /// A free of `h`, a block of `size` bytes (see [`Subject`] on sizes): done at once if the
+    /// A free of `h`, a block of `size` bytes (see [`Adapter`] on sizes): done at once if the
     /// lock is free, queued if it is held (refused as re-entrant if the ring is full).
     fn free(&self, h: Self::H, size: usize) -> Result<(), Error>;
     /// An allocation.
@@ -104,7 +104,7 @@ impl RigGranule for AnyGranule {
 /// ([`HostGranule`]) or read at run time ([`AnyGranule`]).
 pub struct InlineRig<G: RigGranule> {
     /// The heap over the arena, which it zeroes back when dropped (after the heap).
-    subject: InlineSubject<Lease, G>,
+    subject: InlineAdapter<Lease, G>,
     /// The arena's first byte (page-aligned).
     base: *mut u8,
     /// Memory no region ever covers, for foreign pointers, and its length in bytes.
@@ -118,7 +118,7 @@ impl<G: RigGranule> InlineRig<G> {
         let base = arena.base();
         let outside = arena.outside();
         InlineRig {
-            subject: InlineSubject::new(heap, arena),
+            subject: InlineAdapter::new(heap, arena),
             base,
             outside,
         }
@@ -126,7 +126,7 @@ impl<G: RigGranule> InlineRig<G> {
 }
 
 impl<G: RigGranule> Rig for InlineRig<G> {
-    type S = InlineSubject<Lease, G>;
+    type S = InlineAdapter<Lease, G>;
     type Shared = GlobalHeap<SpinLock, RING, G>;
 
     fn subject(&self) -> &Self::S {
@@ -287,7 +287,7 @@ impl Table for CappedTable {
 
 /// A [`DetachedHeap`] over plain numbers, with other heaps to take foreign blocks from.
 pub struct DetachedRig<T: Table> {
-    subject: DetachedSubject<T>,
+    subject: DetachedAdapter<T>,
     /// Another heap over other addresses, and one over the same addresses as this heap's
     /// first region: their blocks are foreign here. Made when the first foreign block is asked
     /// for (most runs ask for none).
@@ -300,7 +300,7 @@ impl<T: Table> DetachedRig<T> {
     /// `heap`, with nothing else made yet.
     pub fn new(heap: DetachedHeap<T>) -> Self {
         DetachedRig {
-            subject: DetachedSubject::new(heap),
+            subject: DetachedAdapter::new(heap),
             others: [None, None],
             spare: None,
         }
@@ -321,7 +321,7 @@ fn other_heap(granule: usize, twin: bool) -> DetachedHeap<Vec<Record>> {
 }
 
 impl<T: Table> Rig for DetachedRig<T> {
-    type S = DetachedSubject<T>;
+    type S = DetachedAdapter<T>;
     type Shared = SharedDetachedHeap<T, SpinLock, RING>;
 
     fn subject(&self) -> &Self::S {

@@ -21,7 +21,7 @@ use std::time::Instant;
 use tagalloc_bench::random_actions::{self, Actions};
 use tagalloc_bench::report::median;
 use tagalloc_bench::subjects::{Bench, Subject};
-use tagalloc_lab::counters::{Counters, EVENTS};
+use tagalloc_lab::counters::{EventCounters, EVENTS};
 use tagalloc_lab::example_cli;
 
 /// The seed of every run's counted actions: the timed benchmark's first trial's.
@@ -31,7 +31,7 @@ const SEED: u64 = random_actions::FIRST_SEED;
 struct Run<'c> {
     max: usize,
     actions: usize,
-    counters: &'c Counters,
+    counters: &'c EventCounters,
     out: Option<(f64, Vec<Option<f64>>)>,
 }
 
@@ -61,7 +61,7 @@ fn run() -> Result<(), String> {
         return Ok(());
     }
     let a = example_cli::actions_args(&args, usage, 10_000_000)?;
-    let (counters, refused) = Counters::open(&EVENTS);
+    let (counters, refused) = EventCounters::open(&EVENTS);
     for (e, why) in &refused {
         println!("refused: {}: {why}", e.name);
     }

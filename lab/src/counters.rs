@@ -74,19 +74,19 @@ const IOC_ENABLE: u64 = 0x2400;
 const IOC_DISABLE: u64 = 0x2401;
 const IOC_RESET: u64 = 0x2403;
 
-/// Counters of the calling thread, one file descriptor per event the kernel accepted.
+/// The event counters of the calling thread, one file descriptor per event the kernel accepted.
 ///
 /// Invariant: every `Some` holds an open perf event descriptor owned by this value (closed on
 /// drop).
-pub struct Counters {
+pub struct EventCounters {
     events: Vec<Event>,
     fds: Vec<Option<i32>>,
 }
 
-impl Counters {
+impl EventCounters {
     /// Opens `events`, disabled; each refused one is `None`, with the kernel's reason in the
     /// list returned beside.
-    pub fn open(events: &[Event]) -> (Counters, Vec<(Event, io::Error)>) {
+    pub fn open(events: &[Event]) -> (EventCounters, Vec<(Event, io::Error)>) {
         let mut refused = Vec::new();
         let fds = events
             .iter()
@@ -124,7 +124,7 @@ impl Counters {
             })
             .collect();
         (
-            Counters {
+            EventCounters {
                 events: events.to_vec(),
                 fds,
             },
@@ -172,7 +172,7 @@ impl Counters {
     }
 }
 
-impl Drop for Counters {
+impl Drop for EventCounters {
     fn drop(&mut self) {
         for &fd in self.fds.iter().flatten() {
             // SAFETY: `fd` is open and owned by this value (the invariant), closed once.
@@ -198,7 +198,7 @@ mod tests {
     /// Linux machine.
     #[test]
     fn the_task_clock_counts_the_work_between_start_and_stop() {
-        let (c, refused) = Counters::open(&EVENTS[..2]);
+        let (c, refused) = EventCounters::open(&EVENTS[..2]);
         assert!(refused.is_empty(), "software events refused: {refused:?}");
         let wall = std::time::Instant::now();
         c.start();
@@ -222,7 +222,7 @@ mod tests {
             kind: SOFTWARE,
             config: 1 << 40,
         };
-        let (c, refused) = Counters::open(&[bogus]);
+        let (c, refused) = EventCounters::open(&[bogus]);
         assert_eq!(refused.len(), 1);
         assert_eq!(c.read()[0].1, None);
     }

@@ -2,7 +2,7 @@
 //! invariants and, where the memory can be touched, the contents of every block on the way.
 //!
 //! One replay loop, [`Replay`], drives either tag placement through the adapter every test of
-//! the heaps uses (`tagalloc::model::Subject`: the core's model tests, the fuzz targets and the
+//! the heaps uses (`tagalloc::model::Adapter`: the core's model tests, the fuzz targets and the
 //! benchmarks call the heaps through it too) and [`ReplayHeap`], which adds how each placement
 //! gets more memory, so the tests and the `replay` example exercise exactly the same code:
 //!
@@ -35,7 +35,7 @@ use std::fmt;
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
-use tagalloc::model::{Counted, DetachedSubject, InlineSubject, Memory, Subject};
+use tagalloc::model::{Adapter, Counted, DetachedAdapter, InlineAdapter, Memory};
 use tagalloc::{CheckError, DetachedHeap, Error, InlineHeap, Record, Stats, DEVICE_GRANULE};
 
 use crate::contents;
@@ -342,7 +342,7 @@ impl fmt::Display for ReplayErrorKind {
 impl std::error::Error for ReplayError {}
 
 /// A heap a [`Replay`] can drive: one of tagalloc's heaps through the adapter every test of
-/// the heaps uses ([`Subject`] and [`Counted`]: the allocator calls, checks and statistics),
+/// the heaps uses ([`Adapter`] and [`Counted`]: the allocator calls, checks and statistics),
 /// and how it gets more memory when it runs out. Implemented for both tag placements, so the
 /// replay loop is written once.
 pub trait ReplayHeap: Counted + Sized {
@@ -394,7 +394,7 @@ impl Drop for Arena {
 }
 
 /// Every arena the inline heap was given, kept until the heap is gone (the heap is declared
-/// before its memory in [`InlineSubject`], so it is dropped first).
+/// before its memory in [`InlineAdapter`], so it is dropped first).
 #[derive(Default)]
 pub struct Arenas(Vec<Arena>);
 
@@ -408,7 +408,7 @@ unsafe impl Memory for Arenas {
 
 /// An [`InlineHeap`] with the host granule over arenas from the system allocator, growing by
 /// another arena (a region of its own) when it runs out.
-pub type InlineReplayHeap = InlineSubject<Arenas>;
+pub type InlineReplayHeap = InlineAdapter<Arenas>;
 
 impl ReplayHeap for InlineReplayHeap {
     const PLACEMENT: Placement = Placement::Inline;
@@ -416,7 +416,7 @@ impl ReplayHeap for InlineReplayHeap {
     const GROWTH_GRANULES: usize = 8;
 
     fn start(_: &ReplayOptions) -> Result<Self, ReplayErrorKind> {
-        Ok(InlineSubject::new(InlineHeap::new(), Arenas::default()))
+        Ok(InlineAdapter::new(InlineHeap::new(), Arenas::default()))
     }
 
     fn add_memory(&mut self, bytes: usize) -> Result<usize, ReplayErrorKind> {
@@ -445,7 +445,7 @@ fn detached_base(granule: usize) -> Option<usize> {
 /// A [`DetachedHeap`] over one range of addresses that nothing backs: the heap never touches
 /// them, which is the point of the placement. The range grows at its end when the heap runs
 /// out, so it stays one region, as with virtual-memory growth on a device.
-pub type DetachedReplayHeap = DetachedSubject<Vec<Record>>;
+pub type DetachedReplayHeap = DetachedAdapter<Vec<Record>>;
 
 impl ReplayHeap for DetachedReplayHeap {
     const PLACEMENT: Placement = Placement::Detached;
@@ -454,7 +454,7 @@ impl ReplayHeap for DetachedReplayHeap {
 
     fn start(options: &ReplayOptions) -> Result<Self, ReplayErrorKind> {
         let heap = DetachedHeap::growable(options.detached_granule);
-        Ok(DetachedSubject::new(heap.map_err(ReplayErrorKind::Setup)?))
+        Ok(DetachedAdapter::new(heap.map_err(ReplayErrorKind::Setup)?))
     }
 
     /// Adds `bytes` (rounded up to granules) at the end of the range: the first call makes the
@@ -830,7 +830,7 @@ impl<'t, H: ReplayHeap> Replay<'t, H> {
 /// Allocator calls a realloc made: one, except that a detached block that cannot be resized in
 /// place is moved by a new allocation and a free of the old one (three calls, or two when the
 /// new allocation ran out of memory).
-fn realloc_calls<H: Subject>(old: &H::H, got: &Result<H::H, Error>) -> u64 {
+fn realloc_calls<H: Adapter>(old: &H::H, got: &Result<H::H, Error>) -> u64 {
     if H::INLINE {
         return 1;
     }
@@ -842,7 +842,7 @@ fn realloc_calls<H: Subject>(old: &H::H, got: &Result<H::H, Error>) -> u64 {
     }
 }
 
-fn check_aligned<H: Subject>(id: u64, block: &Live<H::H>) -> Result<(), ReplayErrorKind> {
+fn check_aligned<H: Adapter>(id: u64, block: &Live<H::H>) -> Result<(), ReplayErrorKind> {
     let (addr, align) = (H::addr(&block.h), block.align);
     if addr % align != 0 {
         return Err(ReplayErrorKind::Misaligned { id, addr, align });
@@ -855,7 +855,7 @@ fn check_aligned<H: Subject>(id: u64, block: &Live<H::H>) -> Result<(), ReplayEr
 ///
 /// # Safety
 /// `block` is live in the heap with its recorded size, and nothing else uses its bytes.
-unsafe fn fill<H: Subject>(id: u64, block: &Live<H::H>) {
+unsafe fn fill<H: Adapter>(id: u64, block: &Live<H::H>) {
     if let Some(p) = H::bytes(&block.h) {
         // SAFETY: the block's `size` bytes are memory the heap handed out and has not taken
         // back (caller contract), inside a zeroed arena, and nothing else refers to them.
@@ -869,7 +869,7 @@ unsafe fn fill<H: Subject>(id: u64, block: &Live<H::H>) {
 ///
 /// # Safety
 /// As for [`fill`].
-unsafe fn verify<H: Subject>(
+unsafe fn verify<H: Adapter>(
     id: u64,
     block: &Live<H::H>,
     written: usize,

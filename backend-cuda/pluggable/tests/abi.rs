@@ -253,15 +253,15 @@ fn the_snapshot_is_whole_or_absent_and_says_why_there_is_none() {
     let json = a.snapshot_json(0, |_| 0).unwrap();
     let n = json.len();
     // Sizing: a null buffer, or a zero length, only gives the length.
-    // SAFETY: a null buffer is never written.
     assert_eq!(
+        // SAFETY: a null buffer is never written.
         unsafe { copy_whole(json.as_bytes(), std::ptr::null_mut(), 0) },
         n
     );
     // Too small, even by the NUL: nothing written.
     let mut small = vec![b'x' as c_char; n];
-    // SAFETY: `small` has `n` writable bytes, apart from `json`.
     assert_eq!(
+        // SAFETY: `small` has `n` writable bytes, apart from `json`.
         unsafe { copy_whole(json.as_bytes(), small.as_mut_ptr(), n) },
         n
     );
@@ -271,8 +271,8 @@ fn the_snapshot_is_whole_or_absent_and_says_why_there_is_none() {
     );
     // Room for the document and its NUL: written whole.
     let mut fits = vec![b'x' as c_char; n + 1];
-    // SAFETY: `fits` has `n + 1` writable bytes, apart from `json`.
     assert_eq!(
+        // SAFETY: `fits` has `n + 1` writable bytes, apart from `json`.
         unsafe { copy_whole(json.as_bytes(), fits.as_mut_ptr(), n + 1) },
         n
     );
@@ -336,8 +336,8 @@ fn the_exported_functions_on_this_machine() {
         assert_eq!(n, usize::MAX, "no pool: (size_t)-1");
         assert!(buf.iter().all(|&c| c == 1), "nothing written");
         assert!(last_error().contains("no CUDA driver"));
-        // SAFETY: a null buffer is never written.
         assert_eq!(
+            // SAFETY: a null buffer is never written.
             unsafe { tagalloc_snapshot(0, std::ptr::null_mut(), 0) },
             usize::MAX
         );
@@ -353,8 +353,8 @@ fn the_exported_functions_on_this_machine() {
     // SAFETY: `short` has 8 writable bytes.
     let n = unsafe { tagalloc_last_error(short.as_mut_ptr(), short.len()) };
     assert!(n > 7);
-    // SAFETY: NUL-terminated by the call.
     assert_eq!(
+        // SAFETY: NUL-terminated by the call.
         unsafe { CStr::from_ptr(short.as_ptr()) }.to_bytes().len(),
         7
     );

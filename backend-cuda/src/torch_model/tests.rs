@@ -486,8 +486,8 @@ fn errors_are_values() {
     free(&mut m, a);
     assert_eq!(m.free(a), Err(TorchError::InvalidPointer(a)));
     assert_eq!(m.free(DevicePtr(0)), Ok(()), "null is ignored");
-    // SAFETY: the stream is live; the pointer is refused anyway.
     assert_eq!(
+        // SAFETY: the stream is live; the pointer is refused anyway.
         unsafe { m.record_stream(a, s) },
         Err(TorchError::InvalidPointer(a))
     );

@@ -20,13 +20,14 @@
 
 use core::ptr::NonNull;
 
-use super::{Chunk, InlineHeap, ABSORBED, FLAGS, IN_USE, PREV_IN_USE};
+use super::heap::InlineHeap;
+use super::tags::{Chunk, ABSORBED, FLAGS, IN_USE, PREV_IN_USE};
+use crate::algo::geometry::W;
+use crate::algo::shape::BinShape;
+use crate::algo::stats::Tally;
+use crate::algo::tags::Tags;
 use crate::error::{BlockError, CheckError, Error};
-use crate::granule::Granule;
-use crate::layout::W;
-use crate::shape::BinShape;
-use crate::stats::Tally;
-use crate::tags::Tags;
+use crate::inline::granule::Granule;
 
 /// A region as the probe sees it: the address of its first chunk's head and of its fence, and
 /// a pointer through which its words are read.
@@ -127,9 +128,9 @@ impl<G: Granule, K: Tally, B: BinShape> InlineHeap<G, K, B> {
         if off > s.fence - s.first - min || off & (g - 1) != 0 {
             return None;
         }
-        // SAFETY (every read below): each address is word-aligned (heads are `≡ −W (mod g)`,
-        // sizes whole granules) and checked to lie between the first head and the fence
-        // before it is read.
+        // SAFETY: `c` is word-aligned (heads are `≡ −W (mod g)`) and was just checked to lie
+        // between the first head and the fence. Every read below is of a word-aligned address
+        // (sizes are whole granules) checked the same way before it is read.
         let h = unsafe { s.word(c) };
         // In use, and a whole number of granules (no bit below the granule but the flags).
         if h & (g - 1) & !PREV_IN_USE != IN_USE {
@@ -158,10 +159,11 @@ impl<G: Granule, K: Tally, B: BinShape> InlineHeap<G, K, B> {
             // A free predecessor is merged: its footer must fit and its head agree.
             // SAFETY: as above: `c >= first`, so the word before it is in the region.
             let f = unsafe { s.word(c - W) };
-            // SAFETY: as above: `c − f` is at or after the first head.
             if f & (g - 1) != 0
                 || f < min
                 || f > c - s.first
+                // SAFETY: as above: `f <= c − first` (tested just before), so `c − f` is at or
+                // after the first head.
                 || unsafe { s.word(c - f) } != f | PREV_IN_USE
             {
                 return None;

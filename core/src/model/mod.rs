@@ -9,14 +9,14 @@
 //!
 //! - `reference`: [`Model`], which predicts every address and every error of a sequence of
 //!   requests.
-//! - `subject`: [`Subject`], the heaps in terms of addresses and handles ([`Counted`] adds
+//! - `adapter`: [`Adapter`], the heaps in terms of addresses and handles ([`Counted`] adds
 //!   their statistics), with
-//!   [`InlineSubject`] (an [`crate::InlineHeap`] over [`Memory`] it carves regions from) and
-//!   [`DetachedSubject`] (a [`crate::DetachedHeap`] over any range of addresses).
+//!   [`InlineAdapter`] (an [`crate::InlineHeap`] over [`Memory`] it carves regions from) and
+//!   [`DetachedAdapter`] (a [`crate::DetachedHeap`] over any range of addresses).
 
+mod adapter;
 mod reference;
-mod subject;
 
-pub use crate::layout::Layout;
+pub use crate::algo::geometry::Geometry;
+pub use adapter::{Adapter, Counted, DetachedAdapter, InlineAdapter, Memory};
 pub use reference::{MChunk, Model};
-pub use subject::{Counted, DetachedSubject, InlineSubject, Memory, Subject};

@@ -16,17 +16,17 @@
 //! granules shrinking to at most 2047 moves to the best fit outside the top when there is one
 //! (the victim filed first if it fits); regions are added, grown in place and removed. Every
 //! result, the errors included, is what [`crate::InlineHeap`] and [`crate::DetachedHeap`] must
-//! return for the same request, given the [`Layout`] of their placement (the core's own size
+//! return for the same request, given the [`Geometry`] of their placement (the core's own size
 //! arithmetic: the model shares it, and decides only where each request goes) (with the
 //! detached heap's table never running out of records, and the inline heap never given a null
 //! region base).
 
 extern crate alloc;
 
-use crate::bins::LIST_SIZES;
-use crate::heap::SHRINK_MOVE_MAX;
-use crate::layout::Layout;
-use crate::Error;
+use crate::algo::bin_index::LIST_SIZES;
+use crate::algo::geometry::Geometry;
+use crate::algo::heap::SHRINK_MOVE_MAX;
+use crate::error::Error;
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 
@@ -46,7 +46,7 @@ pub struct MChunk {
 /// The reference model: chunks by payload address, regions by base.
 #[derive(Clone, Debug)]
 pub struct Model {
-    geo: Layout,
+    geo: Geometry,
     chunks: BTreeMap<usize, MChunk>,
     /// Regions: base → (number, end in bytes), for growth and removal.
     regions: BTreeMap<usize, (usize, usize)>,
@@ -61,7 +61,7 @@ pub struct Model {
 
 impl Model {
     /// An empty model of a heap with this geometry.
-    pub fn new(geo: Layout) -> Self {
+    pub fn new(geo: Geometry) -> Self {
         Model {
             geo,
             chunks: BTreeMap::new(),
@@ -74,7 +74,7 @@ impl Model {
     }
 
     /// The layout the model was made with.
-    pub fn layout(&self) -> Layout {
+    pub fn layout(&self) -> Geometry {
         self.geo
     }
 

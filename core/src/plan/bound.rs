@@ -3,7 +3,8 @@
 use alloc::vec::Vec;
 
 use super::buffer::check_buffers;
-use super::{Buffer, PlanError};
+use super::buffer::Buffer;
+use super::error::PlanError;
 
 /// The largest total size of the buffers live at one moment. No plan's arena is smaller, so a
 /// plan whose arena equals it is optimal (alignment can push the true optimum above it).

@@ -2,7 +2,7 @@
 
 use alloc::vec::Vec;
 
-use super::PlanError;
+use super::error::PlanError;
 
 /// A buffer to place: `size` bytes live over the half-open interval `[start, end)` of some
 /// clock (operator steps, trace events, …), at an offset that is a multiple of `align`.

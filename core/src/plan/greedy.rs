@@ -14,10 +14,11 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use super::buffer::check_buffers;
+use super::buffer::{Buffer, Plan};
+use super::error::PlanError;
+use super::monitor::Monitor;
 use super::place::{best_fit, Placed, WORK_LIMIT};
-use super::search::Monitor;
 use super::sweep::Instance;
-use super::{Buffer, Plan, PlanError};
 
 /// The order a heuristic feeds the placement.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -22,8 +22,8 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use super::buffer::align_up;
-use super::search::Monitor;
-use super::{Buffer, Plan};
+use super::buffer::{Buffer, Plan};
+use super::monitor::Monitor;
 
 /// Work (conflicting pairs found, each once, by the later-placed buffer, times the log of
 /// their number for sorting them) a placement may do before the buffers left go on the

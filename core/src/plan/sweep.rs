@@ -17,7 +17,7 @@
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::Buffer;
+use super::buffer::Buffer;
 
 /// Sections and conflicts of the buffers of one problem that have a size.
 ///

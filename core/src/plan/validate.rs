@@ -8,7 +8,8 @@
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 
-use super::{Buffer, Plan, PlanError};
+use super::buffer::{Buffer, Plan};
+use super::error::PlanError;
 
 /// Checks that `plan` is a valid placement of `buffers`:
 ///

@@ -541,3 +541,13 @@ fn the_victim_serves_listed_requests_before_the_best_fit() {
     assert_eq!(h.stats().in_use, 0);
     assert_eq!(h.stats().free_chunks, 1);
 }
+
+#[test]
+fn both_granule_kinds_compute_the_same_sizes() {
+    use crate::algo::tags::Tags;
+
+    let host = InlineHeap::new();
+    let any = InlineHeap::with_granule(16).unwrap();
+    assert_eq!(host.heap.tags().layout(), any.heap.tags().layout());
+    assert_eq!(host.granule(), 16);
+}

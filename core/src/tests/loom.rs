@@ -10,7 +10,7 @@
 //! weakened to Relaxed, see `src/sync.rs`), the queue models report a causality violation;
 //! `.ci/loom` checks that they do.
 //!
-//! The queue is the bounded ring of `src/queue.rs` for both heaps; the models run it on
+//! The queue is the bounded ring of `src/share/queue.rs` for both heaps; the models run it on
 //! its own, then through `GlobalHeap` and `SharedDetachedHeap`, with legitimate frees racing
 //! allocations and with double frees racing their first free (one must be refused, nothing
 //! written).
@@ -25,8 +25,8 @@ use loom::sync::Arc;
 use loom::thread;
 
 use super::inline::{Arena, OneRegion};
-use crate::detached::Block;
-use crate::queue::FreeQueue;
+use crate::detached::heap::Block;
+use crate::share::queue::FreeQueue;
 use crate::{
     DetachedHeap, GlobalHeap, Growth, InlineHeap, Policy, Pool, Record, SharedDetachedHeap,
     SharedPool, SpinLock, ThreadCache,

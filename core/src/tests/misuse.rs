@@ -168,8 +168,8 @@ fn every_front_end_refuses_zero_sizes() {
     let heap = global(1 << 16);
     assert_eq!(heap.try_alloc(0, 16), Err(Error::ZeroSize));
     let p = heap.try_alloc(100, 16).unwrap();
-    // SAFETY: `p` is live with 100 bytes; a refused realloc leaves it live.
     assert_eq!(
+        // SAFETY: `p` is live with 100 bytes; a refused realloc leaves it live.
         unsafe { heap.try_realloc(p, 100, 16, 0) },
         Err(Error::ZeroSize)
     );
@@ -291,8 +291,8 @@ fn a_double_free_after_a_merge_is_reported_as_such() {
     assert_eq!(unsafe { h.free_checked(y, 64) }, Err(Error::DoubleFree));
     // A pointer into a free chunk that no allocation could have had is foreign.
     let odd = core::ptr::NonNull::new(y.as_ptr().wrapping_add(3)).unwrap();
-    // SAFETY: deliberately foreign; the checked path refuses it.
     assert_eq!(
+        // SAFETY: deliberately foreign; the checked path refuses it.
         unsafe { h.free_checked(odd, 8) },
         Err(Error::ForeignPointer)
     );

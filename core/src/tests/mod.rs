@@ -8,6 +8,8 @@ mod loom;
 #[cfg(not(loom))]
 mod misuse;
 mod model;
+#[cfg(not(loom))]
+mod module_map;
 #[cfg(feature = "alloc")]
 mod plan;
 #[cfg(not(loom))]

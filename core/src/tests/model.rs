@@ -5,7 +5,7 @@
 //! free chunk that fits, and among equal sizes the one filed into the free set earliest. Random
 //! sequences of alloc / aligned alloc / free / realloc / add region / remove region run on
 //! both tag placements, through the same adapter the fuzz targets, the trace replay and the
-//! benchmarks use ([`crate::model::Subject`]); after every step the heap's result must equal the model's prediction,
+//! benchmarks use ([`crate::model::Adapter`]); after every step the heap's result must equal the model's prediction,
 //! `check()` must pass, live allocations must not overlap, alignment must hold, and (inline)
 //! the bytes written into each live allocation must still be there.
 
@@ -16,7 +16,7 @@ use std::vec::Vec;
 use proptest::prelude::*;
 
 use super::inline::Arena;
-use crate::model::{DetachedSubject, InlineSubject, Memory, Model, Subject};
+use crate::model::{Adapter, DetachedAdapter, InlineAdapter, Memory, Model};
 use crate::{BinShape, DetachedHeap, HostGranule, InlineHeap, Record, Tally};
 
 // SAFETY: the arena's buffer is valid for its length for as long as the arena lives, and the
@@ -49,7 +49,7 @@ impl crate::RecordStore for Vec<Record> {
 const DETACHED_BASE: usize = 1 << 40;
 
 /// Fills the first `len` bytes of `h` with `byte`, where the placement keeps them in memory.
-fn fill<S: Subject>(h: &S::H, len: usize, byte: u8) {
+fn fill<S: Adapter>(h: &S::H, len: usize, byte: u8) {
     if let Some(p) = S::bytes(h) {
         // SAFETY: `h` is a live block of at least `len` bytes that only the test uses.
         unsafe { p.as_ptr().write_bytes(byte, len) }
@@ -57,7 +57,7 @@ fn fill<S: Subject>(h: &S::H, len: usize, byte: u8) {
 }
 
 /// Panics unless the first `len` bytes of `h` all hold `byte` (where they are in memory).
-fn verify<S: Subject>(h: &S::H, len: usize, byte: u8) {
+fn verify<S: Adapter>(h: &S::H, len: usize, byte: u8) {
     if let Some(p) = S::bytes(h) {
         // SAFETY: as in `fill`.
         let s = unsafe { core::slice::from_raw_parts(p.as_ptr(), len) };
@@ -72,7 +72,7 @@ fn verify<S: Subject>(h: &S::H, len: usize, byte: u8) {
 }
 
 /// Frees the live block `h` of `size` bytes, through the checked free.
-fn free<S: Subject>(subject: &mut S, h: S::H, size: usize) {
+fn free<S: Adapter>(subject: &mut S, h: S::H, size: usize) {
     // SAFETY: `h` is live (the driver frees each allocation once) and unused afterwards.
     unsafe { subject.free_checked(h, size) }.unwrap();
 }
@@ -133,7 +133,7 @@ const SPACE: usize = 1 << 20;
 
 /// Runs `ops` on `subject`, whose address space (`SPACE` bytes) starts at `base`, and on the
 /// model beside it.
-fn run<S: Subject>(subject: &mut S, base: usize, first_region: usize, ops: &[Op]) {
+fn run<S: Adapter>(subject: &mut S, base: usize, first_region: usize, ops: &[Op]) {
     let geo = subject.layout();
     let mut model = Model::new(geo);
     let mut cursor = 0usize;
@@ -304,7 +304,7 @@ fn ops_strategy(
 }
 
 /// An inline heap over an arena of the test's address space.
-fn inline_subject() -> (InlineSubject<Arena>, usize) {
+fn inline_subject() -> (InlineAdapter<Arena>, usize) {
     inline_subject_of(InlineHeap::new())
 }
 
@@ -312,15 +312,15 @@ fn inline_subject() -> (InlineSubject<Arena>, usize) {
 /// address space.
 fn inline_subject_of<K: Tally, B: BinShape>(
     heap: InlineHeap<HostGranule, K, B>,
-) -> (InlineSubject<Arena, HostGranule, K, B>, usize) {
+) -> (InlineAdapter<Arena, HostGranule, K, B>, usize) {
     let mut arena = Arena::new(SPACE);
     let base = arena.ptr().addr();
-    (InlineSubject::new(heap, arena), base)
+    (InlineAdapter::new(heap, arena), base)
 }
 
 /// A detached heap with this granule over the test's address space.
-fn detached_subject(granule: usize) -> DetachedSubject<Vec<Record>> {
-    DetachedSubject::new(DetachedHeap::new(Vec::new(), granule).unwrap())
+fn detached_subject(granule: usize) -> DetachedAdapter<Vec<Record>> {
+    DetachedAdapter::new(DetachedHeap::new(Vec::new(), granule).unwrap())
 }
 
 proptest! {

@@ -16,7 +16,7 @@ use core::ptr::NonNull;
 use proptest::prelude::*;
 
 use super::inline::Arena;
-use crate::model::{Layout, Model};
+use crate::model::{Geometry, Model};
 use crate::{
     DetachedHeap, Error, Growth, Hooks, InlineHeap, Policy, PolicyError, Pool, Record,
     RegionSource, Reserve, Scope,
@@ -652,8 +652,8 @@ fn a_growable_source_keeps_one_region_and_trim_gives_its_free_end_back() {
     assert!(st.grown >= 1);
     assert_eq!(books.borrow().out.len(), 1);
     // Free the last three: the region's free end goes back, the region stays.
-    // SAFETY: detached blocks are checked; freed once.
     for b in &blocks[2..] {
+        // SAFETY: detached blocks are checked; each is freed once.
         unsafe { pool.free(*b, b.size).unwrap() };
     }
     let t = pool.trim();
@@ -858,7 +858,7 @@ proptest! {
         policy.limit = limit;
         policy.bypass_above = bypass;
         let (mut pool, books, hooks) = detached_pool(1 << 30, policy, grows);
-        let mut model = Model::new(Layout::detached(256).unwrap());
+        let mut model = Model::new(Geometry::detached(256).unwrap());
         let mut seen = 0;
         let mut live: Vec<crate::Block> = Vec::new();
         // Blocks in regions of their own, each holding one of the pool's 32 bypass slots.
@@ -999,13 +999,13 @@ unsafe impl RegionSource for Empty {
 #[test]
 fn a_shared_inline_pool_can_be_a_static_global_allocator() {
     use crate::SharedPool;
-    use core::alloc::{GlobalAlloc, Layout as StdLayout};
+    use core::alloc::{GlobalAlloc, Layout};
 
     fn sync<T: Sync>(_: &T) {}
     static POOL: SharedPool<InlineHeap, Empty> =
         SharedPool::new(Pool::new(InlineHeap::new(), Empty, Policy::new()));
     sync(&POOL);
-    let layout = StdLayout::from_size_align(64, 8).unwrap();
+    let layout = Layout::from_size_align(64, 8).unwrap();
     // SAFETY: a non-zero size.
     let p = unsafe { GlobalAlloc::alloc(&POOL, layout) };
     assert!(p.is_null(), "the source has nothing: null, not a panic");
@@ -1134,8 +1134,9 @@ fn a_bypassed_block_grows_with_its_region_and_keeps_its_place() {
     let st = pool.stats();
     assert_eq!((st.regions_obtained, st.bypassed), (2, 1), "{st:?}");
     assert!(st.grown > 0, "{st:?}");
-    // SAFETY: the live block, shrunk but still above the threshold: kept in place.
     let smaller = threshold + (size - threshold) / 2;
+    // SAFETY: `p` is the live block of `size` bytes; shrunk but still above the threshold, it
+    // is kept in place.
     let q = unsafe { pool.realloc(p, size, 16, smaller) }.unwrap();
     assert_eq!(q, p);
     size = smaller;

@@ -1,4 +1,4 @@
-//! Region management: one implementation over both placements (`crate::region`).
+//! Region management: one implementation over both placements (`crate::algo::region`).
 
 extern crate std;
 use std::vec::Vec;

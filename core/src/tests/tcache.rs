@@ -11,8 +11,8 @@ use core::ptr::NonNull;
 use proptest::prelude::*;
 
 use super::inline::{Arena, OneRegion};
-use crate::model::{Layout, Model};
-use crate::tcache::ENABLED;
+use crate::model::{Geometry, Model};
+use crate::share::tcache::ENABLED;
 use crate::{
     Class, Error, Growth, InlineHeap, Policy, Pool, Reserve, SharedPool, ThreadCache, TOTAL_BYTES,
 };
@@ -317,7 +317,7 @@ proptest! {
             return Ok(());
         }
         let (pool, (base, len)) = pool(512 << 10);
-        let mut model = Model::new(Layout::inline(16).unwrap());
+        let mut model = Model::new(Geometry::inline(16).unwrap());
         model.add_region(base, len).unwrap();
         let mut mc = ModelCache { bins: BTreeMap::new(), bytes: 0 };
         let mut cache = ThreadCache::new(KEY);

@@ -1,0 +1,252 @@
+//! [`SharedAlloc`]: what every heap or pool shared between threads offers a program, host
+//! memory by size through `&self`, and, written once over it, what the standard allocator
+//! traits need: [`GlobalAlloc`]'s methods here, `allocator_api2`'s `Allocator` (with the
+//! `allocator-api2` / `allocator-api2-04` features) below. Each shared type implements the
+//! trait under its own lock and forwards each trait method in one line, so the rules (null
+//! for every failure, a dangling pointer for a zero-sized `Allocator` request, a move when a
+//! resize changes the alignment) are stated in one place.
+
+#[cfg(doc)]
+use core::alloc::GlobalAlloc;
+use core::alloc::Layout;
+use core::ptr::{null_mut, NonNull};
+
+use crate::error::Error;
+
+/// A heap or pool that many threads share through `&self` (its lock inside), allocating host
+/// memory by size: [`GlobalHeap`](crate::GlobalHeap), [`SharedPool`](crate::SharedPool) of an
+/// [`InlineHeap`](crate::InlineHeap), and wrappers of them such as the host crate's global
+/// allocator. Their [`GlobalAlloc`] (and `allocator_api2` `Allocator`) impls forward to the
+/// provided methods, which implementers leave as they are.
+///
+/// # Safety
+///
+/// [`SharedAlloc::alloc_block`] returns a block of at least `size` bytes aligned to `align`
+/// that overlaps no other live block and stays valid until it is given to
+/// [`SharedAlloc::free_block`] or [`SharedAlloc::realloc_block`]; a zero `size` is refused.
+/// [`SharedAlloc::realloc_block`], when it succeeds, returns such a block for `new_size`
+/// holding the old contents up to the smaller size, and the old block is given up; when it
+/// fails the old block is untouched. Blocks may be freed from any thread and through any
+/// reference to the same value.
+pub unsafe trait SharedAlloc {
+    /// Why an allocation or resize was refused.
+    type Error;
+
+    /// Allocates `size` bytes aligned to `align`.
+    fn alloc_block(&self, size: usize, align: usize) -> Result<NonNull<u8>, Self::Error>;
+
+    /// Frees a block of `size` bytes.
+    ///
+    /// # Safety
+    /// `ptr` came from this value's [`SharedAlloc::alloc_block`] or
+    /// [`SharedAlloc::realloc_block`] with `size`, is not freed twice, and its memory is not
+    /// used after the call (the implementer's own free may check some of this).
+    unsafe fn free_block(&self, ptr: NonNull<u8>, size: usize) -> Result<(), Error>;
+
+    /// Resizes a block of `size` bytes aligned to `align` to `new_size`.
+    ///
+    /// # Safety
+    /// As for [`SharedAlloc::free_block`]; on success the old pointer is given up.
+    unsafe fn realloc_block(
+        &self,
+        ptr: NonNull<u8>,
+        size: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Result<NonNull<u8>, Self::Error>;
+
+    /// [`GlobalAlloc::alloc`]: null for a zero size (which `GlobalAlloc` callers must not ask
+    /// for) and on any error.
+    #[inline]
+    fn global_alloc(&self, layout: Layout) -> *mut u8 {
+        self.alloc_block(layout.size(), layout.align())
+            .map_or(null_mut(), NonNull::as_ptr)
+    }
+
+    /// [`GlobalAlloc::dealloc`]: a refused free is counted in the statistics (`dealloc` has
+    /// no way to return it); null is ignored.
+    ///
+    /// # Safety
+    /// As for [`GlobalAlloc::dealloc`].
+    #[inline]
+    unsafe fn global_dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if let Some(p) = NonNull::new(ptr) {
+            // SAFETY: `GlobalAlloc`'s contract: `ptr` was allocated here with `layout`.
+            let _ = unsafe { self.free_block(p, layout.size()) };
+        }
+    }
+
+    /// [`GlobalAlloc::realloc`]: null on any error (the block is kept) and for a null `ptr`.
+    ///
+    /// # Safety
+    /// As for [`GlobalAlloc::realloc`].
+    #[inline]
+    unsafe fn global_realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let Some(p) = NonNull::new(ptr) else {
+            return null_mut();
+        };
+        // SAFETY: `GlobalAlloc`'s contract, as in `global_dealloc`.
+        unsafe { self.realloc_block(p, layout.size(), layout.align(), new_size) }
+            .map_or(null_mut(), NonNull::as_ptr)
+    }
+}
+
+/// An `Allocator` impl whose methods forward to the helpers [`allocator_api!`] defines beside
+/// it (resolved where it is expanded): `$head` is the impl's header, so each shared type's
+/// impl is its header alone.
+#[cfg(any(feature = "allocator-api2", feature = "allocator-api2-04"))]
+macro_rules! forward_allocator {
+    ($($head:tt)*) => {
+        $($head)* {
+            fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
+                allocate(self, layout)
+            }
+
+            unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
+                // SAFETY: forwarded caller contract.
+                unsafe { deallocate(self, ptr, layout) }
+            }
+
+            unsafe fn grow(
+                &self,
+                ptr: NonNull<u8>,
+                old: Layout,
+                new: Layout,
+            ) -> Result<NonNull<[u8]>, AllocError> {
+                // SAFETY: forwarded caller contract.
+                unsafe { resize(self, ptr, old, new) }
+            }
+
+            unsafe fn shrink(
+                &self,
+                ptr: NonNull<u8>,
+                old: Layout,
+                new: Layout,
+            ) -> Result<NonNull<[u8]>, AllocError> {
+                // SAFETY: forwarded caller contract.
+                unsafe { resize(self, ptr, old, new) }
+            }
+        }
+    };
+}
+
+/// `allocator_api2::alloc::Allocator` for every [`SharedAlloc`] of this crate, written once
+/// for each supported version of that crate (its trait is a distinct trait in each).
+#[cfg(any(feature = "allocator-api2", feature = "allocator-api2-04"))]
+macro_rules! allocator_api {
+    ($krate:ident) => {
+        const _: () = {
+            use core::ptr::{self, NonNull};
+            use $krate::alloc::{AllocError, Allocator, Layout};
+
+            use crate::algo::shape::BinShape;
+            use crate::algo::stats::Tally;
+            use crate::inline::granule::Granule;
+            use crate::inline::heap::InlineHeap;
+            use crate::pool::hooks::Hooks;
+            use crate::pool::source::RegionSource;
+            use crate::share::alloc::SharedAlloc;
+            use crate::share::global::GlobalHeap;
+            use crate::share::lock::RawLock;
+            use crate::share::pool::SharedPool;
+
+            /// The well-aligned dangling pointer `Allocator` hands out for zero-sized requests.
+            fn dangling(layout: Layout) -> Result<NonNull<u8>, AllocError> {
+                NonNull::new(ptr::without_provenance_mut(layout.align())).ok_or(AllocError)
+            }
+
+            /// [`Allocator::allocate`]: zero-sized requests get a dangling aligned pointer that
+            /// is never passed to the heap.
+            fn allocate<A: SharedAlloc>(
+                a: &A,
+                layout: Layout,
+            ) -> Result<NonNull<[u8]>, AllocError> {
+                if layout.size() == 0 {
+                    return Ok(NonNull::slice_from_raw_parts(dangling(layout)?, 0));
+                }
+                let p = a
+                    .alloc_block(layout.size(), layout.align())
+                    .map_err(|_| AllocError)?;
+                Ok(NonNull::slice_from_raw_parts(p, layout.size()))
+            }
+
+            /// [`Allocator::deallocate`].
+            ///
+            /// # Safety
+            /// As for [`Allocator::deallocate`].
+            unsafe fn deallocate<A: SharedAlloc>(a: &A, ptr: NonNull<u8>, layout: Layout) {
+                if layout.size() != 0 {
+                    // SAFETY: `Allocator`'s contract: `ptr` is live here with `layout`. A
+                    // refused free is counted in the statistics.
+                    let _ = unsafe { a.free_block(ptr, layout.size()) };
+                }
+            }
+
+            /// Moves an allocation to a fresh one for `new` (a resize that also changes the
+            /// alignment, or one from or to zero bytes).
+            ///
+            /// # Safety
+            /// `ptr` is a live allocation of `a` with `old`, given up if this succeeds.
+            unsafe fn move_to<A: SharedAlloc>(
+                a: &A,
+                ptr: NonNull<u8>,
+                old: Layout,
+                new: Layout,
+            ) -> Result<NonNull<[u8]>, AllocError> {
+                let fresh = allocate(a, new)?;
+                let keep = old.size().min(new.size());
+                // SAFETY: both blocks are live, distinct, and at least `keep` long.
+                unsafe { ptr::copy_nonoverlapping(ptr.as_ptr(), fresh.cast().as_ptr(), keep) };
+                // SAFETY: the caller's contract; the contents have been moved.
+                unsafe { deallocate(a, ptr, old) };
+                Ok(fresh)
+            }
+
+            /// [`Allocator::grow`] and [`Allocator::shrink`]: in place when the heap can (same
+            /// alignment, neither size zero), else moved.
+            ///
+            /// # Safety
+            /// As for [`Allocator::grow`] / [`Allocator::shrink`].
+            unsafe fn resize<A: SharedAlloc>(
+                a: &A,
+                ptr: NonNull<u8>,
+                old: Layout,
+                new: Layout,
+            ) -> Result<NonNull<[u8]>, AllocError> {
+                if old.size() == 0 || new.size() == 0 || old.align() != new.align() {
+                    // SAFETY: forwarded caller contract.
+                    return unsafe { move_to(a, ptr, old, new) };
+                }
+                // SAFETY: forwarded caller contract: `ptr` is live with `old`.
+                let p = unsafe { a.realloc_block(ptr, old.size(), old.align(), new.size()) }
+                    .map_err(|_| AllocError)?;
+                Ok(NonNull::slice_from_raw_parts(p, new.size()))
+            }
+
+            forward_allocator! {
+                // SAFETY: `SharedAlloc`'s contract makes blocks fresh, non-overlapping, as
+                // large and aligned as asked and valid until freed; zero-sized requests never
+                // reach the heap; the heap may be moved or shared (it is `Sync`), and blocks
+                // are freed through whichever reference to it.
+                unsafe impl<L: RawLock, const N: usize, G: Granule, K: Tally, B: BinShape>
+                    Allocator for GlobalHeap<L, N, G, K, B>
+            }
+
+            forward_allocator! {
+                // SAFETY: as for `GlobalHeap` above, over regions the source hands the pool
+                // for its sole use.
+                unsafe impl<S, K, L, const N: usize> Allocator
+                    for SharedPool<InlineHeap, S, K, L, N>
+                where
+                    S: RegionSource<Base = NonNull<u8>>,
+                    K: Hooks,
+                    L: RawLock,
+            }
+        };
+    };
+}
+
+#[cfg(feature = "allocator-api2")]
+allocator_api!(allocator_api2);
+#[cfg(feature = "allocator-api2-04")]
+allocator_api!(allocator_api2_04);

@@ -1,0 +1,11 @@
+//! Sharing: heaps and pools behind a lock, with the frees that find it taken queued, and
+//! per-thread caches in front of a shared pool.
+
+pub(crate) mod alloc;
+pub(crate) mod detached;
+pub(crate) mod global;
+pub(crate) mod lock;
+pub(crate) mod pool;
+pub(crate) mod queue;
+pub(crate) mod shared;
+pub(crate) mod tcache;

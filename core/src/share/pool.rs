@@ -1,0 +1,597 @@
+//! A pool shared between threads: a [`Pool`] behind a lock, with queued frees (see
+//! [`crate::share::shared`]), an out-of-memory handler called without the lock, and, for host pools,
+//! [`GlobalAlloc`] and `allocator_api2`'s `Allocator` through [`SharedAlloc`].
+
+use core::alloc::{GlobalAlloc, Layout};
+use core::ptr::NonNull;
+
+use crate::error::Error;
+use crate::inline::heap::InlineHeap;
+use crate::pool::heap::PoolHeap;
+use crate::pool::hooks::{Hooks, NoHooks};
+use crate::pool::source::RegionSource;
+use crate::pool::{Pool, PoolError, PoolStats, Trimmed};
+use crate::share::alloc::SharedAlloc;
+use crate::share::lock::{RawLock, SpinLock};
+use crate::share::shared::{QueuedFree, Shared};
+use crate::share::tcache::{self, Class, ThreadCache};
+use crate::sync::const_unless_loom;
+
+/// A free waiting in the queue: the block and the size it was freed with.
+pub(crate) struct Pending<B> {
+    block: B,
+    size: usize,
+}
+
+// SAFETY: a queued free is a block its owner gave up for good; only the lock holder that takes
+// it from the queue uses it, to free it.
+unsafe impl<B> Send for Pending<B> {}
+
+impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> QueuedFree for Pool<H, S, K> {
+    type Freed = Pending<H::Block>;
+
+    fn free_queued(&mut self, p: Pending<H::Block>) {
+        // SAFETY: `p` was queued by `SharedPool::free`, whose caller promised what `Pool::free`
+        // needs. A refusal is counted in the heap's statistics.
+        let _ = unsafe { self.free(p.block, p.size) };
+    }
+}
+
+/// What a shared pool does when a request finds no memory: called without the pool's lock
+/// (so other threads' frees go through), it may free memory elsewhere, wait for frees, or
+/// decide to give up. `true` asks for another try (TensorFlow's `AllocatorRetry`).
+pub type OomHandler = fn(&PoolError) -> bool;
+
+/// A [`Pool`] usable from many threads; for host memory, a `#[global_allocator]`.
+///
+/// `L` is the lock ([`SpinLock`] by default, or any `lock_api::RawMutex`, such as
+/// `parking_lot::RawMutex`, with the `lock_api` feature) and `N` (a power of two, at least 2)
+/// how many frees can wait for the lock at once. A free that finds the lock taken is queued
+/// (nothing is written into the block) and done, validated, by the next lock holder. When a
+/// request runs out of memory after the pool has trimmed and retried, the [`OomHandler`], if
+/// any, is called without the lock, up to `max_retries` times.
+///
+/// **Re-entry.** A call into the same pool from the thread that holds its lock (inside
+/// [`SharedPool::with_pool`], or from a hook) returns [`Error::Reentrant`] (null through
+/// `GlobalAlloc`) with the `std` feature; without it, it would wait forever.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use tagalloc::{DetachedHeap, Error, Policy, Pool, Record, RegionSource, SharedPool};
+///
+/// struct Addresses { next: usize }
+/// // SAFETY: detached tags never touch the ranges; none is handed out twice.
+/// unsafe impl RegionSource for Addresses {
+///     type Base = usize;
+///     fn addr(b: usize) -> usize { b }
+///     fn granularity(&self) -> usize { 1 << 20 }
+///     fn obtain(&mut self, min: usize) -> Result<(usize, usize), Error> {
+///         let base = self.next;
+///         self.next += min;
+///         Ok((base, min))
+///     }
+///     unsafe fn give_back(&mut self, _: usize, _: usize) {}
+/// }
+///
+/// let mut table = [Record::VACANT; 64];
+/// let heap = DetachedHeap::new(&mut table[..], 256)?;
+/// let pool = Pool::new(heap, Addresses { next: 1 << 40 }, Policy::new());
+/// let pool: SharedPool<_, _> = SharedPool::new(pool);
+/// std::thread::scope(|s| {
+///     for _ in 0..4 {
+///         s.spawn(|| {
+///             let b = pool.alloc(1 << 16, 256).unwrap();
+///             // SAFETY: detached blocks are checked; freed once.
+///             unsafe { pool.free(b, b.size).unwrap() };
+///         });
+///     }
+/// });
+/// assert_eq!(pool.stats()?.heap.in_use, 0);
+/// # Ok(())
+/// # }
+/// ```
+pub struct SharedPool<H, S, K = NoHooks, L = SpinLock, const N: usize = 64>
+where
+    H: PoolHeap,
+    S: RegionSource<Base = H::Base>,
+    K: Hooks,
+{
+    shared: Shared<Pool<H, S, K>, L, N>,
+    oom: Option<OomHandler>,
+    max_retries: u32,
+}
+
+impl<H, S, K, L, const N: usize> SharedPool<H, S, K, L, N>
+where
+    H: PoolHeap,
+    S: RegionSource<Base = H::Base>,
+    K: Hooks,
+    L: RawLock,
+{
+    const_unless_loom! {
+        /// Shares `pool`, with no out-of-memory handler.
+        ///
+        /// # Time Complexity
+        /// `O(N)` (the queue is built).
+        pub fn new(pool: Pool<H, S, K>) -> Self {
+            SharedPool {
+                shared: Shared::new(pool),
+                oom: None,
+                max_retries: 0,
+            }
+        }
+    }
+
+    const_unless_loom! {
+        /// Shares `pool`, with `handler` called, without the lock, when a request runs out of
+        /// memory; it may ask for up to `max_retries` more tries of that request.
+        ///
+        /// # Time Complexity
+        /// `O(N)` (the queue is built).
+        pub fn with_oom_handler(pool: Pool<H, S, K>, handler: OomHandler, max_retries: u32) -> Self {
+            SharedPool {
+                shared: Shared::new(pool),
+                oom: Some(handler),
+                max_retries,
+            }
+        }
+    }
+
+    /// Allocates (see [`Pool::alloc`]); when the pool runs out, asks the out-of-memory
+    /// handler, if any, whether to try again.
+    ///
+    /// # Time Complexity
+    /// As for [`Pool::alloc`], after the queued frees, plus the wait for the lock.
+    #[inline]
+    pub fn alloc(&self, size: usize, align: usize) -> Result<H::Block, PoolError> {
+        let mut tries = 0;
+        loop {
+            let result = match self.shared.lock() {
+                Ok(mut st) => st.heap.alloc(size, align),
+                Err(e) => Err(unlocked_error(e, size)),
+            };
+            match result {
+                Err(e) if e.is_exhaustion() && tries < self.max_retries => {
+                    let Some(handler) = self.oom else {
+                        return Err(e);
+                    };
+                    tries += 1;
+                    if !handler(&e) {
+                        return Err(e);
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Frees a block of `size` bytes (see [`Pool::free`]). If the lock is taken the free is
+    /// queued and `Ok` returned at once; the next lock holder does it and counts a refusal in
+    /// the heap's statistics. [`Error::Reentrant`] if the queue is full and this thread holds
+    /// the lock (nothing is freed then).
+    ///
+    /// # Time Complexity
+    /// `O(1)` when queued; otherwise as for [`Pool::free`], after the queued frees.
+    ///
+    /// # Safety
+    /// As for [`Pool::free`].
+    #[inline]
+    pub unsafe fn free(&self, block: H::Block, size: usize) -> Result<(), Error> {
+        self.shared.free(Pending { block, size }, |pool, p| {
+            // SAFETY: forwarded caller contract.
+            unsafe { pool.free(p.block, p.size) }
+        })
+    }
+
+    /// Trims the pool (see [`Pool::trim`]).
+    ///
+    /// # Time Complexity
+    /// As for [`Pool::trim`], after the queued frees.
+    pub fn trim(&self) -> Result<Trimmed, Error> {
+        self.shared.with(|p| p.trim())
+    }
+
+    /// The pool's statistics, after doing every queued free.
+    ///
+    /// # Time Complexity
+    /// As for [`Pool::stats`], after the queued frees.
+    pub fn stats(&self) -> Result<PoolStats, Error> {
+        self.shared.with(|p| p.stats())
+    }
+
+    /// Runs `f` with the locked pool (snapshots, `check()`, reservation), after doing every
+    /// queued free. [`Error::Reentrant`] if called from inside `f` itself.
+    ///
+    /// # Time Complexity
+    /// `f`'s, after the queued frees.
+    pub fn with_pool<R>(&self, f: impl FnOnce(&mut Pool<H, S, K>) -> R) -> Result<R, Error> {
+        self.shared.with(f)
+    }
+
+    /// How many frees so far found the lock taken and were queued.
+    ///
+    /// # Time Complexity
+    /// `O(1)`, without the lock.
+    pub fn queued_frees(&self) -> usize {
+        self.shared.queued()
+    }
+
+    /// The pool back, with every queued free done.
+    pub fn into_inner(self) -> Pool<H, S, K> {
+        self.shared.into_inner()
+    }
+}
+
+/// The error of a request that could not take the lock.
+#[cold]
+fn unlocked_error(error: Error, size: usize) -> PoolError {
+    PoolError {
+        error,
+        requested: size,
+        reserved: 0,
+        in_use: 0,
+        limit: None,
+    }
+}
+
+impl<S: RegionSource<Base = NonNull<u8>>, K: Hooks> Pool<InlineHeap, S, K> {
+    /// Resizes an allocation of `old_size` bytes to `new_size` (see
+    /// [`InlineHeap::realloc`]): in place when the heap can, else moved to a new block the pool
+    /// grows for if it must. A block above the bypass threshold that stays above it keeps its
+    /// place when it shrinks to no less than half its usable size, and, when it has a region of
+    /// its own, grows with its region where the source can extend it in place (`mremap`
+    /// without moving, for mappings), instead of being copied into a new region at every step
+    /// (a buffer built up past the threshold a little at a time).
+    ///
+    /// # Time Complexity
+    /// As for [`InlineHeap::realloc`], plus a miss's cost when the pool grows.
+    ///
+    /// # Safety
+    /// As for [`InlineHeap::realloc`].
+    #[inline]
+    pub unsafe fn realloc(
+        &mut self,
+        ptr: NonNull<u8>,
+        old_size: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Result<NonNull<u8>, PoolError> {
+        if !self.bypasses(old_size.max(new_size)) {
+            // SAFETY: forwarded caller contract.
+            match unsafe { self.heap_mut().realloc(ptr, old_size, align, new_size) } {
+                Ok(p) => return Ok(p),
+                Err(e) => {
+                    // SAFETY: forwarded caller contract; the refused realloc left `ptr` live.
+                    return unsafe { self.realloc_refused(e, ptr, old_size, align, new_size) };
+                }
+            }
+        }
+        // SAFETY: forwarded caller contract.
+        unsafe { self.realloc_moving(ptr, old_size, align, new_size) }
+    }
+
+    /// [`Pool::realloc`] after the heap refused: a heap that could neither resize nor move the
+    /// block needs the pool to grow; any other refusal is reported.
+    ///
+    /// # Safety
+    /// As for [`InlineHeap::realloc`].
+    #[cold]
+    #[inline(never)]
+    unsafe fn realloc_refused(
+        &mut self,
+        e: Error,
+        ptr: NonNull<u8>,
+        old_size: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Result<NonNull<u8>, PoolError> {
+        match e {
+            // SAFETY: forwarded caller contract.
+            Error::OutOfMemory => unsafe { self.realloc_moving(ptr, old_size, align, new_size) },
+            e => Err(self.refusal(e, new_size)),
+        }
+    }
+
+    /// [`Pool::realloc`] when the block must move through the pool.
+    ///
+    /// # Safety
+    /// As for [`InlineHeap::realloc`].
+    #[cold]
+    #[inline(never)]
+    unsafe fn realloc_moving(
+        &mut self,
+        ptr: NonNull<u8>,
+        old_size: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Result<NonNull<u8>, PoolError> {
+        // SAFETY: forwarded caller contract; this checks `ptr` as `free` would, before
+        // anything is allocated.
+        let usable = unsafe { PoolHeap::usable_size(self.heap(), &ptr) }
+            .map_err(|e| self.refusal(e, new_size))?;
+        if self.bypasses(old_size) && self.bypasses(new_size) && align <= self.heap().granule() {
+            if new_size <= usable && new_size >= usable / 2 {
+                return Ok(ptr);
+            }
+            if new_size > usable {
+                if let Ok(whole) = self.grow_bypassed(ptr.addr().get(), usable, new_size) {
+                    // SAFETY: `ptr` is live (checked above); its successor is the region's
+                    // new free end, which the block now takes whole.
+                    if unsafe { self.heap_mut().resize_in_place(ptr, whole) }.is_ok() {
+                        return Ok(ptr);
+                    }
+                }
+            }
+        }
+        let new = self.alloc(new_size, align)?;
+        // SAFETY: both blocks are live and distinct; the copy fits both.
+        unsafe {
+            core::ptr::copy_nonoverlapping(
+                ptr.as_ptr(),
+                new.as_ptr(),
+                old_size.min(new_size).min(usable),
+            )
+        };
+        // SAFETY: forwarded caller contract; the contents have moved.
+        unsafe { self.free(ptr, old_size) }.map_err(|e| self.refusal(e, new_size))?;
+        Ok(new)
+    }
+}
+
+impl<S, K, L, const N: usize> SharedPool<InlineHeap, S, K, L, N>
+where
+    S: RegionSource<Base = NonNull<u8>>,
+    K: Hooks,
+    L: RawLock,
+{
+    /// Resizes an allocation (see [`Pool::realloc`]).
+    ///
+    /// # Time Complexity
+    /// As for [`Pool::realloc`], after the queued frees.
+    ///
+    /// # Safety
+    /// As for [`InlineHeap::realloc`].
+    pub unsafe fn realloc(
+        &self,
+        ptr: NonNull<u8>,
+        old_size: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Result<NonNull<u8>, PoolError> {
+        let mut st = self
+            .shared
+            .lock()
+            .map_err(|e| unlocked_error(e, new_size))?;
+        // SAFETY: forwarded caller contract.
+        unsafe { st.heap.realloc(ptr, old_size, align, new_size) }
+    }
+}
+
+impl<S, K, L, const N: usize> SharedPool<InlineHeap, S, K, L, N>
+where
+    S: RegionSource<Base = NonNull<u8>>,
+    K: Hooks,
+    L: RawLock,
+{
+    /// Allocates through `cache` (see [`ThreadCache`]): a request of a cached class comes from
+    /// the cache without the lock or any atomic operation; an empty class is refilled with a
+    /// batch under one lock acquisition; anything else (larger sizes, alignments above the
+    /// granule, the `checked` build) is [`SharedPool::alloc`].
+    ///
+    /// # Time Complexity
+    /// `O(1)` on a hit; a refill is a batch of [`Pool::alloc`]s under the lock.
+    #[inline]
+    pub fn alloc_with_cache(
+        &self,
+        cache: &mut ThreadCache,
+        size: usize,
+        align: usize,
+    ) -> Result<NonNull<u8>, PoolError> {
+        if tcache::ENABLED {
+            if let Some(c) = Class::of(size, align) {
+                if let Some(p) = cache.take(c) {
+                    return Ok(p);
+                }
+                return self.refill(cache, c, size, align);
+            }
+        }
+        self.alloc(size, align)
+    }
+
+    /// [`SharedPool::alloc_with_cache`] when the class is empty: under one lock acquisition,
+    /// one block for the caller and a batch for the cache (from the heap as it stands: only
+    /// the caller's block may grow the pool), and the cache's figures handed to the pool.
+    #[cold]
+    #[inline(never)]
+    fn refill(
+        &self,
+        cache: &mut ThreadCache,
+        c: Class,
+        size: usize,
+        align: usize,
+    ) -> Result<NonNull<u8>, PoolError> {
+        let first = match self.shared.lock() {
+            Ok(mut st) => {
+                let pool = &mut st.heap;
+                if pool.bypasses(c.usable()) {
+                    // A policy that bypasses small sizes: its blocks have regions of their own,
+                    // which a cache must not keep.
+                    return pool.alloc(size, align);
+                }
+                let first = pool.alloc(c.usable(), align);
+                if first.is_ok() {
+                    for _ in 0..cache.room(c) {
+                        match pool.heap_mut().alloc(c.usable(), align) {
+                            // SAFETY: a fresh block of class `c` of this pool, owned by no one.
+                            Ok(p) => unsafe { cache.push(c, p) },
+                            Err(_) => break,
+                        }
+                    }
+                }
+                cache.missed();
+                cache.exchange(pool.cache_stats_mut());
+                first
+            }
+            Err(e) => Err(unlocked_error(e, size)),
+        };
+        match first {
+            Ok(p) => Ok(p),
+            // The out-of-memory handler and the lock's own errors: the plain path.
+            Err(_) => self.alloc(size, align),
+        }
+    }
+
+    /// Frees a block of `size` bytes through `cache`: a block of a cached class goes into the
+    /// cache without the lock or any atomic operation; a full class first moves a batch to
+    /// the pool under one lock acquisition. Anything else is [`SharedPool::free`].
+    /// `DoubleFree`, nothing written, for a block that sits in a cache (see [`ThreadCache`]).
+    ///
+    /// # Time Complexity
+    /// `O(1)`; a spill is a batch of [`Pool::free`]s under the lock.
+    ///
+    /// # Safety
+    /// As for [`Pool::free`]; `cache` belongs to this pool (it was only ever used with it).
+    #[inline]
+    pub unsafe fn free_with_cache(
+        &self,
+        cache: &mut ThreadCache,
+        ptr: NonNull<u8>,
+        size: usize,
+    ) -> Result<(), Error> {
+        if tcache::ENABLED {
+            if let Some(c) = Class::of(size, 1) {
+                // SAFETY: forwarded caller contract: a block of this pool of class `c` (its
+                // size rounds to it) or larger.
+                if unsafe { cache.put(c, ptr) }? {
+                    return Ok(());
+                }
+                // SAFETY: as above.
+                return unsafe { self.spill(cache, c, ptr) };
+            }
+        }
+        // SAFETY: forwarded caller contract.
+        unsafe { self.free(ptr, size) }
+    }
+
+    /// [`SharedPool::free_with_cache`] when the class or the cache is full: a batch of the
+    /// class goes back to the pool under one lock acquisition, then `ptr` into the cache.
+    ///
+    /// # Safety
+    /// As for [`SharedPool::free_with_cache`].
+    #[cold]
+    #[inline(never)]
+    unsafe fn spill(
+        &self,
+        cache: &mut ThreadCache,
+        c: Class,
+        ptr: NonNull<u8>,
+    ) -> Result<(), Error> {
+        let Ok(mut st) = self.shared.lock() else {
+            // SAFETY: forwarded caller contract (the lock is this thread's: queued or refused).
+            return unsafe { self.free(ptr, c.usable()) };
+        };
+        let pool = &mut st.heap;
+        cache.drain(c, ThreadCache::batch(c).max(1), |p| {
+            if pool.hooks().cached_block_returns(pool.heap(), p) {
+                // SAFETY: the cache's blocks are live blocks of this pool of class `c` or
+                // larger (its invariant), freed once. A refusal is counted by the heap.
+                let _ = unsafe { pool.free(p, c.usable()) };
+            }
+        });
+        // SAFETY: forwarded caller contract.
+        let cached = unsafe { cache.put(c, ptr) };
+        if !matches!(cached, Ok(true)) {
+            // The whole cache is at its byte bound with other classes: this one goes back.
+            // SAFETY: forwarded caller contract.
+            let _ = unsafe { pool.free(ptr, c.usable()) };
+        }
+        cache.spilled();
+        cache.exchange(pool.cache_stats_mut());
+        Ok(())
+    }
+
+    /// Gives every block of `cache` back to the pool under one lock acquisition (a thread's
+    /// exit, a trim, the child after a fork), and the cache's figures with them.
+    /// [`Error::Reentrant`] (nothing moved) if this thread holds the lock.
+    ///
+    /// # Time Complexity
+    /// `O(blocks)` frees under the lock.
+    ///
+    /// # Safety
+    /// `cache` belongs to this pool.
+    pub unsafe fn flush_cache(&self, cache: &mut ThreadCache) -> Result<(), Error> {
+        let mut st = self.shared.lock()?;
+        let pool = &mut st.heap;
+        cache.drain_all(|c, p| {
+            if pool.hooks().cached_block_returns(pool.heap(), p) {
+                // SAFETY: the cache's blocks are live blocks of this pool (the caller's promise
+                // and the cache's invariant), freed once. A refusal is counted by the heap.
+                let _ = unsafe { pool.free(p, c.usable()) };
+            }
+        });
+        let s = pool.cache_stats_mut();
+        s.flushes += 1;
+        cache.exchange(s);
+        Ok(())
+    }
+}
+
+// SAFETY: `alloc_block` returns a fresh block of at least `size` bytes aligned to `align` that
+// overlaps no live block (the heap's invariants, over regions the source hands the pool for its
+// sole use), or an error; `free_block` and `realloc_block` forward the caller's promise that
+// `ptr` came from this pool with `size`.
+unsafe impl<S, K, L, const N: usize> SharedAlloc for SharedPool<InlineHeap, S, K, L, N>
+where
+    S: RegionSource<Base = NonNull<u8>>,
+    K: Hooks,
+    L: RawLock,
+{
+    type Error = PoolError;
+
+    #[inline]
+    fn alloc_block(&self, size: usize, align: usize) -> Result<NonNull<u8>, PoolError> {
+        self.alloc(size, align)
+    }
+
+    #[inline]
+    unsafe fn free_block(&self, ptr: NonNull<u8>, size: usize) -> Result<(), Error> {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.free(ptr, size) }
+    }
+
+    #[inline]
+    unsafe fn realloc_block(
+        &self,
+        ptr: NonNull<u8>,
+        size: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Result<NonNull<u8>, PoolError> {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.realloc(ptr, size, align, new_size) }
+    }
+}
+
+// SAFETY: `SharedAlloc`'s contract, which the methods forward to (see `crate::shared_alloc`).
+unsafe impl<S, K, L, const N: usize> GlobalAlloc for SharedPool<InlineHeap, S, K, L, N>
+where
+    S: RegionSource<Base = NonNull<u8>>,
+    K: Hooks,
+    L: RawLock,
+{
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        self.global_alloc(layout)
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.global_dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.global_realloc(ptr, layout, new_size) }
+    }
+}

@@ -11,7 +11,7 @@
 //! allocator installed as a test program's `#[global_allocator]`, wrapped so that a call made
 //! from inside another is counted.
 
-use core::alloc::{GlobalAlloc, Layout};
+use core::alloc::GlobalAlloc;
 use core::ptr::NonNull;
 use core::sync::atomic::AtomicU32;
 
@@ -193,22 +193,4 @@ unsafe impl SharedAlloc for HostAllocator {
     }
 }
 
-// SAFETY: `SharedAlloc`'s contract, which the methods forward to.
-unsafe impl GlobalAlloc for HostAllocator {
-    #[inline]
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        self.global_alloc(layout)
-    }
-
-    #[inline]
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded caller contract.
-        unsafe { self.global_dealloc(ptr, layout) }
-    }
-
-    #[inline]
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: forwarded caller contract.
-        unsafe { self.global_realloc(ptr, layout, new_size) }
-    }
-}
+tagalloc::global_alloc_via_shared!(impl GlobalAlloc for HostAllocator);

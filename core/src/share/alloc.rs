@@ -91,6 +91,43 @@ pub unsafe trait SharedAlloc {
     }
 }
 
+/// Implements [`GlobalAlloc`](core::alloc::GlobalAlloc) for a type that implements
+/// [`SharedAlloc`]: each method forwards to the trait's provided `global_*` method, where the
+/// rules are. The argument is the impl's header, so an impl is its header alone:
+///
+/// ```ignore
+/// tagalloc::global_alloc_via_shared!(impl GlobalAlloc for MyAllocator);
+/// ```
+#[macro_export]
+macro_rules! global_alloc_via_shared {
+    ($($head:tt)*) => {
+        // SAFETY: `SharedAlloc`'s contract, which every method forwards to.
+        unsafe $($head)* {
+            #[inline]
+            unsafe fn alloc(&self, layout: ::core::alloc::Layout) -> *mut u8 {
+                $crate::SharedAlloc::global_alloc(self, layout)
+            }
+
+            #[inline]
+            unsafe fn dealloc(&self, ptr: *mut u8, layout: ::core::alloc::Layout) {
+                // SAFETY: forwarded caller contract.
+                unsafe { $crate::SharedAlloc::global_dealloc(self, ptr, layout) }
+            }
+
+            #[inline]
+            unsafe fn realloc(
+                &self,
+                ptr: *mut u8,
+                layout: ::core::alloc::Layout,
+                new_size: usize,
+            ) -> *mut u8 {
+                // SAFETY: forwarded caller contract.
+                unsafe { $crate::SharedAlloc::global_realloc(self, ptr, layout, new_size) }
+            }
+        }
+    };
+}
+
 /// An `Allocator` impl whose methods forward to the helpers [`allocator_api!`] defines beside
 /// it (resolved where it is expanded): `$head` is the impl's header, so each shared type's
 /// impl is its header alone.

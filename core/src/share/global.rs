@@ -3,7 +3,7 @@
 //! `allocator-api2` / `allocator-api2-04` features, `allocator_api2`'s `Allocator`, both
 //! through [`SharedAlloc`] (see `crate::share::alloc`).
 
-use core::alloc::{GlobalAlloc, Layout};
+use core::alloc::GlobalAlloc;
 use core::ptr::NonNull;
 
 use crate::algo::shape::{BinShape, Wide};
@@ -413,21 +413,7 @@ unsafe impl<L: RawLock, const N: usize, G: Granule, K: Tally, B: BinShape> Share
     }
 }
 
-// SAFETY: `SharedAlloc`'s contract, which the methods forward to (see `crate::shared_alloc`).
-unsafe impl<L: RawLock, const N: usize, G: Granule, K: Tally, B: BinShape> GlobalAlloc
-    for GlobalHeap<L, N, G, K, B>
-{
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        self.global_alloc(layout)
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded caller contract.
-        unsafe { self.global_dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: forwarded caller contract.
-        unsafe { self.global_realloc(ptr, layout, new_size) }
-    }
-}
+crate::global_alloc_via_shared!(
+    impl<L: RawLock, const N: usize, G: Granule, K: Tally, B: BinShape> GlobalAlloc
+        for GlobalHeap<L, N, G, K, B>
+);

@@ -2,7 +2,7 @@
 //! [`crate::share::shared`]), an out-of-memory handler called without the lock, and, for host pools,
 //! [`GlobalAlloc`] and `allocator_api2`'s `Allocator` through [`SharedAlloc`].
 
-use core::alloc::{GlobalAlloc, Layout};
+use core::alloc::GlobalAlloc;
 use core::ptr::NonNull;
 
 use crate::error::Error;
@@ -574,24 +574,10 @@ where
     }
 }
 
-// SAFETY: `SharedAlloc`'s contract, which the methods forward to (see `crate::shared_alloc`).
-unsafe impl<S, K, L, const N: usize> GlobalAlloc for SharedPool<InlineHeap, S, K, L, N>
-where
-    S: RegionSource<Base = NonNull<u8>>,
-    K: Hooks,
-    L: RawLock,
-{
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        self.global_alloc(layout)
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded caller contract.
-        unsafe { self.global_dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: forwarded caller contract.
-        unsafe { self.global_realloc(ptr, layout, new_size) }
-    }
-}
+crate::global_alloc_via_shared!(
+    impl<S, K, L, const N: usize> GlobalAlloc for SharedPool<InlineHeap, S, K, L, N>
+    where
+        S: RegionSource<Base = NonNull<u8>>,
+        K: Hooks,
+        L: RawLock,
+);

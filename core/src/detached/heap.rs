@@ -324,22 +324,17 @@ impl<S: RecordStore> DetachedHeap<S> {
         self.heap.free_spans(min, page, each)
     }
 
+    /// As [`InlineHeap::check_step`](crate::InlineHeap::check_step), for this heap.
+    pub fn check_step(&self, marks: &mut crate::StepMarks) -> Result<(), CheckError> {
+        self.heap.check_step(marks)
+    }
+
     /// Verifies every invariant of the heap (see `crate::algo::check`).
     ///
     /// # Time Complexity
     /// `O(chunks + regions)`.
     pub fn check(&self) -> Result<(), CheckError> {
         self.heap.check()
-    }
-
-    /// A step's check, for harnesses that check after every operation: the invariants of
-    /// [`check`](Self::check), reading only the bins' lists that `marks` (kept from the previous
-    /// step's check) or the bins mark non-empty (see [`StepMarks`](crate::StepMarks)).
-    ///
-    /// # Time Complexity
-    /// `O(chunks + regions + marked map words)`.
-    pub fn check_step(&self, marks: &mut crate::StepMarks) -> Result<(), CheckError> {
-        self.heap.check_step(marks)
     }
 
     /// The heap's statistics.

@@ -91,12 +91,94 @@ pub unsafe trait SharedAlloc {
     }
 }
 
+/// Implements [`SharedAlloc`] for a shared heap or pool of this crate whose own methods
+/// `$alloc`, `$free` and `$realloc` (by `&self`, under its lock) already have the trait's
+/// signatures and contract, with `$err` its error; the rest of the argument is the impl's
+/// header.
+macro_rules! shared_alloc_via {
+    ($alloc:ident, $free:ident, $realloc:ident, $err:ty => $($head:tt)*) => {
+        // SAFETY: `$alloc` returns a fresh block of at least `size` bytes aligned to `align`
+        // that no other live block overlaps, or an error (the heap's invariants, for a pool over
+        // regions its source hands it for its sole use); `$free` and `$realloc` forward the
+        // caller's promise that `ptr` came from this value with `size`.
+        unsafe $($head)* {
+            type Error = $err;
+
+            #[inline]
+            fn alloc_block(
+                &self,
+                size: usize,
+                align: usize,
+            ) -> Result<::core::ptr::NonNull<u8>, $err> {
+                self.$alloc(size, align)
+            }
+
+            #[inline]
+            unsafe fn free_block(
+                &self,
+                ptr: ::core::ptr::NonNull<u8>,
+                size: usize,
+            ) -> Result<(), $crate::Error> {
+                // SAFETY: forwarded caller contract.
+                unsafe { self.$free(ptr, size) }
+            }
+
+            #[inline]
+            unsafe fn realloc_block(
+                &self,
+                ptr: ::core::ptr::NonNull<u8>,
+                size: usize,
+                align: usize,
+                new_size: usize,
+            ) -> Result<::core::ptr::NonNull<u8>, $err> {
+                // SAFETY: forwarded caller contract.
+                unsafe { self.$realloc(ptr, size, align, new_size) }
+            }
+        }
+    };
+}
+pub(crate) use shared_alloc_via;
+
 /// Implements [`GlobalAlloc`](core::alloc::GlobalAlloc) for a type that implements
 /// [`SharedAlloc`]: each method forwards to the trait's provided `global_*` method, where the
 /// rules are. The argument is the impl's header, so an impl is its header alone:
 ///
-/// ```ignore
-/// tagalloc::global_alloc_via_shared!(impl GlobalAlloc for MyAllocator);
+/// ```
+/// use core::ptr::NonNull;
+/// use tagalloc::{Error, GlobalHeap, SharedAlloc};
+///
+/// /// A program's own allocator over a shared heap (its statistics, say, kept beside it).
+/// struct Mine(GlobalHeap);
+///
+/// // SAFETY: every method forwards to the heap's, which keeps the trait's contract.
+/// unsafe impl SharedAlloc for Mine {
+///     type Error = Error;
+///     fn alloc_block(&self, size: usize, align: usize) -> Result<NonNull<u8>, Error> {
+///         self.0.alloc_block(size, align)
+///     }
+///     unsafe fn free_block(&self, ptr: NonNull<u8>, size: usize) -> Result<(), Error> {
+///         // SAFETY: forwarded caller contract.
+///         unsafe { self.0.free_block(ptr, size) }
+///     }
+///     unsafe fn realloc_block(
+///         &self,
+///         ptr: NonNull<u8>,
+///         size: usize,
+///         align: usize,
+///         new_size: usize,
+///     ) -> Result<NonNull<u8>, Error> {
+///         // SAFETY: forwarded caller contract.
+///         unsafe { self.0.realloc_block(ptr, size, align, new_size) }
+///     }
+/// }
+///
+/// tagalloc::global_alloc_via_shared!(impl core::alloc::GlobalAlloc for Mine);
+///
+/// let mine = Mine(GlobalHeap::new());
+/// // A heap given no arena refuses every request; `GlobalAlloc` says so with null.
+/// let layout = core::alloc::Layout::from_size_align(64, 8).unwrap();
+/// // SAFETY: a non-zero size.
+/// assert!(unsafe { core::alloc::GlobalAlloc::alloc(&mine, layout) }.is_null());
 /// ```
 #[macro_export]
 macro_rules! global_alloc_via_shared {

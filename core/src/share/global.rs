@@ -11,7 +11,7 @@ use crate::algo::stats::{Counters, Stats, Tally};
 use crate::error::Error;
 use crate::inline::granule::{Granule, HostGranule};
 use crate::inline::heap::InlineHeap;
-use crate::share::alloc::SharedAlloc;
+use crate::share::alloc::{shared_alloc_via, SharedAlloc};
 use crate::share::lock::{RawLock, SpinLock};
 use crate::share::shared::{QueuedFree, Shared};
 use crate::sync::const_unless_loom;
@@ -381,37 +381,10 @@ impl Default for GlobalHeap {
     }
 }
 
-// SAFETY: `alloc_block` returns a fresh block of at least `size` bytes aligned to `align` that
-// no other live allocation overlaps, or an error (the heap's invariants); `free_block` and
-// `realloc_block` forward the caller's promise that `ptr` came from this heap with `size`.
-unsafe impl<L: RawLock, const N: usize, G: Granule, K: Tally, B: BinShape> SharedAlloc
-    for GlobalHeap<L, N, G, K, B>
-{
-    type Error = Error;
-
-    #[inline]
-    fn alloc_block(&self, size: usize, align: usize) -> Result<NonNull<u8>, Error> {
-        self.try_alloc(size, align)
-    }
-
-    #[inline]
-    unsafe fn free_block(&self, ptr: NonNull<u8>, size: usize) -> Result<(), Error> {
-        // SAFETY: forwarded caller contract.
-        unsafe { self.try_free(ptr, size) }
-    }
-
-    #[inline]
-    unsafe fn realloc_block(
-        &self,
-        ptr: NonNull<u8>,
-        size: usize,
-        align: usize,
-        new_size: usize,
-    ) -> Result<NonNull<u8>, Error> {
-        // SAFETY: forwarded caller contract.
-        unsafe { self.try_realloc(ptr, size, align, new_size) }
-    }
-}
+shared_alloc_via!(try_alloc, try_free, try_realloc, Error =>
+    impl<L: RawLock, const N: usize, G: Granule, K: Tally, B: BinShape> SharedAlloc
+        for GlobalHeap<L, N, G, K, B>
+);
 
 crate::global_alloc_via_shared!(
     impl<L: RawLock, const N: usize, G: Granule, K: Tally, B: BinShape> GlobalAlloc

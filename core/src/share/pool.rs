@@ -11,7 +11,7 @@ use crate::pool::heap::PoolHeap;
 use crate::pool::hooks::{Hooks, NoHooks};
 use crate::pool::source::RegionSource;
 use crate::pool::{Pool, PoolError, PoolStats, Trimmed};
-use crate::share::alloc::SharedAlloc;
+use crate::share::alloc::{shared_alloc_via, SharedAlloc};
 use crate::share::lock::{RawLock, SpinLock};
 use crate::share::shared::{QueuedFree, Shared};
 use crate::share::tcache::{self, Class, ThreadCache};
@@ -538,41 +538,13 @@ where
     }
 }
 
-// SAFETY: `alloc_block` returns a fresh block of at least `size` bytes aligned to `align` that
-// overlaps no live block (the heap's invariants, over regions the source hands the pool for its
-// sole use), or an error; `free_block` and `realloc_block` forward the caller's promise that
-// `ptr` came from this pool with `size`.
-unsafe impl<S, K, L, const N: usize> SharedAlloc for SharedPool<InlineHeap, S, K, L, N>
-where
-    S: RegionSource<Base = NonNull<u8>>,
-    K: Hooks,
-    L: RawLock,
-{
-    type Error = PoolError;
-
-    #[inline]
-    fn alloc_block(&self, size: usize, align: usize) -> Result<NonNull<u8>, PoolError> {
-        self.alloc(size, align)
-    }
-
-    #[inline]
-    unsafe fn free_block(&self, ptr: NonNull<u8>, size: usize) -> Result<(), Error> {
-        // SAFETY: forwarded caller contract.
-        unsafe { self.free(ptr, size) }
-    }
-
-    #[inline]
-    unsafe fn realloc_block(
-        &self,
-        ptr: NonNull<u8>,
-        size: usize,
-        align: usize,
-        new_size: usize,
-    ) -> Result<NonNull<u8>, PoolError> {
-        // SAFETY: forwarded caller contract.
-        unsafe { self.realloc(ptr, size, align, new_size) }
-    }
-}
+shared_alloc_via!(alloc, free, realloc, PoolError =>
+    impl<S, K, L, const N: usize> SharedAlloc for SharedPool<InlineHeap, S, K, L, N>
+    where
+        S: RegionSource<Base = NonNull<u8>>,
+        K: Hooks,
+        L: RawLock,
+);
 
 crate::global_alloc_via_shared!(
     impl<S, K, L, const N: usize> GlobalAlloc for SharedPool<InlineHeap, S, K, L, N>

@@ -513,3 +513,54 @@ fn register_fork_handlers() {
         unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_release), Some(fork_release)) };
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{HostAllocator, HostPool};
+    use tagalloc::Pool;
+
+    static POOL: HostPool = SharedPool::new(Pool::new(
+        InlineHeap::new(),
+        MmapSource::new(),
+        HostAllocator::POLICY,
+    ));
+    static CACHES: CacheBinding = CacheBinding::new();
+
+    /// Reports, when its thread exits, whether the initial-exec word was null by then.
+    struct Witness(std::sync::mpsc::Sender<bool>);
+
+    impl Drop for Witness {
+        fn drop(&mut self) {
+            let _ = self.0.send(tls_slot::get().is_null());
+        }
+    }
+
+    std::thread_local! {
+        static WITNESS: core::cell::RefCell<Option<Witness>> = const { core::cell::RefCell::new(None) };
+    }
+
+    #[test]
+    fn a_bound_thread_finds_its_cache_through_the_word_until_it_exits() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let during = std::thread::spawn(move || {
+            // Registered before the cache is bound, so its destructor runs after the cache's.
+            WITNESS.with(|w| *w.borrow_mut() = Some(Witness(tx)));
+            assert!(tls_slot::get().is_null());
+            let p = CACHES.alloc(&POOL, 40, 16).unwrap();
+            let bound = tls_slot::get();
+            // SAFETY: a live 40-byte block of `POOL`, given up once (into this thread's cache).
+            unsafe { CACHES.free(&POOL, p, 40).unwrap() };
+            bound.is_null()
+        })
+        .join()
+        .unwrap();
+        assert_eq!(during, !tls_slot::PRESENT);
+        // The cache's destructor cleared the word before later destructors ran, and gave the
+        // cache back.
+        assert!(rx.recv().unwrap());
+        let s = POOL.stats().unwrap();
+        assert_eq!(s.heap.in_use, 0);
+        assert_eq!(s.cache.blocks, 0);
+    }
+}

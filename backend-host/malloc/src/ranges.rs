@@ -145,8 +145,9 @@ impl Mirror {
     }
 }
 
-/// The live range holding `addr`, as `(base, len)`, read without the lock; `None` when none
-/// does or the ranges changed meanwhile (then the caller asks under the lock). The range found
+/// The live range holding `addr`, as `(base, end)` (so `base <= addr < end`), read without
+/// the lock; `None` when none does or the ranges changed meanwhile (then the caller asks under
+/// the lock). The range found
 /// last is tried first: the mirror lists the regions oldest first, and a program's frees are
 /// mostly in its newest, largest ones, so a scan from the front took most of the cached
 /// free's time (docs/tcache.md).
@@ -164,7 +165,7 @@ pub(crate) fn find_unlocked(addr: usize) -> Option<(usize, usize)> {
             slot.0.load(Ordering::Relaxed),
             slot.1.load(Ordering::Relaxed),
         );
-        (addr >= base && addr < end).then(|| (base, end - base))
+        (addr >= base && addr < end).then_some((base, end))
     };
     let h = m.hint.load(Ordering::Relaxed);
     let mut hit = if h < n { holds(h) } else { None };

@@ -147,10 +147,9 @@ impl Mirror {
 
 /// The live range holding `addr`, as `(base, end)` (so `base <= addr < end`), read without
 /// the lock; `None` when none does or the ranges changed meanwhile (then the caller asks under
-/// the lock). The range found
-/// last is tried first: the mirror lists the regions oldest first, and a program's frees are
-/// mostly in its newest, largest ones, so a scan from the front took most of the cached
-/// free's time (docs/tcache.md).
+/// the lock). The range found last is tried first: the mirror lists the regions oldest first,
+/// while most frees fall in the newest, largest ones, which a scan from the front reaches
+/// last.
 #[inline]
 pub(crate) fn find_unlocked(addr: usize) -> Option<(usize, usize)> {
     let m = &MIRROR;

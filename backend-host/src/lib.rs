@@ -35,6 +35,7 @@ mod global;
 mod mmap;
 mod os;
 mod tcache;
+mod tls_slot;
 
 pub use futex::FutexLock;
 pub use global::{HostAllocator, HostPool};

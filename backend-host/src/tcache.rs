@@ -2,8 +2,10 @@
 //! it lives, how it is set up without allocating, and how it goes back to its pool.
 //!
 //! **Where.** One cache per thread, in a constant-initialised thread-local without a
-//! destructor: reading it is an offset from the thread pointer (a preloaded library's TLS is
-//! in the static block too), and nothing is registered or allocated by the first access. A
+//! destructor: nothing is registered or allocated by the first access. In a shared library
+//! Rust reaches it through `__tls_get_addr`; with the `initial-exec-tls` feature on x86-64
+//! Linux a bound thread finds it through an initial-exec word instead ([`crate::tls_slot`]:
+//! set when the cache is bound, cleared when it is given back at exit). A
 //! cache serves one pool: the first one the thread allocates or frees through with a cache;
 //! calls on any other pool from that thread take the pool's lock as without a cache.
 //!
@@ -41,6 +43,7 @@ use core::ptr::NonNull;
 use tagalloc::{Class, Error, Hooks, InlineHeap, PoolError, RawLock, SharedPool, ThreadCache};
 
 use crate::mmap::MmapSource;
+use crate::tls_slot;
 
 /// The pools a cache is served by: an inline heap over `mmap` regions, with any hooks, behind
 /// any lock.
@@ -93,20 +96,25 @@ pub(crate) fn with_cache<K: Hooks, L: RawLock, R>(
     f: impl FnOnce(Option<&mut ThreadCache>) -> R,
 ) -> R {
     let addr = pool as *const Pool<K, L> as usize;
+    let fast = tls_slot::get().cast::<Slot>();
+    if !fast.is_null() {
+        // SAFETY: the word is non-null only from `bind`'s success to `release_at_exit`, and
+        // then holds the address of this thread's own `SLOT` (only this thread writes its
+        // word), which has no destructor and so lives as long as the thread.
+        let s = unsafe { &*fast };
+        return enter(s, addr, id, f).unwrap_or_else(|f| f(None));
+    }
     let mut f = Some(f);
     let done = SLOT.try_with(|s| {
         if s.state.get() == UNBOUND {
             bind(s, pool, id);
         }
-        if s.state.get() == ACTIVE && s.pool.get() == addr && s.id.get() == id.load(Relaxed) {
-            s.state.set(SETTING_UP);
-            // SAFETY: only this thread reaches its slot, and the state just set sends any
-            // call that re-enters from inside `f` to the lock, so this is the only reference.
-            let r = f.take().map(|f| f(Some(unsafe { &mut *s.cache.get() })));
-            s.state.set(ACTIVE);
-            r
-        } else {
-            None
+        match enter(s, addr, id, f.take()?) {
+            Ok(r) => Some(r),
+            Err(back) => {
+                f = Some(back);
+                None
+            }
         }
     });
     match (done, f) {
@@ -114,6 +122,27 @@ pub(crate) fn with_cache<K: Hooks, L: RawLock, R>(
         (_, Some(f)) => f(None),
         // `f` ran and gave its result above.
         (_, None) => unreachable_run(),
+    }
+}
+
+/// Runs `f` with the cache of `s` if it is active and serves the pool at `addr` (cache id
+/// `id`); gives `f` back otherwise.
+#[inline(always)]
+fn enter<R, F: FnOnce(Option<&mut ThreadCache>) -> R>(
+    s: &Slot,
+    addr: usize,
+    id: &AtomicU32,
+    f: F,
+) -> Result<R, F> {
+    if s.state.get() == ACTIVE && s.pool.get() == addr && s.id.get() == id.load(Relaxed) {
+        s.state.set(SETTING_UP);
+        // SAFETY: only this thread reaches its slot, and the state just set sends any call
+        // that re-enters from inside `f` to the lock, so this is the only reference.
+        let r = f(Some(unsafe { &mut *s.cache.get() }));
+        s.state.set(ACTIVE);
+        Ok(r)
+    } else {
+        Err(f)
     }
 }
 
@@ -162,6 +191,8 @@ fn bind<K: Hooks, L: RawLock>(s: &Slot, pool: &Pool<K, L>, id: &AtomicU32) {
             s.id.set(pid);
             s.flush.set(Some(flush_into::<K, L>));
             s.state.set(ACTIVE);
+            // From now on the thread finds its slot through the initial-exec word.
+            tls_slot::set(s as *const Slot as *const ());
         }
         None => s.state.set(OFF),
     }
@@ -316,6 +347,7 @@ unsafe extern "C" fn release_at_exit(_: *mut c_void) {
             return;
         }
         s.state.set(OFF);
+        tls_slot::set(core::ptr::null());
         let (addr, pid) = (s.pool.get(), s.id.get());
         // SAFETY: the state is `OFF`, so nothing else reaches the cache any more.
         let cache = unsafe { &mut *s.cache.get() };
@@ -479,5 +511,56 @@ fn register_fork_handlers() {
         // SAFETY: the handlers are `extern "C"`, take nothing, and stay loaded. A refusal
         // (no memory) leaves a fork during a bind or exit to wait in the child.
         unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_release), Some(fork_release)) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{HostAllocator, HostPool};
+    use tagalloc::Pool;
+
+    static POOL: HostPool = SharedPool::new(Pool::new(
+        InlineHeap::new(),
+        MmapSource::new(),
+        HostAllocator::POLICY,
+    ));
+    static CACHES: CacheBinding = CacheBinding::new();
+
+    /// Reports, when its thread exits, whether the initial-exec word was null by then.
+    struct Witness(std::sync::mpsc::Sender<bool>);
+
+    impl Drop for Witness {
+        fn drop(&mut self) {
+            let _ = self.0.send(tls_slot::get().is_null());
+        }
+    }
+
+    std::thread_local! {
+        static WITNESS: core::cell::RefCell<Option<Witness>> = const { core::cell::RefCell::new(None) };
+    }
+
+    #[test]
+    fn a_bound_thread_finds_its_cache_through_the_word_until_it_exits() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let during = std::thread::spawn(move || {
+            // Registered before the cache is bound, so its destructor runs after the cache's.
+            WITNESS.with(|w| *w.borrow_mut() = Some(Witness(tx)));
+            assert!(tls_slot::get().is_null());
+            let p = CACHES.alloc(&POOL, 40, 16).unwrap();
+            let bound = tls_slot::get();
+            // SAFETY: a live 40-byte block of `POOL`, given up once (into this thread's cache).
+            unsafe { CACHES.free(&POOL, p, 40).unwrap() };
+            bound.is_null()
+        })
+        .join()
+        .unwrap();
+        assert_eq!(during, !tls_slot::PRESENT);
+        // The cache's destructor cleared the word before later destructors ran, and gave the
+        // cache back.
+        assert!(rx.recv().unwrap());
+        let s = POOL.stats().unwrap();
+        assert_eq!(s.heap.in_use, 0);
+        assert_eq!(s.cache.blocks, 0);
     }
 }

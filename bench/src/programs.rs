@@ -209,11 +209,7 @@ fn apt_install(packages: &[&str]) -> Result<(), String> {
 /// tool was built with, its path taken from cargo's report of what it built.
 fn tagalloc_library(named: Option<&Path>) -> Result<PathBuf, String> {
     if let Some(p) = named {
-        return if p.is_file() {
-            Ok(p.to_path_buf())
-        } else {
-            Err(format!("--lib {}: no such file", p.display()))
-        };
+        return preload_path("--lib", p);
     }
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(&cargo);
@@ -248,7 +244,11 @@ fn tagalloc_library(named: Option<&Path>) -> Result<PathBuf, String> {
 
 /// The allocators: glibc, each peer found (installed first if missing and allowed), tagalloc;
 /// and a line for each peer skipped.
-fn allocators(opts: &Options, lib: PathBuf) -> (Vec<Allocator>, Vec<String>) {
+fn allocators(
+    opts: &Options,
+    lib: PathBuf,
+    baseline: Option<PathBuf>,
+) -> (Vec<Allocator>, Vec<String>) {
     let mut found: Vec<Option<PathBuf>> = PEERS.iter().map(|p| find_library(p.2)).collect();
     let mut skipped = Vec::new();
     let missing: Vec<&str> = PEERS
@@ -295,10 +295,10 @@ fn allocators(opts: &Options, lib: PathBuf) -> (Vec<Allocator>, Vec<String>) {
             });
         }
     }
-    if let Some(base) = &opts.baseline {
+    if let Some(base) = baseline {
         list.push(Allocator {
             name: BASELINE,
-            preload: Some(base.clone()),
+            preload: Some(base),
         });
     }
     list.push(Allocator {
@@ -713,10 +713,26 @@ pub fn runner_main(args: &[std::ffi::OsString]) -> u8 {
     }
 }
 
+/// `path` as `LD_PRELOAD` needs it: an absolute path to a file. The programs run in their own
+/// directories, where a relative path names nothing, and the loader then runs them on glibc's
+/// allocator with no word the benchmark sees.
+fn preload_path(flag: &str, path: &Path) -> Result<PathBuf, String> {
+    let p = fs::canonicalize(path).map_err(|e| format!("{flag} {}: {e}", path.display()))?;
+    if p.is_file() {
+        Ok(p)
+    } else {
+        Err(format!("{flag} {}: not a file", path.display()))
+    }
+}
+
 /// Runs the benchmark: markdown and JSON.
 pub fn run(opts: &Options, bar: &ProgressBar) -> Result<(String, Value), String> {
     let lib = tagalloc_library(opts.lib.as_deref())?;
-    let (allocs, mut skipped) = allocators(opts, lib.clone());
+    let baseline = match &opts.baseline {
+        Some(b) => Some(preload_path("--baseline", b)?),
+        None => None,
+    };
+    let (allocs, mut skipped) = allocators(opts, lib.clone(), baseline);
     let work = std::env::temp_dir().join(format!("tagalloc-bench-programs-{}", std::process::id()));
     let _ = fs::remove_dir_all(&work);
     fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
@@ -1030,4 +1046,23 @@ fn render(
         "programs": json_programs,
     });
     (md, json)
+}
+
+#[cfg(test)]
+mod preload_tests {
+    use super::*;
+
+    #[test]
+    fn a_relative_preload_path_becomes_absolute_and_a_missing_one_is_refused() {
+        // `cargo test` runs in the package's directory, where `Cargo.toml` is a file.
+        let p = preload_path("--lib", Path::new("Cargo.toml")).unwrap();
+        assert!(
+            p.is_absolute() && p.ends_with("bench/Cargo.toml"),
+            "{}",
+            p.display()
+        );
+        let e = preload_path("--baseline", Path::new("no/such.so")).unwrap_err();
+        assert!(e.starts_with("--baseline no/such.so: "), "{e}");
+        assert!(preload_path("--lib", Path::new("src")).is_err());
+    }
 }

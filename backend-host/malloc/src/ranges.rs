@@ -116,6 +116,10 @@ pub(crate) struct Mirror {
     seq: AtomicUsize,
     count: AtomicUsize,
     live: [(AtomicUsize, AtomicUsize); LIVE],
+    /// The index in `live` that [`find_unlocked`] found last, tried first (a hint: any value
+    /// is safe). Written by readers only when it changes, so a program whose frees stay in
+    /// one region reads it and never writes it.
+    hint: AtomicUsize,
 }
 
 /// The one pool's mirror (the library has one pool).
@@ -123,6 +127,7 @@ pub(crate) static MIRROR: Mirror = Mirror {
     seq: AtomicUsize::new(0),
     count: AtomicUsize::new(0),
     live: [const { (AtomicUsize::new(0), AtomicUsize::new(0)) }; LIVE],
+    hint: AtomicUsize::new(0),
 };
 
 impl Mirror {
@@ -140,8 +145,11 @@ impl Mirror {
     }
 }
 
-/// The live range holding `addr`, as `(base, len)`, read without the lock; `None` when none
-/// does or the ranges changed meanwhile (then the caller asks under the lock).
+/// The live range holding `addr`, as `(base, end)` (so `base <= addr < end`), read without
+/// the lock; `None` when none does or the ranges changed meanwhile (then the caller asks under
+/// the lock). The range found last is tried first: the mirror lists the regions oldest first,
+/// while most frees fall in the newest, largest ones, which a scan from the front reaches
+/// last.
 #[inline]
 pub(crate) fn find_unlocked(addr: usize) -> Option<(usize, usize)> {
     let m = &MIRROR;
@@ -150,15 +158,20 @@ pub(crate) fn find_unlocked(addr: usize) -> Option<(usize, usize)> {
         return None;
     }
     let n = m.count.load(Ordering::Relaxed).min(LIVE);
-    let mut hit = None;
-    for slot in m.live.iter().take(n) {
+    let holds = |i: usize| {
+        let slot = m.live.get(i)?;
         let (base, end) = (
             slot.0.load(Ordering::Relaxed),
             slot.1.load(Ordering::Relaxed),
         );
-        if addr >= base && addr < end {
-            hit = Some((base, end - base));
-            break;
+        (addr >= base && addr < end).then_some((base, end))
+    };
+    let h = m.hint.load(Ordering::Relaxed);
+    let mut hit = if h < n { holds(h) } else { None };
+    if hit.is_none() {
+        if let Some((i, r)) = (0..n).find_map(|i| holds(i).map(|r| (i, r))) {
+            m.hint.store(i, Ordering::Relaxed);
+            hit = Some(r);
         }
     }
     fence(Ordering::Acquire);

@@ -116,6 +116,7 @@ extern crate std;
 
 mod bins;
 mod check;
+mod classes;
 mod detached;
 mod error;
 mod global;

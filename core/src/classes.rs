@@ -32,7 +32,7 @@ const SUB_LOG: u32 = 3;
 /// The power of two of the first class's sizes.
 const FIRST_POW: u32 = usize::BITS - 1 - FIRST.leading_zeros();
 /// The number of classes: `2^SUB_LOG` per power of two from `2^FIRST_POW` to `LAST + 1`.
-pub(crate) const CLASSES: usize = ((LAST + 1).trailing_zeros() - FIRST_POW << SUB_LOG) as usize;
+pub(crate) const CLASSES: usize = (((LAST + 1).trailing_zeros() - FIRST_POW) << SUB_LOG) as usize;
 /// Words of the class map.
 const WORDS: usize = CLASSES.div_ceil(64);
 const _: () = assert!((LAST + 1).is_power_of_two() && FIRST_POW >= SUB_LOG && FIRST < LAST);

@@ -28,9 +28,9 @@
 //! are non-empty.
 //!
 //! **Shapes.** That is the [`Wide`](crate::Wide) shape, the default. The
-//! [`Compact`](crate::Compact) shape (`crate::shape`) keeps lists up to 32 granules, sorted
-//! lists of size classes up to 16383 granules in place of the size table (`crate::classes`),
-//! and tries from bin 96 to bin 103, its last, open-ended: under 1 KiB instead of some 20 KiB. The policy is the same in both: what a request takes is decided by
+//! [`Compact`](crate::Compact) shape (`crate::shape`) keeps lists up to 64 granules, sorted
+//! lists of size classes up to 4095 granules in place of the size table (`crate::classes`),
+//! and tries from bin 88 to bin 91, its last, open-ended: under 1 KiB instead of some 20 KiB. The policy is the same in both: what a request takes is decided by
 //! [`LIST_SIZES`] (the victim, the realloc's move), never by where a shape keeps a size, and
 //! every structure finds the exact best fit, oldest first.
 

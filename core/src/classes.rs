@@ -6,8 +6,8 @@
 //! size; the compact shape cannot afford them above its first lists (its whole static must fit
 //! in 1 KiB on a 32-bit target), and tries, which cost no state per size, walk a chunk per
 //! level on every filing, taking and search. Here one word per *class* of sizes (the head only:
-//! the list is a ring, so its newest end is the head's `Prev`), eight classes per power of two
-//! from 32 granules, so the sizes of a class differ by at most an eighth. A class holds few
+//! the list is a ring, so its newest end is the head's `Prev`), four classes per power of two
+//! from 64 granules, so the sizes of a class differ by less than a quarter. A class holds few
 //! chunks at a time, so keeping each list sorted (by size, and among equal sizes by filing
 //! order, oldest first) costs a short walk on filing, and buys the rest in `O(1)`: the best fit
 //! for a request is the first chunk of its class with enough granules (none if the class's
@@ -26,9 +26,9 @@ use crate::tags::{Link, Tags};
 /// The smallest size the classes hold: the first one above the compact shape's lists.
 pub(crate) const FIRST: usize = <crate::Compact as Shape>::LISTS + 1;
 /// The largest size the classes hold; above it, the compact shape's tries.
-pub(crate) const LAST: usize = (1 << 14) - 1;
+pub(crate) const LAST: usize = (1 << 12) - 1;
 /// Classes per power of two, as a power of two.
-const SUB_LOG: u32 = 3;
+const SUB_LOG: u32 = 2;
 /// The power of two of the first class's sizes.
 const FIRST_POW: u32 = usize::BITS - 1 - FIRST.leading_zeros();
 /// The number of classes: `2^SUB_LOG` per power of two from `2^FIRST_POW` to `LAST + 1`.
@@ -37,7 +37,7 @@ pub(crate) const CLASSES: usize = (((LAST + 1).trailing_zeros() - FIRST_POW) << 
 const WORDS: usize = CLASSES.div_ceil(64);
 const _: () = assert!((LAST + 1).is_power_of_two() && FIRST_POW >= SUB_LOG && FIRST < LAST);
 
-/// The class of `size` granules (`FIRST..=LAST`): its power of two, and which eighth of it.
+/// The class of `size` granules (`FIRST..=LAST`): its power of two, and which quarter of it.
 #[inline(always)]
 pub(crate) const fn class_of(size: usize) -> usize {
     let pow = usize::BITS - 1 - size.leading_zeros();
@@ -283,8 +283,8 @@ mod tests {
             if k != last {
                 smallest = s;
             }
-            // A class's sizes differ by less than an eighth of its smallest.
-            assert!(s - smallest < smallest.div_ceil(8), "size {s} in class {k}");
+            // A class's sizes differ by less than a quarter of its smallest.
+            assert!(s - smallest < smallest.div_ceil(4), "size {s} in class {k}");
             last = k;
         }
     }

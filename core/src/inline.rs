@@ -610,7 +610,7 @@ impl InlineHeap<HostGranule, NoCounters> {
 impl InlineHeap<HostGranule, Counters, Compact> {
     /// [`InlineHeap::new`] with the bins of small machines ([`Compact`]): the same policy and
     /// addresses, a small fraction of the state (a `GlobalHeap` of them fits in 1 KiB on a
-    /// 32-bit target), and slower for sizes above 32 granules (512 B), which sorted lists of
+    /// 32-bit target), and slower for sizes above 64 granules (1 KiB), which sorted lists of
     /// size classes serve instead of a list per size (the README has the measured sizes,
     /// `docs/compact.md` the speeds).
     ///

@@ -6,9 +6,9 @@
 //! - [`Wide`]: a list for every size up to 2047 granules, the size table up to 16383, tries
 //!   above (see `crate::bins`): most of a heap's state is the two ends of each list, about
 //!   20 KiB on a 32-bit target.
-//! - [`Compact`]: a list for every size up to 32 granules (512 B at the host granule), sorted
-//!   lists of size classes up to 16383 granules, eight classes per power of two, one word each
-//!   (see `crate::classes`), and tries above, in 8 tree bins (the last open-ended), so that a
+//! - [`Compact`]: a list for every size up to 64 granules (1 KiB at the host granule), sorted
+//!   lists of size classes up to 4095 granules, four classes per power of two, one word each
+//!   (see `crate::classes`), and tries above, in 4 tree bins (the last open-ended), so that a
 //!   `GlobalHeap` fits in 1 KiB on a 32-bit target. A size above the lists is found in its
 //!   class, a short walk of a sorted list, rather than at a list's head. `docs/compact.md` has
 //!   the measured speeds, the README the sizes.
@@ -28,8 +28,8 @@ pub trait BinShape: sealed::Shape {}
 #[derive(Debug)]
 pub enum Wide {}
 
-/// Bins for small machines: a list per size up to 32 granules (512 B at the host granule),
-/// sorted lists of size classes up to 16383 granules, tries above. The same policy and
+/// Bins for small machines: a list per size up to 64 granules (1 KiB at the host granule),
+/// sorted lists of size classes up to 4095 granules, tries above. The same policy and
 /// addresses as [`Wide`]; a `GlobalHeap` of them is under 1 KiB on a 32-bit target (see the
 /// README for its size, `docs/compact.md` for its speed).
 #[derive(Debug)]
@@ -90,12 +90,12 @@ pub(crate) mod sealed {
     }
 
     impl Shape for Compact {
-        const LISTS: usize = 32;
+        const LISTS: usize = 64;
         const TABLE_LAST: usize = crate::classes::LAST;
-        const LAST_BIN: usize = crate::bins::bin_of(crate::classes::LAST + 1) + 7;
+        const LAST_BIN: usize = crate::bins::bin_of(crate::classes::LAST + 1) + 3;
         type Map = [u64; 1];
-        type Lists<C: Copy> = [Ends<C>; 32];
-        type Roots<C: Copy> = [Option<C>; 8];
+        type Lists<C: Copy> = [Ends<C>; 64];
+        type Roots<C: Copy> = [Option<C>; 4];
         type Table<C: Copy + Eq + Debug> = crate::classes::ClassTable<C>;
     }
 }

@@ -342,7 +342,7 @@ proptest! {
         run(&mut s, base, SPACE / 2, &ops);
     }
 
-    /// The compact bins (a list per size up to 32 granules, size classes and tries above)
+    /// The compact bins (a list per size up to 64 granules, size classes and tries above)
     /// serve the same policy: the model predicts every address, with sizes on both sides of
     /// their lists.
     #[test]

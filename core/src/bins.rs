@@ -193,6 +193,13 @@ impl<C: Copy + Eq + core::fmt::Debug, S: Shape> Bins<C, S> {
         }
     }
 
+    /// Whether a listed size (of the policy) is above this shape's lists: never for
+    /// [`Wide`], a constant there.
+    #[inline(always)]
+    pub(crate) fn beyond_lists(size: usize) -> bool {
+        Self::SHORT_LISTS && size > S::LISTS
+    }
+
     /// The bin that holds free chunks of `size` granules in this shape: [`bin_of`], the sizes
     /// of the bins above the last gathered in it.
     #[inline]

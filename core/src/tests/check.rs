@@ -65,3 +65,30 @@ fn step_marks_follow_the_bins() {
     assert_ne!(marks, before);
     assert_eq!(marks, StepMarks::default());
 }
+
+/// The compact shape's size classes are read by a step's check too: a `Prev` link of a class's
+/// ring bent back to its own chunk (two free chunks of 70 and 76 granules, one class) is
+/// reported by the step check that follows the frees.
+#[test]
+fn a_step_check_reads_the_compact_size_classes() {
+    let mut ar = Arena::new(1 << 16);
+    let mut h = InlineHeap::compact();
+    // SAFETY: the arena outlives the heap and nothing else uses its memory.
+    unsafe { h.add_region(ar.ptr(), ar.len()).unwrap() };
+    let mut marks = StepMarks::default();
+    let a = h.alloc(1100, 16).unwrap();
+    let _keep_a = h.alloc(16, 16).unwrap();
+    let b = h.alloc(1200, 16).unwrap();
+    let _keep_b = h.alloc(16, 16).unwrap();
+    h.check_step(&mut marks).unwrap();
+    // SAFETY: live blocks of these sizes, freed once.
+    unsafe {
+        h.free(a, 1100).unwrap();
+        h.free(b, 1200).unwrap();
+    }
+    h.check_step(&mut marks).unwrap();
+    // SAFETY: the free chunk's `Prev` link, the second word of its payload, in the arena.
+    unsafe { b.as_ptr().cast::<*mut u8>().add(1).write(b.as_ptr()) };
+    assert!(h.check_step(&mut marks).is_err());
+    assert!(h.check().is_err());
+}

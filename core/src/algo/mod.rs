@@ -4,6 +4,7 @@
 pub(crate) mod bin_index;
 pub(crate) mod bins;
 pub(crate) mod check;
+pub(crate) mod classes;
 pub(crate) mod geometry;
 pub(crate) mod heap;
 pub(crate) mod region;

@@ -7,6 +7,7 @@
 
 use core::num::NonZeroU32;
 
+use crate::algo::check::StepMarks;
 use crate::algo::geometry::Geometry;
 use crate::algo::heap::Heap;
 use crate::algo::stats::Stats;
@@ -325,7 +326,7 @@ impl<S: RecordStore> DetachedHeap<S> {
     }
 
     /// As [`InlineHeap::check_step`](crate::InlineHeap::check_step), for this heap.
-    pub fn check_step(&self, marks: &mut crate::StepMarks) -> Result<(), CheckError> {
+    pub fn check_step(&self, marks: &mut StepMarks) -> Result<(), CheckError> {
         self.heap.check_step(marks)
     }
 

@@ -3,6 +3,7 @@
 
 use core::ptr::NonNull;
 
+use crate::algo::check::StepMarks;
 use crate::algo::geometry::{Geometry, W};
 use crate::algo::heap::Heap;
 use crate::algo::shape::{BinShape, Compact, Wide};
@@ -560,7 +561,7 @@ impl<G: Granule, K: Tally, B: BinShape> InlineHeap<G, K, B> {
     ///
     /// # Time Complexity
     /// `O(chunks + regions + marked map words)`.
-    pub fn check_step(&self, marks: &mut crate::StepMarks) -> Result<(), CheckError> {
+    pub fn check_step(&self, marks: &mut StepMarks) -> Result<(), CheckError> {
         self.heap.check_step(marks)
     }
 }

@@ -137,7 +137,6 @@ macro_rules! shared_alloc_via {
         }
     };
 }
-pub(crate) use shared_alloc_via;
 
 /// Implements [`GlobalAlloc`](core::alloc::GlobalAlloc) for a type that implements
 /// [`SharedAlloc`]: each method forwards to the trait's provided `global_*` method, where the
@@ -210,64 +209,31 @@ macro_rules! global_alloc_via_shared {
     };
 }
 
-/// An `Allocator` impl whose methods forward to the helpers [`allocator_api!`] defines beside
-/// it (resolved where it is expanded): `$head` is the impl's header, so each shared type's
-/// impl is its header alone.
+/// `allocator_api2::alloc::Allocator` for a [`SharedAlloc`] of this crate, for each supported
+/// version of that crate (its trait is a distinct trait in each), written once: the argument
+/// is the impl's header (naming `Allocator`), so a shared type's impl is its header alone,
+/// given where the type is defined.
 #[cfg(any(feature = "allocator-api2", feature = "allocator-api2-04"))]
-macro_rules! forward_allocator {
+macro_rules! allocator_via_shared {
     ($($head:tt)*) => {
-        $($head)* {
-            fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
-                allocate(self, layout)
-            }
-
-            unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
-                // SAFETY: forwarded caller contract.
-                unsafe { deallocate(self, ptr, layout) }
-            }
-
-            unsafe fn grow(
-                &self,
-                ptr: NonNull<u8>,
-                old: Layout,
-                new: Layout,
-            ) -> Result<NonNull<[u8]>, AllocError> {
-                // SAFETY: forwarded caller contract.
-                unsafe { resize(self, ptr, old, new) }
-            }
-
-            unsafe fn shrink(
-                &self,
-                ptr: NonNull<u8>,
-                old: Layout,
-                new: Layout,
-            ) -> Result<NonNull<[u8]>, AllocError> {
-                // SAFETY: forwarded caller contract.
-                unsafe { resize(self, ptr, old, new) }
-            }
-        }
+        #[cfg(feature = "allocator-api2")]
+        $crate::share::alloc::allocator_via_shared_in!(allocator_api2 => $($head)*);
+        #[cfg(feature = "allocator-api2-04")]
+        $crate::share::alloc::allocator_via_shared_in!(allocator_api2_04 => $($head)*);
     };
 }
-
-/// `allocator_api2::alloc::Allocator` for every [`SharedAlloc`] of this crate, written once
-/// for each supported version of that crate (its trait is a distinct trait in each).
 #[cfg(any(feature = "allocator-api2", feature = "allocator-api2-04"))]
-macro_rules! allocator_api {
-    ($krate:ident) => {
+pub(crate) use allocator_via_shared;
+
+/// [`allocator_via_shared!`] for one version of `allocator_api2` (`$krate`).
+#[cfg(any(feature = "allocator-api2", feature = "allocator-api2-04"))]
+macro_rules! allocator_via_shared_in {
+    ($krate:ident => $($head:tt)*) => {
         const _: () = {
             use core::ptr::{self, NonNull};
             use $krate::alloc::{AllocError, Allocator, Layout};
 
-            use crate::algo::shape::BinShape;
-            use crate::algo::stats::Tally;
-            use crate::inline::granule::Granule;
-            use crate::inline::heap::InlineHeap;
-            use crate::pool::hooks::Hooks;
-            use crate::pool::source::RegionSource;
-            use crate::share::alloc::SharedAlloc;
-            use crate::share::global::GlobalHeap;
-            use crate::share::lock::RawLock;
-            use crate::share::pool::SharedPool;
+            use $crate::share::alloc::SharedAlloc;
 
             /// The well-aligned dangling pointer `Allocator` hands out for zero-sized requests.
             fn dangling(layout: Layout) -> Result<NonNull<u8>, AllocError> {
@@ -342,30 +308,42 @@ macro_rules! allocator_api {
                 Ok(NonNull::slice_from_raw_parts(p, new.size()))
             }
 
-            forward_allocator! {
-                // SAFETY: `SharedAlloc`'s contract makes blocks fresh, non-overlapping, as
-                // large and aligned as asked and valid until freed; zero-sized requests never
-                // reach the heap; the heap may be moved or shared (it is `Sync`), and blocks
-                // are freed through whichever reference to it.
-                unsafe impl<L: RawLock, const N: usize, G: Granule, K: Tally, B: BinShape>
-                    Allocator for GlobalHeap<L, N, G, K, B>
-            }
+            // SAFETY: `SharedAlloc`'s contract makes blocks fresh, non-overlapping, as large and
+            // aligned as asked and valid until freed; zero-sized requests never reach the heap;
+            // the heap may be moved or shared (it is `Sync`), and blocks are freed through
+            // whichever reference to it.
+            $($head)* {
+                fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
+                    allocate(self, layout)
+                }
 
-            forward_allocator! {
-                // SAFETY: as for `GlobalHeap` above, over regions the source hands the pool
-                // for its sole use.
-                unsafe impl<S, K, L, const N: usize> Allocator
-                    for SharedPool<InlineHeap, S, K, L, N>
-                where
-                    S: RegionSource<Base = NonNull<u8>>,
-                    K: Hooks,
-                    L: RawLock,
+                unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
+                    // SAFETY: forwarded caller contract.
+                    unsafe { deallocate(self, ptr, layout) }
+                }
+
+                unsafe fn grow(
+                    &self,
+                    ptr: NonNull<u8>,
+                    old: Layout,
+                    new: Layout,
+                ) -> Result<NonNull<[u8]>, AllocError> {
+                    // SAFETY: forwarded caller contract.
+                    unsafe { resize(self, ptr, old, new) }
+                }
+
+                unsafe fn shrink(
+                    &self,
+                    ptr: NonNull<u8>,
+                    old: Layout,
+                    new: Layout,
+                ) -> Result<NonNull<[u8]>, AllocError> {
+                    // SAFETY: forwarded caller contract.
+                    unsafe { resize(self, ptr, old, new) }
+                }
             }
         };
     };
 }
-
-#[cfg(feature = "allocator-api2")]
-allocator_api!(allocator_api2);
-#[cfg(feature = "allocator-api2-04")]
-allocator_api!(allocator_api2_04);
+#[cfg(any(feature = "allocator-api2", feature = "allocator-api2-04"))]
+pub(crate) use allocator_via_shared_in;

@@ -11,7 +11,7 @@ use crate::algo::stats::{Counters, Stats, Tally};
 use crate::error::Error;
 use crate::inline::granule::{Granule, HostGranule};
 use crate::inline::heap::InlineHeap;
-use crate::share::alloc::{shared_alloc_via, SharedAlloc};
+use crate::share::alloc::SharedAlloc;
 use crate::share::lock::{RawLock, SpinLock};
 use crate::share::shared::{QueuedFree, Shared};
 use crate::sync::const_unless_loom;
@@ -386,7 +386,13 @@ shared_alloc_via!(try_alloc, try_free, try_realloc, Error =>
         for GlobalHeap<L, N, G, K, B>
 );
 
-crate::global_alloc_via_shared!(
+global_alloc_via_shared!(
     impl<L: RawLock, const N: usize, G: Granule, K: Tally, B: BinShape> GlobalAlloc
+        for GlobalHeap<L, N, G, K, B>
+);
+
+#[cfg(any(feature = "allocator-api2", feature = "allocator-api2-04"))]
+crate::share::alloc::allocator_via_shared!(
+    unsafe impl<L: RawLock, const N: usize, G: Granule, K: Tally, B: BinShape> Allocator
         for GlobalHeap<L, N, G, K, B>
 );

@@ -11,7 +11,7 @@ use crate::pool::heap::PoolHeap;
 use crate::pool::hooks::{Hooks, NoHooks};
 use crate::pool::source::RegionSource;
 use crate::pool::{Pool, PoolError, PoolStats, Trimmed};
-use crate::share::alloc::{shared_alloc_via, SharedAlloc};
+use crate::share::alloc::SharedAlloc;
 use crate::share::lock::{RawLock, SpinLock};
 use crate::share::shared::{QueuedFree, Shared};
 use crate::share::tcache::{self, Class, ThreadCache};
@@ -546,8 +546,17 @@ shared_alloc_via!(alloc, free, realloc, PoolError =>
         L: RawLock,
 );
 
-crate::global_alloc_via_shared!(
+global_alloc_via_shared!(
     impl<S, K, L, const N: usize> GlobalAlloc for SharedPool<InlineHeap, S, K, L, N>
+    where
+        S: RegionSource<Base = NonNull<u8>>,
+        K: Hooks,
+        L: RawLock,
+);
+
+#[cfg(any(feature = "allocator-api2", feature = "allocator-api2-04"))]
+crate::share::alloc::allocator_via_shared!(
+    unsafe impl<S, K, L, const N: usize> Allocator for SharedPool<InlineHeap, S, K, L, N>
     where
         S: RegionSource<Base = NonNull<u8>>,
         K: Hooks,

@@ -640,10 +640,8 @@ impl<R: Rig> Driver<R> {
         untraced(|| self.check_step()).unwrap();
         for (h, size) in whole {
             // SAFETY: `h` is a whole-region block just allocated, not used again.
-            assert_eq!(
-                unsafe { self.rig.subject_mut().free_checked(h, size) },
-                Ok(())
-            );
+            let freed = unsafe { self.rig.subject_mut().free_checked(h, size) };
+            assert_eq!(freed, Ok(()));
         }
         untraced(|| self.rig.subject().check()).unwrap();
         let st = self.rig.subject().stats();

@@ -10,6 +10,20 @@ use crate::device_pool::{DeviceBlock, DeviceError};
 use crate::driver::{DevicePtr, Driver};
 use crate::shared_device::SharedDevicePool;
 
+impl<D: Driver> SharedDevicePool<D> {
+    /// A typed buffer of `len` values of `T` on `stream`, freed to this pool when dropped.
+    /// Errors: `len == 0` or a zero-sized `T` (`ZeroSize`), a size that overflows
+    /// (`SizeOverflow`), a `T` aligned beyond the pool's granule (`BadAlign`), and every error
+    /// of [`DevicePool::alloc`](crate::DevicePool::alloc).
+    pub fn buffer<T>(
+        self: &Arc<Self>,
+        len: usize,
+        stream: D::Stream,
+    ) -> Result<DeviceBuffer<T, D>, DeviceError> {
+        DeviceBuffer::new(self, len, stream)
+    }
+}
+
 /// `len` values of `T` in device memory, allocated on a stream from a [`SharedDevicePool`]
 /// and freed to it on that stream when dropped: the free never waits for the device, and
 /// other streams get the memory only after the work queued so far on the buffer's stream (and

@@ -1,13 +1,13 @@
 //! [`SharedDevicePool`]: a [`DevicePool`] shared between threads, the unit a
 //! [`PoolRegistry`](crate::PoolRegistry) hands out per device and a
-//! [`DeviceBuffer`](crate::DeviceBuffer) frees itself to.
+//! [`DeviceBuffer`](crate::DeviceBuffer) frees itself to (its `buffer` method is with the
+//! buffer, in `buffer.rs`).
 
 use std::any::Any;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
 use tagalloc::Trimmed;
 
-use crate::buffer::DeviceBuffer;
 use crate::device_pool::{DeviceBlock, DeviceError, DevicePool, DeviceStats};
 use crate::driver::Driver;
 
@@ -89,18 +89,6 @@ impl<D: Driver> SharedDevicePool<D> {
         other: D::Stream,
     ) -> Result<(), DeviceError> {
         self.lock().record_stream(block, other)
-    }
-
-    /// A typed buffer of `len` values of `T` on `stream`, freed to this pool when dropped.
-    /// Errors: `len == 0` or a zero-sized `T` (`ZeroSize`), a size that overflows
-    /// (`SizeOverflow`), a `T` aligned beyond the pool's granule (`BadAlign`), and every error
-    /// of [`DevicePool::alloc`].
-    pub fn buffer<T>(
-        self: &Arc<Self>,
-        len: usize,
-        stream: D::Stream,
-    ) -> Result<DeviceBuffer<T, D>, DeviceError> {
-        DeviceBuffer::new(self, len, stream)
     }
 
     /// Empties the cache (see [`DevicePool::trim`]).

@@ -33,10 +33,7 @@ use crate::report;
 
 /// Live ranges the table holds before it gives up on being complete.
 const LIVE: usize = 128;
-const _: () = assert!(
-    LIVE.is_power_of_two(),
-    "find_unlocked masks its hint by LIVE - 1"
-);
+const _: () = assert!(LIVE.is_power_of_two(), "the hints are masked by LIVE - 1");
 /// Ranges given back that are remembered.
 const GONE: usize = 16;
 
@@ -82,10 +79,10 @@ impl Ranges {
     /// nothing), in one compare.
     #[inline]
     pub(crate) fn find(&self, addr: usize) -> Option<(usize, usize)> {
-        if let Some(&(base, end)) = self.live.get(self.last.get()) {
-            if holds(base, end, addr) {
-                return Some((base, end - base));
-            }
+        // Any index is in bounds once masked (`LIVE` is a power of two).
+        let (base, end) = self.live[self.last.get() & (LIVE - 1)];
+        if holds(base, end, addr) {
+            return Some((base, end - base));
         }
         self.find_scan(addr)
     }
@@ -269,6 +266,7 @@ impl Hooks for Ranges {
     /// A block a thread's cache gives back is proven as an uncached free proves it (its
     /// region, its tags and its neighbours'), before the heap follows its tags: damaged tags
     /// are reported and the process aborts; anything else refused stays out of the heap.
+    #[inline(always)]
     fn cached_block_returns(&self, heap: &InlineHeap, ptr: NonNull<u8>) -> bool {
         let Some((base, len)) = self.find(ptr.addr().get()) else {
             return false;

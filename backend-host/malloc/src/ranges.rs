@@ -26,10 +26,10 @@ use core::ptr::NonNull;
 
 use tagalloc::{BlockError, Hooks, InlineHeap};
 
+use crate::report;
+
 /// A word's bytes.
 const W: usize = core::mem::size_of::<usize>();
-
-use crate::report;
 
 /// Live ranges the table holds before it gives up on being complete.
 const LIVE: usize = 128;

@@ -182,12 +182,9 @@ fn cached_size(ptr: NonNull<u8>) -> Option<usize> {
     if !a.is_multiple_of(MIN_ALIGN) {
         return None;
     }
-    // `base <= a < end`, so neither difference below wraps.
-    let (base, end) = ranges::find_unlocked(a)?;
-    // The tag word lies in the region too (a payload is at least one word into it).
-    if a - base < core::mem::size_of::<usize>() {
-        return None;
-    }
+    // The word before `a` and everything from `a` to `end` lie in one of the pool's regions
+    // (so `end - a` does not wrap).
+    let end = ranges::find_unlocked(a)?;
     // SAFETY: the word before `ptr` lies inside one of the pool's mapped regions (the mirror
     // was consistent, and a region holding a live block is not given back while it is), so
     // the load is in bounds; it is atomic, and for a live block, which C's contract makes

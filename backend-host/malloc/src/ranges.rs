@@ -28,16 +28,28 @@ use tagalloc::{BlockError, Hooks, InlineHeap};
 
 use crate::report;
 
+/// A word's bytes.
+const W: usize = core::mem::size_of::<usize>();
+
 /// Live ranges the table holds before it gives up on being complete.
 const LIVE: usize = 128;
+const _: () = assert!(LIVE.is_power_of_two(), "the hints are masked by LIVE - 1");
 /// Ranges given back that are remembered.
 const GONE: usize = 16;
+
+/// Whether `lo <= addr < end`, in one compare (`lo <= end`; an empty slot, `(0, 0)`, holds
+/// nothing).
+#[inline(always)]
+fn holds(lo: usize, end: usize, addr: usize) -> bool {
+    addr.wrapping_sub(lo) < end.wrapping_sub(lo)
+}
 
 /// The pool's ranges (see the module docs).
 ///
 /// Invariants: `live[..count]` are the ranges the pool holds from its source, as `(base, end)`,
-/// each as grown and cut, none twice; unless `incomplete`, they are all of them. `gone` holds
-/// ranges given back since, none overlapping a live one.
+/// each as grown and cut, none twice; unless `incomplete`, they are all of them; the slots past
+/// `count` are `(0, 0)`, which hold no address. `gone` holds ranges given back since, none
+/// overlapping a live one.
 pub(crate) struct Ranges {
     live: [(usize, usize); LIVE],
     count: usize,
@@ -62,19 +74,28 @@ impl Ranges {
     }
 
     /// The live range holding `addr`, as `(base, len)`: the one found last, else the first
-    /// that holds it (then remembered), as frees of one region tend to come together.
+    /// that holds it (then remembered), as frees of one region tend to come together. The
+    /// hint's slot is tested without a bound on `count` (slots past it are empty, which hold
+    /// nothing), in one compare.
     #[inline]
     pub(crate) fn find(&self, addr: usize) -> Option<(usize, usize)> {
+        // Any index is in bounds once masked (`LIVE` is a power of two).
+        let (base, end) = self.live[self.last.get() & (LIVE - 1)];
+        if holds(base, end, addr) {
+            return Some((base, end - base));
+        }
+        self.find_scan(addr)
+    }
+
+    /// [`Ranges::find`] past its hint: the first range that holds `addr`, then remembered.
+    #[cold]
+    #[inline(never)]
+    fn find_scan(&self, addr: usize) -> Option<(usize, usize)> {
         let live = self.live.get(..self.count).unwrap_or(&[]);
-        let hit = |&(base, end): &(usize, usize)| addr >= base && addr < end;
-        let i = match live.get(self.last.get()) {
-            Some(r) if hit(r) => self.last.get(),
-            _ => {
-                let i = live.iter().position(hit)?;
-                self.last.set(i);
-                i
-            }
-        };
+        let i = live
+            .iter()
+            .position(|&(base, end)| holds(base, end, addr))?;
+        self.last.set(i);
         live.get(i).map(|&(base, end)| (base, end - base))
     }
 
@@ -112,6 +133,10 @@ impl Ranges {
 
 /// The live ranges, for readers without the lock (see the module docs): written only by the
 /// hooks, under the pool's lock, so one writer at a time.
+///
+/// Invariant (between writes, `seq` even): `live[..count]` are the table's live ranges, each as
+/// `(base + W, end)`, the addresses whose preceding word lies in the range (a payload's, whose
+/// tag word is then readable); the slots past `count` are `(0, 0)`, which hold no address.
 pub(crate) struct Mirror {
     seq: AtomicUsize,
     count: AtomicUsize,
@@ -131,13 +156,16 @@ pub(crate) static MIRROR: Mirror = Mirror {
 };
 
 impl Mirror {
-    /// Copies `live` in (the writer's side of the sequence lock).
+    /// Copies `live` in (the writer's side of the sequence lock), emptying the slots it no
+    /// longer uses.
     fn publish(&self, live: &[(usize, usize)]) {
         let s = self.seq.load(Ordering::Relaxed);
         self.seq.store(s.wrapping_add(1), Ordering::Relaxed);
         fence(Ordering::Release);
-        for (slot, &(base, end)) in self.live.iter().zip(live) {
-            slot.0.store(base, Ordering::Relaxed);
+        let old = self.count.load(Ordering::Relaxed);
+        for (i, slot) in self.live.iter().enumerate().take(old.max(live.len())) {
+            let (lo, end) = live.get(i).map_or((0, 0), |&(base, end)| (base + W, end));
+            slot.0.store(lo, Ordering::Relaxed);
             slot.1.store(end, Ordering::Relaxed);
         }
         self.count.store(live.len(), Ordering::Relaxed);
@@ -145,40 +173,47 @@ impl Mirror {
     }
 }
 
-/// The live range holding `addr`, as `(base, end)` (so `base <= addr < end`), read without
-/// the lock; `None` when none does or the ranges changed meanwhile (then the caller asks under
-/// the lock). The range found last is tried first: the mirror lists the regions oldest first,
-/// while most frees fall in the newest, largest ones, which a scan from the front reaches
-/// last.
+/// The end of the live range holding `addr` and the word before it (so the word before `addr`
+/// and everything up to the end may be read), read without the lock; `None` when none does or
+/// the ranges changed meanwhile (then the caller asks under the lock). The range found last is
+/// tried first, in one compare: the mirror lists the regions oldest first, while most frees
+/// fall in the newest, largest ones, which a scan from the front reaches last.
 #[inline]
-pub(crate) fn find_unlocked(addr: usize) -> Option<(usize, usize)> {
+pub(crate) fn find_unlocked(addr: usize) -> Option<usize> {
     let m = &MIRROR;
     let s1 = m.seq.load(Ordering::Acquire);
-    if s1 & 1 != 0 {
-        return None;
-    }
+    // Any index is in bounds once masked (`LIVE` is a power of two); a torn or stale slot is
+    // caught by the sequence check below.
+    let slot = &m.live[m.hint.load(Ordering::Relaxed) & (LIVE - 1)];
+    let (lo, end) = (
+        slot.0.load(Ordering::Relaxed),
+        slot.1.load(Ordering::Relaxed),
+    );
+    let end = if holds(lo, end, addr) {
+        end
+    } else {
+        scan_unlocked(m, addr)?
+    };
+    fence(Ordering::Acquire);
+    // An odd sequence was a write in progress: what was read may be torn.
+    (s1 & 1 == 0 && m.seq.load(Ordering::Relaxed) == s1).then_some(end)
+}
+
+/// [`find_unlocked`] past its hint: the first slot that holds `addr`, then remembered (read
+/// inside the caller's sequence check).
+#[cold]
+#[inline(never)]
+fn scan_unlocked(m: &Mirror, addr: usize) -> Option<usize> {
     let n = m.count.load(Ordering::Relaxed).min(LIVE);
-    let holds = |i: usize| {
-        let slot = m.live.get(i)?;
-        let (base, end) = (
+    let (i, end) = m.live.iter().take(n).enumerate().find_map(|(i, slot)| {
+        let (lo, end) = (
             slot.0.load(Ordering::Relaxed),
             slot.1.load(Ordering::Relaxed),
         );
-        (addr >= base && addr < end).then_some((base, end))
-    };
-    let h = m.hint.load(Ordering::Relaxed);
-    let mut hit = if h < n { holds(h) } else { None };
-    if hit.is_none() {
-        if let Some((i, r)) = (0..n).find_map(|i| holds(i).map(|r| (i, r))) {
-            m.hint.store(i, Ordering::Relaxed);
-            hit = Some(r);
-        }
-    }
-    fence(Ordering::Acquire);
-    if m.seq.load(Ordering::Relaxed) != s1 {
-        return None;
-    }
-    hit
+        holds(lo, end, addr).then_some((i, end))
+    })?;
+    m.hint.store(i, Ordering::Relaxed);
+    Some(end)
 }
 
 impl Ranges {
@@ -217,6 +252,9 @@ impl Hooks for Ranges {
         if let Some(i) = self.index(base) {
             self.count -= 1;
             self.live.swap(i, self.count);
+            if let Some(gone) = self.live.get_mut(self.count) {
+                *gone = (0, 0);
+            }
         }
         if let Some(g) = self.gone.get_mut(self.next_gone) {
             *g = (base, base.saturating_add(len));
@@ -228,6 +266,7 @@ impl Hooks for Ranges {
     /// A block a thread's cache gives back is proven as an uncached free proves it (its
     /// region, its tags and its neighbours'), before the heap follows its tags: damaged tags
     /// are reported and the process aborts; anything else refused stays out of the heap.
+    #[inline(always)]
     fn cached_block_returns(&self, heap: &InlineHeap, ptr: NonNull<u8>) -> bool {
         let Some((base, len)) = self.find(ptr.addr().get()) else {
             return false;

@@ -37,6 +37,27 @@ use crate::options;
 use crate::pool::{self, set_errno, MIN_ALIGN};
 use crate::report;
 
+/// Starts the library if it has not started (see [`options::start`]).
+#[inline]
+fn start() {
+    options::start(at_exit);
+}
+
+/// The exit handler registered when `TAGALLOC_STATS` is set: the pool's figures.
+extern "C" fn at_exit() {
+    report::stats("at exit", report::To::Exit, pool::stats());
+}
+
+/// Starts the library when it is loaded, in case the program's first allocation comes late:
+/// the loader runs this among the shared libraries' constructors.
+extern "C" fn start_at_load() {
+    start();
+}
+
+#[used]
+#[link_section = ".init_array"]
+static START_AT_LOAD: extern "C" fn() = start_at_load;
+
 /// The page size (`valloc`, `pvalloc`), read once by the host crate's source; 4096 where it
 /// cannot be read.
 fn page_size() -> usize {
@@ -51,7 +72,7 @@ fn page_size() -> usize {
 /// A block of `size` bytes aligned to `align` (a power of two), or null with `errno` set.
 #[inline]
 fn alloc(size: usize, align: usize) -> *mut c_void {
-    options::start();
+    start();
     pool::alloc(size, align.max(MIN_ALIGN)).map_or(null_mut(), |p| p.as_ptr().cast())
 }
 
@@ -85,7 +106,7 @@ pub extern "C" fn malloc(size: usize) -> *mut c_void {
 #[no_mangle]
 pub unsafe extern "C" fn free(ptr: *mut c_void) {
     if let Some(p) = NonNull::new(ptr.cast::<u8>()) {
-        options::start();
+        start();
         // SAFETY: forwarded caller contract.
         unsafe { pool::free(p) };
     }
@@ -116,7 +137,7 @@ pub unsafe extern "C" fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
     let Some(p) = NonNull::new(ptr.cast::<u8>()) else {
         return malloc(size);
     };
-    options::start();
+    start();
     if size == 0 {
         // SAFETY: forwarded caller contract.
         unsafe { pool::free(p) };
@@ -233,7 +254,7 @@ pub extern "C" fn mallopt(_param: c_int, _value: c_int) -> c_int {
 /// Writes the pool's figures to stderr, as glibc's does its own.
 #[no_mangle]
 pub extern "C" fn malloc_stats() {
-    report::stats("malloc_stats", report::To::Stderr);
+    report::stats("malloc_stats", report::To::Stderr, pool::stats());
 }
 
 /// The pool's figures in glibc's `struct mallinfo2`: `arena` the bytes held from the system,

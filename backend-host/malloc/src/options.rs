@@ -40,19 +40,20 @@ static STATE: AtomicU8 = AtomicU8::new(NOT_STARTED);
 static CHECKED: AtomicBool = AtomicBool::new(false);
 static STATS: AtomicBool = AtomicBool::new(false);
 
-/// Starts the library if it has not started: reads the environment, registers the handlers.
-/// Returns at once if another call (this thread's, further up the stack, or another thread's)
-/// is starting it.
+/// Starts the library if it has not started: reads the environment, registers the handlers
+/// (`at_exit` to print the statistics at exit, when `TAGALLOC_STATS` asks for them). Returns at
+/// once if another call (this thread's, further up the stack, or another thread's) is starting
+/// it.
 #[inline]
-pub(crate) fn start() {
+pub(crate) fn start(at_exit: extern "C" fn()) {
     if STATE.load(Ordering::Acquire) != READY {
-        start_now();
+        start_now(at_exit);
     }
 }
 
 #[cold]
 #[inline(never)]
-fn start_now() {
+fn start_now(at_exit: extern "C" fn()) {
     if STATE
         .compare_exchange(NOT_STARTED, STARTING, Ordering::AcqRel, Ordering::Acquire)
         .is_err()
@@ -74,9 +75,9 @@ fn start_now() {
         ));
     }
     if stats {
-        // SAFETY: `report::at_exit` is an `extern "C"` function without arguments that stays
-        // loaded for the life of the process.
-        if unsafe { libc::atexit(report::at_exit) } != 0 {
+        // SAFETY: `at_exit` is an `extern "C"` function without arguments of this library,
+        // which stays loaded for the life of the process.
+        if unsafe { libc::atexit(at_exit) } != 0 {
             report::line(format_args!(
                 "tagalloc: atexit refused; no statistics will be printed at exit"
             ));
@@ -107,13 +108,3 @@ fn with_value<R>(name: &CStr, f: impl FnOnce(Option<&[u8]>) -> R) -> R {
 pub(crate) fn checked() -> bool {
     CHECKED.load(Ordering::Relaxed)
 }
-
-/// Starts the library when it is loaded, in case the program's first allocation comes late:
-/// the loader runs this among the shared libraries' constructors.
-extern "C" fn start_at_load() {
-    start();
-}
-
-#[used]
-#[link_section = ".init_array"]
-static START_AT_LOAD: extern "C" fn() = start_at_load;

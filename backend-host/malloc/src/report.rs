@@ -6,9 +6,7 @@
 use core::fmt::{self, Write};
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use tagalloc::{BlockError, CheckError, Error};
-
-use crate::pool;
+use tagalloc::{BlockError, CheckError, Error, PoolStats};
 
 /// Room for one message; the last [`MARK`] bytes are kept for the end of line.
 const CAPACITY: usize = 1024;
@@ -312,25 +310,25 @@ impl fmt::Display for Program {
     }
 }
 
-/// Writes the heap's figures, one line each prefixed `tagalloc: PROGRAM[PID] WHEN:`, where
-/// `to` says.
-pub(crate) fn stats(when: &str, to: To) {
+/// Writes the heap's figures (`figures`, or why there are none), one line each prefixed
+/// `tagalloc: PROGRAM[PID] WHEN:`, where `to` says.
+pub(crate) fn stats(when: &str, to: To, figures: Option<PoolStats>) {
     let pid = std::process::id();
     let program = Program::read();
     let (fd, opened) = destination(to, pid);
     if fd < 0 {
         return;
     }
-    report_to(fd, when, &program, pid);
+    report_to(fd, when, &program, pid, figures);
     if opened {
         // SAFETY: the descriptor `destination` opened, closed once.
         unsafe { libc::close(fd) };
     }
 }
 
-fn report_to(fd: i32, when: &str, program: &Program, pid: u32) {
+fn report_to(fd: i32, when: &str, program: &Program, pid: u32, figures: Option<PoolStats>) {
     let line = |args: fmt::Arguments<'_>| line_to(fd, args);
-    let Some(s) = pool::stats() else {
+    let Some(s) = figures else {
         line(format_args!(
             "tagalloc: {program}[{pid}] {when}: no statistics (the pool's lock is held by this \
              thread)"
@@ -381,11 +379,6 @@ fn report_to(fd: i32, when: &str, program: &Program, pid: u32) {
         c.spills,
         c.flushes,
     ));
-}
-
-/// The exit handler registered when `TAGALLOC_STATS` is set.
-pub(crate) extern "C" fn at_exit() {
-    stats("at exit", To::Exit);
 }
 
 /// Writes `args` to a C stream (`malloc_info`); whether all of it was written. The text is

@@ -87,8 +87,7 @@
 //! - `algo/`, the algorithm, written once over the placement seam: `geometry` (a placement's
 //!   size arithmetic, [`Geometry`]), `tags` (the seam), `bin_index` (which bin a size falls
 //!   in, and the sizes the policy lists), `ring` (the rings of equal-sized free chunks),
-//!   `size_table` (the sizes just above the lists), `classes` (the compact shape's size
-//!   classes between its lists and its tries), `shape` (which bins a heap keeps:
+//!   `size_table` (the sizes just above the lists), `shape` (which bins a heap keeps:
 //!   [`Wide`], [`Compact`]), `bins` (the bins and the best-fit search), `stats` (statistics
 //!   and the tally behind them), `heap` (allocation, carving, merging, resizing, the top and
 //!   the victim), `region` (adding, growing, trimming and removing regions), `check` (the

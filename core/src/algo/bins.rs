@@ -28,10 +28,9 @@
 //! are non-empty.
 //!
 //! **Shapes.** That is the [`Wide`](crate::Wide) shape, the default. The
-//! [`Compact`](crate::Compact) shape (`crate::algo::shape`) keeps lists up to 64 granules,
-//! sorted lists of size classes up to 4095 granules in place of the size table
-//! (`crate::algo::classes`), and tries from bin 88 to bin 91, its last, open-ended: at most 1 KiB
-//! instead of some 20 KiB. The policy is the same in both: what a request takes is decided by
+//! [`Compact`](crate::Compact) shape (`crate::algo::shape`) keeps lists up to 64 granules, no size
+//! table, and tries from bin 64 to bin 79, its last, open-ended: a few hundred bytes instead of
+//! some 20 KiB. The policy is the same in both: what a request takes is decided by
 //! [`LIST_SIZES`] (the victim, the realloc's move), never by where a shape keeps a size, and
 //! every structure finds the exact best fit, oldest first.
 
@@ -110,13 +109,6 @@ impl<C: Copy + Eq + core::fmt::Debug, S: Shape> Bins<C, S> {
         }
     }
 
-    /// Whether a listed size (of the policy) is above this shape's lists: never for
-    /// [`Wide`], a constant there.
-    #[inline(always)]
-    pub(crate) fn beyond_lists(size: usize) -> bool {
-        Self::SHORT_LISTS && size > S::LISTS
-    }
-
     /// The bin that holds free chunks of `size` granules in this shape: [`bin_of`], the sizes
     /// of the bins above the last gathered in it.
     #[inline]
@@ -164,7 +156,7 @@ impl<C: Copy + Eq + core::fmt::Debug, S: Shape> Bins<C, S> {
     /// which of those 64 lists have a head and which a tail, as the same kind of bit mask: a
     /// branch-free pass over the ends, so that checking all 2048 lists stays cheap.
     pub(crate) fn list_word(&self, w: usize) -> (u64, u64, u64) {
-        let ends = &self.ends.as_ref()[w * 64..(w * 64 + 64).min(Self::SLOTS)];
+        let ends = &self.ends.as_ref()[w * 64..w * 64 + 64];
         // The common case, 64 empty lists, in a branch-free loop the compiler can vectorise.
         let any = ends
             .iter()
@@ -446,17 +438,6 @@ impl<C: Copy + Eq + core::fmt::Debug, S: Shape> Bins<C, S> {
             }
             return self.take_above_lists(t, need, carve);
         }
-        self.take_best_unlisted(t, need, carve)
-    }
-
-    /// [`Bins::take_best`] for a size above the lists: the best fit in the table, else the
-    /// smallest chunk of the tries (all larger); or for a size above the table, in the tries.
-    #[inline(always)]
-    fn take_best_unlisted<T, F>(&mut self, t: &mut T, need: usize, carve: F) -> Option<(C, usize)>
-    where
-        T: Tags<Chunk = C>,
-        F: FnOnce(&mut T, C, usize) -> Option<(C, usize)>,
-    {
         if need <= S::TABLE_LAST {
             if let Some((c, size)) = self.table.best_fit(t, need) {
                 return Some(self.take_tabled(t, c, size, carve));
@@ -487,7 +468,7 @@ impl<C: Copy + Eq + core::fmt::Debug, S: Shape> Bins<C, S> {
     /// list serves: the best fit among the chunks above the lists. With every policy-listed
     /// size in a list ([`Wide`]) that is the smallest chunk above them, oldest among equals,
     /// from the size table, else from the tries; with lists that stop below (`Compact`), a
-    /// request above them is a best-fit search of its class table, else of the tries.
+    /// request above them is a best-fit search of the tries.
     #[inline(always)]
     pub fn take_above_lists<T, F>(&mut self, t: &mut T, need: usize, carve: F) -> Option<(C, usize)>
     where
@@ -495,9 +476,9 @@ impl<C: Copy + Eq + core::fmt::Debug, S: Shape> Bins<C, S> {
         F: FnOnce(&mut T, C, usize) -> Option<(C, usize)>,
     {
         if Self::SHORT_LISTS && need > S::LISTS {
-            return self.take_best_unlisted(t, need, carve);
+            return self.take_best_trie(t, need, carve);
         }
-        if let Some((c, size)) = self.table.min(t) {
+        if let Some((c, size)) = self.table.min() {
             return Some(self.take_tabled(t, c, size, carve));
         }
         self.take_smallest_trie(t, Self::FIRST_TRIE_BIN, carve)
@@ -526,12 +507,11 @@ impl<C: Copy + Eq + core::fmt::Debug, S: Shape> Bins<C, S> {
     }
 
     /// Takes the oldest chunk of exactly `need` granules (`1..=LIST_SIZES`) out of its list;
-    /// `None` when there is none. A size above this shape's lists is looked up in its table
-    /// or trie.
+    /// `None` when there is none. A size above this shape's lists is looked up in its trie.
     #[inline(always)]
     pub fn pop_exact<T: Tags<Chunk = C>>(&mut self, t: &mut T, need: usize) -> Option<C> {
         if Self::SHORT_LISTS && need > S::LISTS {
-            return self.take_exact_unlisted(t, need);
+            return self.trie_take_exact(t, need);
         }
         let i = need - 1;
         // The map word, which the search for the best fit reads next anyway, rather than the
@@ -542,19 +522,10 @@ impl<C: Copy + Eq + core::fmt::Debug, S: Shape> Bins<C, S> {
         self.pop_oldest(t, i)
     }
 
-    /// [`Bins::pop_exact`] above the lists: the oldest chunk of exactly `need` granules in the
-    /// table or the trie, taken out.
+    /// [`Bins::pop_exact`] above the lists: the trie node of exactly `need` granules (the
+    /// oldest of its size), taken out.
     #[inline(never)]
-    fn take_exact_unlisted<T: Tags<Chunk = C>>(&mut self, t: &mut T, need: usize) -> Option<C> {
-        if need <= S::TABLE_LAST {
-            return match self.table.best_fit(t, need) {
-                Some((c, size)) if size == need => {
-                    self.table.remove(t, c, size);
-                    Some(c)
-                }
-                _ => None,
-            };
-        }
+    fn trie_take_exact<T: Tags<Chunk = C>>(&mut self, t: &mut T, need: usize) -> Option<C> {
         let b = Self::bin(need);
         match self.trie_best_fit(t, b, need) {
             Some((c, size)) if size == need => {
@@ -569,69 +540,36 @@ impl<C: Copy + Eq + core::fmt::Debug, S: Shape> Bins<C, S> {
     /// (`1..=LIST_SIZES`) out of its list, with its size; `None` when no list holds one (the
     /// chunks above the lists may: [`Bins::take_above_lists`]). The first half of
     /// [`Bins::take_best`]'s list case, for the allocation fast path, which carves the chunk
-    /// and keeps the rest as its victim. A size above this shape's lists takes the best fit in
-    /// its table, which the slow path would take and carve alike.
+    /// and keeps the rest as its victim.
     #[inline(always)]
     pub fn pop_listed<T: Tags<Chunk = C>>(&mut self, t: &mut T, need: usize) -> Option<(C, usize)> {
         if Self::SHORT_LISTS && need > S::LISTS {
-            return self.pop_tabled(t, need);
+            return None;
         }
         let size = self.first_list_at_least(need)?;
         Some((self.pop_oldest(t, size - 1)?, size))
     }
 
-    /// [`Bins::pop_listed`] above the lists: the best fit in the table, taken out; `None` when
-    /// the table holds none (the tries may).
-    #[inline(never)]
-    fn pop_tabled<T: Tags<Chunk = C>>(&mut self, t: &mut T, need: usize) -> Option<(C, usize)> {
-        if need > S::TABLE_LAST {
-            return None;
-        }
-        let (c, size) = self.table.best_fit(t, need)?;
-        self.table.remove(t, c, size);
-        Some((c, size))
-    }
-
     /// Files the free chunk `c` of `size` granules (`1..=LIST_SIZES`) into its list, or its
-    /// table or trie when this shape's lists stop below.
+    /// trie when this shape's lists stop below.
     #[inline(always)]
     pub fn push_listed<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) {
         debug_assert!((1..=LIST_SIZES).contains(&size));
         if Self::SHORT_LISTS && size > S::LISTS {
-            return self.insert_unlisted(t, c, size);
+            return self.trie_insert(t, c, size);
         }
         self.list_push(t, c, size - 1);
     }
 
     /// Takes the free chunk `c` of `size` granules (`1..=LIST_SIZES`) out of its list, or its
-    /// table or trie when this shape's lists stop below.
+    /// trie when this shape's lists stop below.
     #[inline(always)]
     pub fn unlink_listed<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) {
         debug_assert!((1..=LIST_SIZES).contains(&size));
         if Self::SHORT_LISTS && size > S::LISTS {
-            return self.remove_unlisted(t, c, size);
+            return self.trie_unlink(t, c, Self::bin(size));
         }
         self.list_unlink(t, c, size - 1);
-    }
-
-    /// [`Bins::insert`] of a size above the lists.
-    #[inline(never)]
-    fn insert_unlisted<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) {
-        if size <= S::TABLE_LAST {
-            self.table.insert(t, c, size);
-        } else {
-            self.trie_insert(t, c, size);
-        }
-    }
-
-    /// [`Bins::remove`] of a size above the lists.
-    #[inline(never)]
-    fn remove_unlisted<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) {
-        if size <= S::TABLE_LAST {
-            self.table.remove(t, c, size);
-        } else {
-            self.trie_unlink(t, c, Self::bin(size));
-        }
     }
 
     /// Takes the oldest chunk of the non-empty list of `size` granules, carves it, and files
@@ -862,7 +800,7 @@ impl<C: Copy + Eq + core::fmt::Debug, S: Shape> Bins<C, S> {
             let b = Self::FIRST_TRIE_BIN + 63 - self.tries.leading_zeros() as usize;
             let root = self.roots.as_ref()[b - Self::FIRST_TRIE_BIN]?;
             Some(largest_size(t, root))
-        } else if let Some(size) = self.table.largest(t) {
+        } else if let Some(size) = self.table.largest() {
             Some(size)
         } else if self.summary != 0 {
             let w = 63 - self.summary.leading_zeros() as usize;

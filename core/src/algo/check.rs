@@ -6,7 +6,6 @@
 //! of free chunks found.
 
 use crate::algo::bins::Bins;
-use crate::algo::classes::{self, ClassTable, Classes};
 use crate::algo::heap::Heap;
 use crate::algo::shape::sealed::Shape;
 use crate::algo::size_table::{self, SizeTable, Table};
@@ -272,12 +271,6 @@ fn check_bins<T: Tags, S: Shape>(
     if let Some(table) = bins.table().sizes() {
         check_table(table, t, limit, marks, &mut check_one)?;
     }
-    // A step's check reads every class too: they are few (`classes::CLASSES`).
-    if let Some(table) = bins.table().classes() {
-        check_classes(table, t, limit, &mut |c, size| {
-            check_one(c, Bins::<T::Chunk, S>::bin(size))
-        })?;
-    }
     for b in Bins::<T::Chunk, S>::trie_bins() {
         let (root, marked) = bins.root(b);
         if root.is_some() != marked {
@@ -400,55 +393,6 @@ fn check_table<T: Tags>(
             "size table's smallest chunk is not its smallest",
             at,
         ));
-    }
-    Ok(())
-}
-
-/// Checks the class table: the map marks the non-empty classes; each class's ring is linked
-/// both ways and holds chunks of the class only, in order of size; calls `each` on every chunk
-/// with its size. Every class is read, by a step's check too: they are few, so no marks are
-/// kept for them.
-fn check_classes<T: Tags>(
-    table: &ClassTable<T::Chunk>,
-    t: &T,
-    limit: usize,
-    each: &mut impl FnMut(T::Chunk, usize) -> Result<(), CheckError>,
-) -> Result<(), CheckError> {
-    for k in 0..classes::CLASSES {
-        let (head, marked) = table.class(k);
-        if head.is_some() != marked {
-            let at = head.map_or(0, |c| t.addr(c));
-            return Err(CheckError::new("bin bitmap disagrees with bin", at));
-        }
-        let Some(head) = head else { continue };
-        let mut last = 0;
-        let mut c = head;
-        let mut closed = false;
-        for _ in 0..=limit {
-            let size = t.size(c);
-            if !(classes::FIRST..=classes::LAST).contains(&size) || classes::class_of(size) != k {
-                return Err(CheckError::new("free chunk in the wrong bin", t.addr(c)));
-            }
-            if size < last {
-                return Err(CheckError::new("size class out of order", t.addr(c)));
-            }
-            last = size;
-            each(c, size)?;
-            let next = t
-                .link(c, Link::Next)
-                .ok_or(CheckError::new("ring link missing", t.addr(c)))?;
-            if t.link(next, Link::Prev) != Some(c) {
-                return Err(CheckError::new("ring links disagree", t.addr(c)));
-            }
-            if next == head {
-                closed = true;
-                break;
-            }
-            c = next;
-        }
-        if !closed {
-            return Err(CheckError::new("ring does not close", t.addr(head)));
-        }
     }
     Ok(())
 }

@@ -246,15 +246,9 @@ impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
     pub fn alloc_granules(&mut self, need: usize) -> Result<T::Chunk, Error> {
         self.tags.reserve(1)?;
         if need <= LIST_SIZES {
-            // Above a shape's lists, a chunk of exactly `need` is the best fit too: unless the
-            // victim fits, the best-fit search below finds it, and one search is enough.
-            let exact_first =
-                !Bins::<T::Chunk, S>::beyond_lists(need) || self.victim.fitting(need).is_some();
-            if exact_first {
-                if let Some(c) = self.bins.pop_exact(&mut self.tags, need) {
-                    self.carve_counted(c, need, need);
-                    return Ok(c);
-                }
+            if let Some(c) = self.bins.pop_exact(&mut self.tags, need) {
+                self.carve_counted(c, need, need);
+                return Ok(c);
             }
             // The victim, else the best fit among the lists, carved in one place: with a carve
             // for each, the compiler called the placement's carve out of line.

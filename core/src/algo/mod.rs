@@ -4,7 +4,6 @@
 pub(crate) mod bin_index;
 pub(crate) mod bins;
 pub(crate) mod check;
-pub(crate) mod classes;
 pub(crate) mod geometry;
 pub(crate) mod heap;
 pub(crate) mod region;

@@ -6,16 +6,14 @@
 //! - [`Wide`]: a list for every size up to 2047 granules, the size table up to 16383, tries
 //!   above (see `crate::algo::bins`): most of a heap's state is the two ends of each list, about
 //!   20 KiB on a 32-bit target.
-//! - [`Compact`]: a list for every size up to 64 granules (1 KiB at the host granule), sorted
-//!   lists of size classes up to 4095 granules, four classes per power of two, one word each
-//!   (see `crate::algo::classes`), and tries above, in 4 tree bins (the last open-ended), so
-//!   that a `GlobalHeap` fits in 1 KiB on a 32-bit target. A size above the lists is found in
-//!   its class, a short walk of a sorted list, rather than at a list's head. Sizes:
-//!   `docs/small-machines.md`; speeds: `docs/compact.md`.
+//! - [`Compact`]: a list for every size up to 64 granules (1 KiB at the host granule), and
+//!   tries for everything above, in 16 tree bins (the last open-ended, from 896 granules, 14 KiB
+//!   at the host granule), so that a `GlobalHeap` fits in 1 KiB on a 32-bit target. A size
+//!   above the lists is found by a walk of its bin's trie, one chunk per level, rather than in
+//!   a list. Sizes: `docs/small-machines.md`; speeds: `docs/measurements.md`.
 
 use core::fmt::Debug;
 
-use crate::algo::classes::Classes;
 use crate::algo::size_table::{SizeTable, Table};
 
 /// The bins a heap keeps: [`Wide`] (the default) or [`Compact`]. A type parameter of
@@ -29,9 +27,8 @@ pub trait BinShape: sealed::Shape {}
 pub enum Wide {}
 
 /// Bins for small machines: a list per size up to 64 granules (1 KiB at the host granule),
-/// sorted lists of size classes up to 4095 granules, tries above. The same policy and
-/// addresses as [`Wide`]; a `GlobalHeap` of them is at most 1 KiB on a 32-bit target (size:
-/// `docs/small-machines.md`, speed: `docs/compact.md`).
+/// tries above, in 16 tree bins. The same policy and addresses as [`Wide`]; a `GlobalHeap` of
+/// them is under 1 KiB on a 32-bit target (size: `docs/small-machines.md`).
 #[derive(Debug)]
 pub enum Compact {}
 
@@ -92,8 +89,8 @@ pub(crate) mod sealed {
         type Lists<C: Copy>: Slots<Ends<C>>;
         /// Each trie's root, from the first bin above the table.
         type Roots<C: Copy>: Slots<Option<C>>;
-        /// The size table or the class table.
-        type Table<C: Copy + Eq + Debug>: Table<C> + Classes<C>;
+        /// The size table, or nothing.
+        type Table<C: Copy + Eq + Debug>: Table<C>;
     }
 
     impl Shape for Wide {
@@ -108,14 +105,11 @@ pub(crate) mod sealed {
 
     impl Shape for Compact {
         const LISTS: usize = 64;
-        const TABLE_LAST: usize = crate::algo::classes::LAST;
-        const LAST_BIN: usize = crate::algo::bin_index::bin_of(crate::algo::classes::LAST + 1) + 3;
+        const TABLE_LAST: usize = 64;
+        const LAST_BIN: usize = crate::algo::bin_index::EXACT_BINS + 15;
         type Map = [u64; 1];
         type Lists<C: Copy> = [Ends<C>; 64];
-        type Roots<C: Copy> = [Option<C>; 4];
-        type Table<C: Copy + Eq + Debug> = crate::algo::classes::ClassTable<C>;
+        type Roots<C: Copy> = [Option<C>; 16];
+        type Table<C: Copy + Eq + Debug> = crate::algo::size_table::NoTable;
     }
-
-    // The classes start right above the compact lists.
-    const _: () = assert!(crate::algo::classes::FIRST == <Compact as Shape>::LISTS + 1);
 }

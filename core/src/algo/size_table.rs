@@ -565,8 +565,9 @@ impl<C: Copy + Eq + core::fmt::Debug> SizeTable<C> {
 }
 
 /// What the bins need of the sizes between their lists and their tries: the [`SizeTable`]
-/// (`crate::Wide`) or the class table (`crate::algo::classes`, `crate::Compact`). The bins reach it
-/// only for sizes in `LISTS + 1..=TABLE_LAST` of their shape.
+/// (`crate::Wide`) or nothing ([`NoTable`], `crate::Compact`, whose tries start right above its
+/// lists). The bins reach it only for sizes in `FIRST..=TABLE_LAST` of their shape, so a shape
+/// without a table never calls the methods that file or take a chunk.
 // Reachable only as the storage of a sealed `BinShape`, which no one outside can name or
 // implement: `Tags` stays the crate's own.
 #[allow(private_bounds)]
@@ -578,7 +579,7 @@ pub trait Table<C>: Sized {
     /// Whether no chunk is in the table.
     fn is_empty(&self) -> bool;
     /// The smallest chunk (see [`SizeTable::min`]).
-    fn min<T: Tags<Chunk = C>>(&self, t: &T) -> Option<(C, usize)>;
+    fn min(&self) -> Option<(C, usize)>;
     /// See [`SizeTable::best_fit`].
     fn best_fit<T: Tags<Chunk = C>>(&self, t: &T, need: usize) -> Option<(C, usize)>;
     /// See [`SizeTable::insert`].
@@ -599,7 +600,7 @@ pub trait Table<C>: Sized {
     /// See [`SizeTable::each_at_least`].
     fn each_at_least<T: Tags<Chunk = C>>(&self, t: &T, min: usize, each: impl FnMut(C, usize));
     /// See [`SizeTable::largest`].
-    fn largest<T: Tags<Chunk = C>>(&self, t: &T) -> Option<usize>;
+    fn largest(&self) -> Option<usize>;
 }
 
 #[allow(private_bounds)]
@@ -616,7 +617,7 @@ impl<C: Copy + Eq + core::fmt::Debug> Table<C> for SizeTable<C> {
     }
 
     #[inline(always)]
-    fn min<T: Tags<Chunk = C>>(&self, _: &T) -> Option<(C, usize)> {
+    fn min(&self) -> Option<(C, usize)> {
         SizeTable::min(self)
     }
 
@@ -656,8 +657,67 @@ impl<C: Copy + Eq + core::fmt::Debug> Table<C> for SizeTable<C> {
         SizeTable::each_at_least(self, t, min, each)
     }
 
-    fn largest<T: Tags<Chunk = C>>(&self, _: &T) -> Option<usize> {
+    fn largest(&self) -> Option<usize> {
         SizeTable::largest(self)
+    }
+}
+
+/// No size table: the bins of a shape whose tries start right above its lists. Always empty;
+/// the bins never file a chunk in it (its `insert` and `remove` are unreachable, and say so
+/// in debug builds).
+pub struct NoTable;
+
+#[allow(private_bounds)]
+impl<C> Table<C> for NoTable {
+    const EMPTY: Self = NoTable;
+
+    fn sizes(&self) -> Option<&SizeTable<C>> {
+        None
+    }
+
+    #[inline(always)]
+    fn is_empty(&self) -> bool {
+        true
+    }
+
+    #[inline(always)]
+    fn min(&self) -> Option<(C, usize)> {
+        None
+    }
+
+    #[inline(always)]
+    fn best_fit<T: Tags<Chunk = C>>(&self, _: &T, _: usize) -> Option<(C, usize)> {
+        None
+    }
+
+    fn insert<T: Tags<Chunk = C>>(&mut self, _: &mut T, _: C, size: usize) {
+        debug_assert!(false, "a chunk of {size} granules filed in no table");
+    }
+
+    fn remove<T: Tags<Chunk = C>>(&mut self, _: &mut T, _: C, size: usize) {
+        debug_assert!(false, "a chunk of {size} granules taken from no table");
+    }
+
+    fn detach<T: Tags<Chunk = C>>(&mut self, _: &mut T, _: C, size: usize) -> Spot<C> {
+        debug_assert!(false, "a chunk of {size} granules detached from no table");
+        Spot::Gone
+    }
+
+    fn attach<T: Tags<Chunk = C>>(
+        &mut self,
+        _: &mut T,
+        _: C,
+        _: usize,
+        _: Spot<C>,
+        file: Option<(C, usize)>,
+    ) -> Option<(C, usize)> {
+        file
+    }
+
+    fn each_at_least<T: Tags<Chunk = C>>(&self, _: &T, _: usize, _: impl FnMut(C, usize)) {}
+
+    fn largest(&self) -> Option<usize> {
+        None
     }
 }
 

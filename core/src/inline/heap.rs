@@ -122,9 +122,8 @@ impl InlineHeap<HostGranule, NoCounters> {
 impl InlineHeap<HostGranule, Counters, Compact> {
     /// [`InlineHeap::new`] with the bins of small machines ([`Compact`]): the same policy and
     /// addresses, a small fraction of the state (a `GlobalHeap` of them fits in 1 KiB on a
-    /// 32-bit target), and slower for sizes above 64 granules (1 KiB), which sorted lists of
-    /// size classes serve instead of a list per size (sizes in `docs/small-machines.md`, speeds
-    /// in `docs/compact.md`).
+    /// 32-bit target), and slower for sizes above 64 granules (1 KiB), which a trie serves
+    /// instead of a list (sizes in `docs/small-machines.md`, speeds in `docs/measurements.md`).
     ///
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -134,7 +133,7 @@ impl InlineHeap<HostGranule, Counters, Compact> {
     /// let mut heap = InlineHeap::compact();
     /// // SAFETY: the arena outlives the heap and nothing else touches it.
     /// unsafe { heap.add_region(arena.as_mut_ptr().cast(), 16 << 10)? };
-    /// let p = heap.alloc(3000, 16)?; // above the compact lists: from a size class
+    /// let p = heap.alloc(3000, 16)?; // above the compact lists: from a trie
     /// // SAFETY: `p` is a live 3000-byte allocation of this heap, not used afterwards.
     /// unsafe { heap.free_checked(p, 3000)? };
     /// heap.check()?;

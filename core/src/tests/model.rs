@@ -345,9 +345,8 @@ proptest! {
         run(&mut s, base, SPACE / 2, &ops);
     }
 
-    /// The compact bins (a list per size up to 64 granules, size classes and tries above)
-    /// serve the same policy: the model predicts every address, with sizes on both sides of
-    /// their lists.
+    /// The compact bins (a list per size up to 64 granules, tries above) serve the same
+    /// policy: the model predicts every address, with sizes on both sides of their lists.
     #[test]
     fn inline_compact_matches_model(ops in ops_strategy(size_strategy())) {
         let (mut s, base) = inline_subject_of(InlineHeap::compact());

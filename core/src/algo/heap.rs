@@ -321,7 +321,7 @@ impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
 
     /// Files the victim, if any, into its bin.
     #[inline(always)]
-    fn file_victim(&mut self) {
+    pub(crate) fn file_victim(&mut self) {
         if let Some((v, size)) = self.victim.chunk.take() {
             self.bins.insert(&mut self.tags, v, size);
         }

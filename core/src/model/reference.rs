@@ -93,6 +93,12 @@ impl Model {
         self.regions.get(&base).map(|&(_, e)| e)
     }
 
+    /// Files the victim into the free set, whatever its size (what a cache's spill or flush
+    /// asks of the heap: `InlineHeap::file_victim`).
+    pub fn file_victim(&mut self) {
+        self.file_victim_if_fits(0);
+    }
+
     /// Files the victim into the free set if it has at least `want` granules.
     fn file_victim_if_fits(&mut self, want: usize) {
         if let Some(v) = self.victim.filter(|v| self.chunks[v].granules >= want) {

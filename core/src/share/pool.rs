@@ -507,6 +507,8 @@ where
             // SAFETY: forwarded caller contract.
             let _ = unsafe { pool.free(ptr, c.usable()) };
         }
+        // The batch's holes, not the victim, serve the next listed requests (see `file_victim`).
+        pool.heap_mut().file_victim();
         cache.spilled();
         cache.exchange(pool.cache_stats_mut());
         Ok(())
@@ -531,6 +533,7 @@ where
                 let _ = unsafe { pool.free(p, c.usable()) };
             }
         });
+        pool.heap_mut().file_victim();
         let s = pool.cache_stats_mut();
         s.flushes += 1;
         cache.exchange(s);

@@ -213,6 +213,50 @@ fn a_block_freed_by_another_cache_is_served_there() {
     assert_eq!(pool.stats().unwrap().heap.in_use, 0);
 }
 
+/// After a spill the victim is filed: the next listed request takes the smallest hole that
+/// fits instead of carving on from the rest of the chunk the cache's refills were carved from
+/// (which may be a span never touched: the end of a region other than the top region).
+#[test]
+fn a_spill_files_the_victim_so_holes_serve_first() {
+    if !ENABLED {
+        return;
+    }
+    let (pool, _) = pool(64 << 10);
+    let mut cache = ThreadCache::new(KEY);
+    let alloc = |cache: &mut ThreadCache, size| pool.alloc_with_cache(cache, size, 16).unwrap();
+    // Above the cached sizes: straight to the pool.
+    let hole = alloc(&mut cache, 1500);
+    let _guard0 = alloc(&mut cache, 2000);
+    let span = alloc(&mut cache, 16000);
+    let _guard1 = alloc(&mut cache, 2000);
+    // SAFETY: a live block of this pool with its size, given up once.
+    unsafe { pool.free_with_cache(&mut cache, span, 16000).unwrap() };
+    // Two refills of the 1040-byte class, carved from the span; its rest is the victim.
+    let c = Class::of(1000, 16).unwrap();
+    let blocks: Vec<_> = (0..6).map(|_| alloc(&mut cache, 1000)).collect();
+    assert!(blocks
+        .iter()
+        .all(|b| (span.addr().get()..span.addr().get() + 16000).contains(&b.addr().get())));
+    // SAFETY: as above.
+    unsafe { pool.free_with_cache(&mut cache, hole, 1500).unwrap() };
+    for b in blocks {
+        // SAFETY: as above.
+        unsafe { pool.free_with_cache(&mut cache, b, 1000).unwrap() };
+    }
+    assert_eq!(
+        pool.stats().unwrap().cache.spills,
+        1,
+        "the fifth free spilled"
+    );
+    assert_eq!(cache.count(c), 4);
+    assert_eq!(
+        alloc(&mut cache, 1400),
+        hole,
+        "the hole, the best fit, and not the rest of the span"
+    );
+    pool.with_pool(|p| p.check()).unwrap().unwrap();
+}
+
 /// A model of the cache: per class a stack of addresses, refilled and spilled as the cache
 /// does, over the reference model of the heap.
 struct ModelCache {
@@ -268,8 +312,14 @@ impl ModelCache {
                 }
             }
             if full(self) {
-                return m.free(p);
+                m.free(p);
+            } else {
+                self.bins.entry(c.index()).or_default().push(p);
+                self.bytes += c.chunk_bytes();
             }
+            // A spill files the victim once its frees are done.
+            m.file_victim();
+            return;
         }
         self.bins.entry(c.index()).or_default().push(p);
         self.bytes += c.chunk_bytes();
@@ -281,6 +331,7 @@ impl ModelCache {
                 m.free(p);
             }
         }
+        m.file_victim();
         self.bytes = 0;
     }
 }

@@ -110,7 +110,7 @@ pub struct Driver<R: Rig> {
 impl<R: Rig> Driver<R> {
     /// A driver over `rig`, comparing every result with the reference model if `with_model`.
     pub fn new(rig: R, with_model: bool) -> Self {
-        let geo = rig.subject().layout();
+        let geo = rig.subject().geometry();
         Driver {
             rig,
             model: with_model.then(|| Model::new(geo)),

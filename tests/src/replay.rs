@@ -547,7 +547,7 @@ impl<'t, H: ReplayHeap> Replay<'t, H> {
         let stats = trace.stats();
         let fail = |kind| ReplayError::new(trace, H::PLACEMENT, None, kind);
         let mut heap = H::start(options).map_err(fail)?;
-        let bytes = initial_bytes(&stats, heap.layout().granule(), options.size_factor);
+        let bytes = initial_bytes(&stats, heap.geometry().granule(), options.size_factor);
         // The sizing is only a guess from the trace; if the system cannot supply it, start
         // small, so that the request that really cannot be served is the one named in the error.
         let reserved = heap
@@ -816,7 +816,7 @@ impl<'t, H: ReplayHeap> Replay<'t, H> {
     /// it, its worst-case alignment padding and the placement's tags, or half of what the heap
     /// has already, whichever is more.
     fn grow(&mut self, size: usize, align: usize) -> Result<(), ReplayErrorKind> {
-        let granule = self.heap.layout().granule();
+        let granule = self.heap.geometry().granule();
         let need = size
             .saturating_add(align)
             .saturating_add(H::GROWTH_GRANULES * granule);

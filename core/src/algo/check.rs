@@ -95,7 +95,7 @@ impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
                 if size == 0 {
                     return Err(CheckError::new("empty chunk", t.addr(c)));
                 }
-                if t.addr(c) + t.layout().bytes_of(size) == top.end {
+                if t.addr(c) + t.geometry().bytes_of(size) == top.end {
                     top_region_seen = true;
                     match (t.is_free(c), top.chunk) {
                         (true, Some(tc)) if tc == c => top_size = size,

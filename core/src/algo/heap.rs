@@ -123,8 +123,8 @@ impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
     }
 
     #[inline]
-    fn layout(&self) -> &Geometry {
-        self.tags.layout()
+    fn geometry(&self) -> &Geometry {
+        self.tags.geometry()
     }
 
     /// The placement, to change regions ([`crate::algo::region`] only: it never touches a chunk in
@@ -158,7 +158,7 @@ impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
     /// Where the chunk `c` of `size` granules ends (the address just past it).
     #[inline]
     fn end_of(&self, c: T::Chunk, size: usize) -> usize {
-        self.tags.addr(c) + self.layout().bytes_of(size)
+        self.tags.addr(c) + self.geometry().bytes_of(size)
     }
 
     /// Whether the free chunk `c` of `size` granules ends the top region, so is the top.
@@ -227,11 +227,11 @@ impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
     /// `docs/measurements.md#heaprs-the-fast-paths-always-inlined`).
     #[inline(always)]
     pub fn alloc(&mut self, size: usize, align: usize) -> Result<T::Chunk, Error> {
-        if !self.layout().granule_aligned(align) {
+        if !self.geometry().granule_aligned(align) {
             let (c, e) = self.alloc_aligned(size, align);
             return c.ok_or(e);
         }
-        let need = self.layout().granules_for(size)?;
+        let need = self.geometry().granules_for(size)?;
         self.alloc_granules(need)
     }
 
@@ -413,7 +413,7 @@ impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
     pub fn shrink_target(&mut self, c: T::Chunk, need: usize, align: usize) -> Option<T::Chunk> {
         if self.tags.size(c) <= SHRINK_MOVE_MAX
             || need > SHRINK_MOVE_MAX
-            || !self.layout().granule_aligned(align)
+            || !self.geometry().granule_aligned(align)
         {
             return None;
         }
@@ -459,7 +459,7 @@ impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
     /// Counts an allocation of `need` granules carved from a chunk of `have` (see `carver`).
     #[inline(always)]
     fn counted_carve(&mut self, need: usize, have: usize) {
-        let min = self.layout().min_chunk();
+        let min = self.geometry().min_chunk();
         // `carve` split off a free tail exactly when it could stand alone.
         if have - need >= min {
             self.counted_out(need);
@@ -480,7 +480,7 @@ impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
     /// [`Heap::alloc_aligned`]'s work, as a `Result`.
     #[inline(always)]
     fn alloc_aligned_result(&mut self, size: usize, align: usize) -> Result<T::Chunk, Error> {
-        let (need, want) = self.layout().request(size, align)?;
+        let (need, want) = self.geometry().request(size, align)?;
         self.tags.reserve(2)?;
         self.file_victim_if_fits(want);
         let (mut c, mut have) = match self.bins.take_best(&mut self.tags, want, |_, _, _| None) {
@@ -488,7 +488,7 @@ impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
             None => self.take_top(want).ok_or(Error::OutOfMemory)?,
         };
         self.tally.unfiled();
-        let lead = self.layout().lead_granules(self.tags.payload(c), align);
+        let lead = self.geometry().lead_granules(self.tags.payload(c), align);
         if lead > 0 {
             // The leading fragment stays free; its predecessor is in use (it was next to a
             // free chunk), and its successor is about to be.
@@ -520,7 +520,7 @@ impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
     /// and frees the rest (coalescing it with a free successor). Leaves `used` to the caller.
     fn release_tail(&mut self, c: T::Chunk, keep: usize) {
         let have = self.tags.size(c);
-        if have >= keep + self.layout().min_chunk() {
+        if have >= keep + self.geometry().min_chunk() {
             let tail = self.tags.split(c, keep);
             self.coalesce_and_file(tail, have - keep);
         }
@@ -708,7 +708,7 @@ impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
     /// place; `c` is unchanged then.
     #[inline]
     pub fn resize_in_place(&mut self, c: T::Chunk, size: usize) -> Result<(), Error> {
-        let need = self.layout().granules_for(size)?;
+        let need = self.geometry().granules_for(size)?;
         match self.resize_granules(c, need)? {
             true => Ok(()),
             false => Err(Error::OutOfMemory),
@@ -759,7 +759,7 @@ impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
     /// The chunk size `c` was allocated with may be `size` bytes (see [`Geometry::size_fits`]).
     #[inline]
     pub fn size_fits(&self, c: T::Chunk, size: usize) -> bool {
-        self.layout().size_fits(self.tags.size(c), size)
+        self.geometry().size_fits(self.tags.size(c), size)
     }
 }
 
@@ -773,7 +773,7 @@ impl<T: Tags, S: Shape> Heap<T, Counters, S> {
             .max(top)
             .max(self.victim.size());
         self.tally
-            .to_stats(self.layout().shift(), largest, self.layout().head())
+            .to_stats(self.geometry().shift(), largest, self.geometry().head())
     }
 }
 

@@ -29,7 +29,7 @@ impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
     /// reads and writes and used by nothing else until the region is removed or the heap is
     /// dropped.
     pub unsafe fn add_region(&mut self, base: T::Base, len: usize) -> Result<(), Error> {
-        let layout = *self.tags().layout();
+        let layout = *self.tags().geometry();
         let g = layout.granule();
         let addr = T::base_addr(base);
         if addr & (g - 1) != 0 {
@@ -60,7 +60,7 @@ impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
     /// As for [`Heap::add_region`], for the added range, which must also be reachable through
     /// the region's base (one allocation or mapping).
     pub unsafe fn extend_region(&mut self, base: T::Base, additional: usize) -> Result<(), Error> {
-        let layout = *self.tags().layout();
+        let layout = *self.tags().geometry();
         let (r, _) = self.find_region(T::base_addr(base))?;
         let len = additional & !(layout.granule() - 1);
         let end = T::base_addr(self.tags().region_base(r)) + self.tags().region_len(r);
@@ -141,7 +141,7 @@ impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
             if addr >= base && addr - base < t.region_len(r) {
                 return t
                     .region_last_free(r)
-                    .map_or(0, |(_, size)| size << t.layout().shift());
+                    .map_or(0, |(_, size)| size << t.geometry().shift());
             }
             region = t.next_region(r);
         }
@@ -156,7 +156,7 @@ impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
     /// `O(chunks)`.
     pub fn free_spans(&self, min: usize, page: usize, mut each: impl FnMut(usize, usize)) -> usize {
         let t = self.tags();
-        let layout = t.layout();
+        let layout = t.geometry();
         let (keep_front, keep_back) = layout.free_chunk_tags();
         let min_granules = (min >> layout.shift()).max(1);
         let mut named = 0;
@@ -233,7 +233,7 @@ impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
     /// [`Heap::shrink_region`] of region `r`.
     fn cut(&mut self, r: T::Region, page: usize) -> Option<(usize, usize)> {
         let t = self.tags();
-        let layout = *t.layout();
+        let layout = *t.geometry();
         let (last, size) = t.region_last_free(r)?;
         let base = T::base_addr(t.region_base(r));
         let len = t.region_len(r);
@@ -276,7 +276,7 @@ impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
         mut chunk: impl FnMut(usize, usize, bool),
     ) {
         let t = self.tags();
-        let shift = t.layout().shift();
+        let shift = t.geometry().shift();
         let mut r = t.first_region();
         while let Some(reg) = r {
             region(T::base_addr(t.region_base(reg)), t.region_len(reg));

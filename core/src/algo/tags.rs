@@ -57,7 +57,7 @@ pub(crate) trait Tags {
     type Base: Copy;
 
     /// The placement's size arithmetic.
-    fn layout(&self) -> &Geometry;
+    fn geometry(&self) -> &Geometry;
 
     // Chunks.
 

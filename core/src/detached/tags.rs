@@ -107,7 +107,7 @@ impl<S: RecordStore> Tags for DetachedTags<S> {
     type Base = usize;
 
     #[inline]
-    fn layout(&self) -> &Geometry {
+    fn geometry(&self) -> &Geometry {
         &self.layout
     }
 

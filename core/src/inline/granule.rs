@@ -31,7 +31,7 @@ pub trait Granule: sealed::Sealed {
     type Stored: Copy;
     /// The layout to compute with, given what the heap stores.
     #[doc(hidden)]
-    fn layout(stored: &Self::Stored) -> &Geometry;
+    fn geometry(stored: &Self::Stored) -> &Geometry;
 }
 
 /// The host granule, 16 bytes ([`HOST_GRANULE`]), as a compile-time constant: the granule of
@@ -57,7 +57,7 @@ impl Granule for HostGranule {
 
     /// The constant: a heap of this kind stores nothing and computes with [`HOST_GEOMETRY`].
     #[inline(always)]
-    fn layout(_stored: &()) -> &Geometry {
+    fn geometry(_stored: &()) -> &Geometry {
         &HOST_GEOMETRY
     }
 }
@@ -66,7 +66,7 @@ impl Granule for AnyGranule {
     type Stored = Geometry;
 
     #[inline(always)]
-    fn layout(stored: &Geometry) -> &Geometry {
+    fn geometry(stored: &Geometry) -> &Geometry {
         stored
     }
 }

@@ -192,7 +192,7 @@ impl<G: Granule, K: Tally, B: BinShape> InlineHeap<G, K, B> {
     /// # Time Complexity
     /// `O(1)`.
     pub fn granule(&self) -> usize {
-        self.heap.tags().layout().granule()
+        self.heap.tags().geometry().granule()
     }
 
     /// Hands `len` bytes at `base` to the heap as a new region. `base` must be granule-aligned;
@@ -438,14 +438,14 @@ impl<G: Granule, K: Tally, B: BinShape> InlineHeap<G, K, B> {
             c
         };
         // The new size in granules, computed once for the attempt in place and the move.
-        let need = self.heap.tags().layout().granules_for(new_size)?;
+        let need = self.heap.tags().geometry().granules_for(new_size)?;
         let new = match self.heap.shrink_target(c, need, align) {
             Some(new) => new,
             None => {
                 if self.heap.resize_granules(c, need)? {
                     return Ok(ptr);
                 }
-                if self.heap.tags().layout().granule_aligned(align) {
+                if self.heap.tags().geometry().granule_aligned(align) {
                     self.heap.alloc_granules(need)?
                 } else {
                     self.heap.alloc(new_size, align)?
@@ -455,7 +455,7 @@ impl<G: Granule, K: Tally, B: BinShape> InlineHeap<G, K, B> {
         .payload();
         let t = self.heap.tags();
         let have = t.size(c);
-        let keep = old_size.min(new_size).min(t.layout().bytes_of(have) - W);
+        let keep = old_size.min(new_size).min(t.geometry().bytes_of(have) - W);
         // SAFETY: both chunks are live and distinct; `keep` fits in the old chunk's payload
         // and in the new allocation.
         unsafe { core::ptr::copy_nonoverlapping(ptr.as_ptr(), new.as_ptr(), keep) };
@@ -499,7 +499,7 @@ impl<G: Granule, K: Tally, B: BinShape> InlineHeap<G, K, B> {
         if t.is_free(c) {
             return Err(Error::DoubleFree);
         }
-        Ok(t.layout().bytes_of(t.size(c)) - W)
+        Ok(t.geometry().bytes_of(t.size(c)) - W)
     }
 
     /// Bytes usable at the live block `ptr` of an inline heap, read from its tag without
@@ -546,7 +546,7 @@ impl<G: Granule, K: Tally, B: BinShape> InlineHeap<G, K, B> {
     pub fn checked_usable_size(&self, ptr: NonNull<u8>) -> Result<usize, BlockError> {
         let c = self.find_checked(ptr)?;
         let t = self.heap.tags();
-        Ok(t.layout().bytes_of(t.size(c)) - W)
+        Ok(t.geometry().bytes_of(t.size(c)) - W)
     }
 
     /// Calls `each(start, len)` for every free chunk of at least `min` bytes, naming the

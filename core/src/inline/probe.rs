@@ -104,7 +104,7 @@ impl<G: Granule, K: Tally, B: BinShape> InlineHeap<G, K, B> {
     fn span(&self, ptr: NonNull<u8>, base: usize, len: usize) -> Span {
         Span {
             through: ptr,
-            first: base + self.heap.tags().layout().region_lead(),
+            first: base + self.heap.tags().geometry().region_lead(),
             fence: base + len - W,
         }
     }
@@ -118,7 +118,7 @@ impl<G: Granule, K: Tally, B: BinShape> InlineHeap<G, K, B> {
     /// As for [`InlineHeap::usable_size_in`].
     #[inline(always)]
     unsafe fn plausible_size(&self, ptr: NonNull<u8>, base: usize, len: usize) -> Option<usize> {
-        let l = self.heap.tags().layout();
+        let l = self.heap.tags().geometry();
         let (g, min) = (l.granule(), l.bytes_of(l.min_chunk()));
         let s = self.span(ptr, base, len);
         let c = ptr.addr().get().wrapping_sub(W);
@@ -178,13 +178,13 @@ impl<G: Granule, K: Tally, B: BinShape> InlineHeap<G, K, B> {
     fn find_block_size(&self, s: Span, a: usize) -> Result<usize, BlockError> {
         let c = self.find_block(s, a)?;
         let t = self.heap.tags();
-        Ok(t.layout().bytes_of(t.size(c)) - W)
+        Ok(t.geometry().bytes_of(t.size(c)) - W)
     }
 
     /// The region `ptr` lies in, as a [`Span`] read through the region's own pointer.
     fn span_of(&self, a: usize) -> Option<Span> {
         let (base, len) = self.heap.region_of(a)?;
-        let l = self.heap.tags().layout();
+        let l = self.heap.tags().geometry();
         let b = base.addr().get();
         Some(Span {
             through: base,
@@ -206,7 +206,7 @@ impl<G: Granule, K: Tally, B: BinShape> InlineHeap<G, K, B> {
     /// Walks region `s` from its first chunk, checking each chunk's tags before it follows
     /// them, until the chunk holding `a` and its successor have been checked.
     fn find_block(&self, s: Span, a: usize) -> Result<Chunk, BlockError> {
-        let l = self.heap.tags().layout();
+        let l = self.heap.tags().geometry();
         let (g, min) = (l.granule(), l.bytes_of(l.min_chunk()));
         let broken = |what, at| Err(BlockError::Corrupted(CheckError::new(what, at)));
         let mut c = s.first;

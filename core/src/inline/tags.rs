@@ -93,24 +93,24 @@ impl Chunk {
     }
 }
 
-/// Inline tag storage: only the layout and the list of regions live outside the memory.
+/// Inline tag storage: only the geometry and the list of regions live outside the memory.
 ///
 /// Invariant: every [`Chunk`] passed to these methods satisfies its type invariant, and every
 /// region on `regions` is memory the heap owns exclusively for as long as it is on the list
 /// (the contract of [`InlineHeap::add_region`](crate::InlineHeap::add_region)). `G` says
-/// whether the granule is a constant or read from `layout` (see [`crate::inline::granule`]),
+/// whether the granule is a constant or read from `geometry` (see [`crate::inline::granule`]),
 /// which holds it only for the latter.
 pub(crate) struct InlineTags<G: Granule> {
-    layout: G::Stored,
+    geometry: G::Stored,
     regions: Option<NonNull<RegionHeader>>,
     granule: PhantomData<G>,
 }
 
 impl<G: Granule> InlineTags<G> {
-    /// Tags with this layout (what `G` stores of it) and no region yet.
-    pub(super) const fn new(layout: G::Stored) -> Self {
+    /// Tags with this geometry (what `G` stores of it) and no region yet.
+    pub(super) const fn new(geometry: G::Stored) -> Self {
         InlineTags {
-            layout,
+            geometry,
             regions: None,
             granule: PhantomData,
         }
@@ -183,13 +183,13 @@ impl<G: Granule> Tags for InlineTags<G> {
     type Base = NonNull<u8>;
 
     #[inline]
-    fn layout(&self) -> &Geometry {
-        G::layout(&self.layout)
+    fn geometry(&self) -> &Geometry {
+        G::geometry(&self.geometry)
     }
 
     #[inline]
     fn size(&self, c: Chunk) -> usize {
-        self.layout().granules_of(self.bytes(c))
+        self.geometry().granules_of(self.bytes(c))
     }
 
     #[inline]
@@ -216,16 +216,16 @@ impl<G: Granule> Tags for InlineTags<G> {
     #[inline]
     fn used_size(&self, c: Chunk) -> Option<usize> {
         let h = self.head(c);
-        (h & IN_USE != 0).then_some(self.layout().granules_of(h))
+        (h & IN_USE != 0).then_some(self.geometry().granules_of(h))
     }
 
     #[inline]
     fn next_if_free(&self, c: Chunk, size: usize) -> Option<(Chunk, usize)> {
         // SAFETY: a chunk is followed by another chunk or its region's fence.
-        let n = unsafe { c.plus(self.layout().bytes_of(size)) };
+        let n = unsafe { c.plus(self.geometry().bytes_of(size)) };
         // The fence is marked in use, so one read of the successor's head answers both.
         let h = self.head(n);
-        (h & IN_USE == 0).then_some((n, self.layout().granules_of(h)))
+        (h & IN_USE == 0).then_some((n, self.geometry().granules_of(h)))
     }
 
     #[inline]
@@ -237,14 +237,14 @@ impl<G: Granule> Tags for InlineTags<G> {
         // same region; the footer is the predecessor's size, so `c − size` is its head.
         unsafe {
             let bytes = c.word_at(-(W as isize)).read();
-            Some((Chunk(c.0.sub(bytes)), self.layout().granules_of(bytes)))
+            Some((Chunk(c.0.sub(bytes)), self.geometry().granules_of(bytes)))
         }
     }
 
     fn split(&mut self, c: Chunk, head: usize) -> Chunk {
         let h = self.head(c);
         let bytes = h & !FLAGS;
-        let keep = self.layout().bytes_of(head);
+        let keep = self.geometry().bytes_of(head);
         // SAFETY: `0 < keep < bytes`, so the tail starts inside the chunk.
         let tail = unsafe { c.plus(keep) };
         let used = h & IN_USE;
@@ -282,9 +282,9 @@ impl<G: Granule> Tags for InlineTags<G> {
         // `c` is free, so its successor's `PREV_IN_USE` is clear and its footer holds its size;
         // only its own `PREV_IN_USE` bit is not known here.
         let prev = self.head(c) & PREV_IN_USE;
-        if size >= need + self.layout().min_chunk() {
-            let keep = self.layout().bytes_of(need);
-            let rest = self.layout().bytes_of(size - need);
+        if size >= need + self.geometry().min_chunk() {
+            let keep = self.geometry().bytes_of(need);
+            let rest = self.geometry().bytes_of(size - need);
             // SAFETY: `0 < keep < size` in bytes, so the tail head lies inside `c`.
             let tail = unsafe { c.plus(keep) };
             self.set_head(c, keep | IN_USE | prev);
@@ -293,7 +293,7 @@ impl<G: Granule> Tags for InlineTags<G> {
             // The successor stays as it was: its predecessor (the tail) is free.
             Some(tail)
         } else {
-            let bytes = self.layout().bytes_of(size);
+            let bytes = self.geometry().bytes_of(size);
             self.set_head(c, bytes | IN_USE | prev);
             // SAFETY: a chunk is followed by another chunk or its region's fence.
             let n = unsafe { c.plus(bytes) };
@@ -311,7 +311,7 @@ impl<G: Granule> Tags for InlineTags<G> {
         size: usize,
     ) -> Chunk {
         let start = prev.unwrap_or(c);
-        let bytes = self.layout().bytes_of(size);
+        let bytes = self.geometry().bytes_of(size);
         // The absorbed heads are marked, so that a second free of either is refused: they
         // lie inside the merged chunk, neither at its head nor at its footer.
         if prev.is_some() {
@@ -380,16 +380,16 @@ impl<G: Granule> Tags for InlineTags<G> {
 
     fn region_first_chunk(&self, r: NonNull<RegionHeader>) -> Chunk {
         // SAFETY: the first chunk lies inside the region (checked when it was added).
-        Chunk(unsafe { r.cast::<u8>().add(self.layout().region_lead()) })
+        Chunk(unsafe { r.cast::<u8>().add(self.geometry().region_lead()) })
     }
 
     fn region_granules(&self, r: NonNull<RegionHeader>) -> usize {
-        self.layout()
-            .granules_of(self.region_len(r) - self.layout().region_overhead())
+        self.geometry()
+            .granules_of(self.region_len(r) - self.geometry().region_overhead())
     }
 
     unsafe fn open_region(&mut self, base: NonNull<u8>, len: usize) -> Chunk {
-        let span = len - self.layout().region_overhead();
+        let span = len - self.geometry().region_overhead();
         let header = base.cast::<RegionHeader>();
         // SAFETY: the range is valid, ours, granule-aligned and large enough (the caller's
         // contract); the header, the first head and the fence all lie inside it, at
@@ -399,7 +399,7 @@ impl<G: Granule> Tags for InlineTags<G> {
                 next: self.regions.map_or(core::ptr::null_mut(), NonNull::as_ptr),
                 end: base.addr().get() + len,
             });
-            let c = Chunk(base.add(self.layout().region_lead()));
+            let c = Chunk(base.add(self.geometry().region_lead()));
             c.word_at(0).write(span | IN_USE | PREV_IN_USE);
             c.plus(span).word_at(0).write(IN_USE | PREV_IN_USE);
             self.regions = Some(header);
@@ -430,7 +430,7 @@ impl<G: Granule> Tags for InlineTags<G> {
     }
 
     fn cut_region(&mut self, mut r: NonNull<RegionHeader>, last: Chunk, size: usize, len: usize) {
-        let bytes = self.layout().bytes_of(size);
+        let bytes = self.geometry().bytes_of(size);
         // The last chunk keeps its `PREV_IN_USE` bit (its predecessor is in use: it is free
         // and no two free chunks are adjacent) and gets a new footer; the new fence follows it.
         let prev = self.head(last) & PREV_IN_USE;
@@ -464,8 +464,8 @@ impl<G: Granule> Tags for InlineTags<G> {
         let at = c.addr();
         let h = self.head(c);
         let bytes = h & !FLAGS;
-        if bytes & (self.layout().granule() - 1) != 0
-            || bytes < self.layout().bytes_of(self.layout().min_chunk())
+        if bytes & (self.geometry().granule() - 1) != 0
+            || bytes < self.geometry().bytes_of(self.geometry().min_chunk())
         {
             return Err(CheckError::new(
                 "chunk size not a whole number of granules",

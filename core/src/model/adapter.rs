@@ -44,7 +44,7 @@ pub trait Adapter {
     const INLINE: bool;
 
     /// The heap's size arithmetic (the reference model's, too).
-    fn layout(&self) -> Geometry;
+    fn geometry(&self) -> Geometry;
 
     /// The payload address of `h`.
     fn addr(h: &Self::H) -> usize;
@@ -195,8 +195,8 @@ impl<M: Memory, G: Granule, K: Tally, B: BinShape> Adapter for InlineAdapter<M, 
     type H = NonNull<u8>;
     const INLINE: bool = true;
 
-    fn layout(&self) -> Geometry {
-        *self.heap.heap.tags().layout()
+    fn geometry(&self) -> Geometry {
+        *self.heap.heap.tags().geometry()
     }
 
     #[inline]
@@ -333,8 +333,8 @@ impl<S: RecordStore> Adapter for DetachedAdapter<S> {
     type H = Block;
     const INLINE: bool = false;
 
-    fn layout(&self) -> Geometry {
-        *self.heap.heap.tags().layout()
+    fn geometry(&self) -> Geometry {
+        *self.heap.heap.tags().geometry()
     }
 
     #[inline]

@@ -74,7 +74,7 @@ impl Model {
     }
 
     /// The layout the model was made with.
-    pub fn layout(&self) -> Geometry {
+    pub fn geometry(&self) -> Geometry {
         self.geo
     }
 

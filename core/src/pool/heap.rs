@@ -26,7 +26,7 @@ pub trait PoolHeap: sealed::Sealed {
     type Block: Copy;
 
     /// The heap's size arithmetic.
-    fn layout(&self) -> Geometry;
+    fn geometry(&self) -> Geometry;
     /// The address a block starts at.
     fn block_addr(block: &Self::Block) -> usize;
     /// Allocates `size` bytes aligned to `align`.
@@ -85,8 +85,8 @@ pub trait PoolHeap: sealed::Sealed {
 macro_rules! shared_ops {
     () => {
         #[inline]
-        fn layout(&self) -> Geometry {
-            *self.heap.tags().layout()
+        fn geometry(&self) -> Geometry {
+            *self.heap.tags().geometry()
         }
         unsafe fn add_region(&mut self, base: Self::Base, len: usize) -> Result<(), Error> {
             // SAFETY: forwarded caller contract.

@@ -617,7 +617,7 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
     /// The bytes of a region that holds one request of `size` bytes aligned to `align`, and of
     /// the chunk space it needs.
     fn region_for(&self, size: usize, align: usize) -> Result<(usize, usize), Error> {
-        let layout = self.heap.layout();
+        let layout = self.heap.geometry();
         let (_, want) = layout.request(size, align)?;
         let space = want
             .checked_mul(layout.granule())
@@ -729,7 +729,7 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
     ) -> Result<usize, Error> {
         let (base, len) = self.heap.region_of(addr).ok_or(Error::UnknownRegion)?;
         let at = S::addr(base);
-        let layout = self.heap.layout();
+        let layout = self.heap.geometry();
         if !self.bypass.contains(&Some(at)) || layout.whole_region_request(len) != Some(usable) {
             return Err(Error::OutOfMemory);
         }
@@ -831,9 +831,9 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
         // fragment is split off), so that the end of its last page is not a free chunk that
         // other blocks could take, keeping the region when the block is freed.
         let whole = match own.and_then(|at| self.heap.region_of(at)) {
-            Some((_, len)) if align <= self.heap.layout().granule() => self
+            Some((_, len)) if align <= self.heap.geometry().granule() => self
                 .heap
-                .layout()
+                .geometry()
                 .whole_region_request(len)
                 .filter(|&w| w >= size)
                 .unwrap_or(size),

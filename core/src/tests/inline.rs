@@ -548,6 +548,6 @@ fn both_granule_kinds_compute_the_same_sizes() {
 
     let host = InlineHeap::new();
     let any = InlineHeap::with_granule(16).unwrap();
-    assert_eq!(host.heap.tags().layout(), any.heap.tags().layout());
+    assert_eq!(host.heap.tags().geometry(), any.heap.tags().geometry());
     assert_eq!(host.granule(), 16);
 }

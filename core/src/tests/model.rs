@@ -134,7 +134,7 @@ const SPACE: usize = 1 << 20;
 /// Runs `ops` on `subject`, whose address space (`SPACE` bytes) starts at `base`, and on the
 /// model beside it.
 fn run<S: Adapter>(subject: &mut S, base: usize, first_region: usize, ops: &[Op]) {
-    let geo = subject.layout();
+    let geo = subject.geometry();
     let mut model = Model::new(geo);
     let mut cursor = 0usize;
     let mut region_offsets: Vec<usize> = Vec::new();

@@ -879,7 +879,7 @@ proptest! {
                     });
                     let asked = match (bypass, obtained) {
                         (Some(t), Some(len)) if size > t && align <= 256 && own_region.len() < 32 => {
-                            model.layout().whole_region_request(len).filter(|&w| w >= size).unwrap_or(size)
+                            model.geometry().whole_region_request(len).filter(|&w| w >= size).unwrap_or(size)
                         }
                         _ => size,
                     };

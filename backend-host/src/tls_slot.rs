@@ -46,10 +46,10 @@ mod imp {
     #[inline(always)]
     pub(super) fn get() -> *const () {
         let p: *const ();
-        // SAFETY: the GOT entry `@GOTTPOFF` names holds the word's offset from the thread
-        // pointer (a relocation the loader resolves before any code runs, or the linker
-        // replaces by the constant in an executable); `fs:` is the thread pointer on x86-64
-        // Linux, so the second move reads the calling thread's own 8-byte-aligned word of its
+        // The GOT entry `@GOTTPOFF` names holds the word's offset from the thread pointer (a
+        // relocation the loader resolves before any code runs, or the linker replaces by the
+        // constant in an executable); `fs:` is the thread pointer on x86-64 Linux.
+        // SAFETY: so the second move reads the calling thread's own 8-byte-aligned word of its
         // static TLS block, which exists for the thread's whole life. It only reads memory.
         unsafe {
             core::arch::asm!(

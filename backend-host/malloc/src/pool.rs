@@ -185,14 +185,15 @@ fn cached_size(ptr: NonNull<u8>) -> Option<usize> {
     // The word before `a` and everything from `a` to `end` lie in one of the pool's regions
     // (so `end - a` does not wrap).
     let end = ranges::find_unlocked(a)?;
-    // SAFETY: the word before `ptr` lies inside one of the pool's mapped regions (the mirror
-    // was consistent, and a region holding a live block is not given back while it is), so
-    // the load is in bounds; it is atomic, and for a live block, which C's contract makes
-    // `ptr`, the lock holder's only write to that word is atomic too (see
-    // `InlineHeap::unlocked_usable_size`). For a pointer that breaks the contract inside a
-    // region (into a block's middle, or to a block freed to the heap since) the load may meet
-    // a plain write of the lock holder: no fault, but a value the checks above and below may
-    // take for a tag; only checked mode proves such pointers.
+    // The word before `ptr` lies inside one of the pool's mapped regions (the mirror was
+    // consistent, and a region holding a live block is not given back while it is). For a
+    // pointer that breaks the contract inside a region (into a block's middle, or to a block
+    // freed to the heap since) the load may meet a plain write of the lock holder: no fault,
+    // but a value the checks above and below may take for a tag; only checked mode proves
+    // such pointers.
+    // SAFETY: so the load is in bounds; it is atomic, and for a live block, which C's contract
+    // makes `ptr`, the lock holder's only write to that word is atomic too (see
+    // `InlineHeap::unlocked_usable_size`).
     let size = unsafe { <InlineHeap>::unlocked_usable_size(ptr) }?;
     (size <= end - a && Class::of(size, 1).is_some()).then_some(size)
 }

@@ -137,6 +137,15 @@ needs_cc! {
         refused("large", "a double free", "invalid pointer", 1);
     }
 
+    /// A block freed twice while the first free left it in the thread's cache (one of 64
+    /// bytes, one of 3000 in a class above 1 KiB), then resized: both refused.
+    #[test]
+    fn a_double_free_of_a_cached_block_is_refused() {
+        for case in ["cached-small", "cached-3000"] {
+            refused(case, "a double free", "invalid pointer", 2);
+        }
+    }
+
     /// Pointers into the middle of a block, with zeros, 0xff bytes or text before them.
     #[test]
     fn a_pointer_into_a_block_is_refused_as_invalid_not_a_double_free() {

@@ -284,6 +284,11 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
         size > self.bypass_above
     }
 
+    /// The largest size that does not bypass the regions (`usize::MAX` without a bypass).
+    pub(crate) fn bypass_above(&self) -> usize {
+        self.bypass_above
+    }
+
     /// The caches' figures, to update at an exchange.
     pub(crate) fn cache_stats_mut(&mut self) -> &mut CacheStats {
         &mut self.counts.cache

@@ -5,6 +5,7 @@
 use core::alloc::GlobalAlloc;
 use core::ptr::NonNull;
 
+use crate::algo::geometry::W;
 use crate::error::Error;
 use crate::inline::heap::InlineHeap;
 use crate::pool::heap::PoolHeap;
@@ -432,6 +433,7 @@ where
                 }
                 cache.missed();
                 cache.exchange(pool.cache_stats_mut());
+                cache.set_bypass_above(pool.bypass_above());
                 first
             }
             Err(e) => Err(unlocked_error(e, size)),
@@ -462,14 +464,49 @@ where
     ) -> Result<(), Error> {
         if tcache::ENABLED {
             if let Some(c) = Class::of(size, 1) {
+                let c = if c.is_coarse() {
+                    // SAFETY: forwarded caller contract: `ptr` is a live block of this pool
+                    // that the caller owns.
+                    match unsafe { <InlineHeap>::unlocked_usable_size(ptr) } {
+                        // The class its chunk holds (see `Class::holding`), unless the pool
+                        // would give it back as a region of its own.
+                        Some(u) if u >= size && u <= cache.bypass_above() => Class::holding(u + W),
+                        // SAFETY: forwarded caller contract.
+                        _ => return unsafe { self.free_uncached(cache, ptr, size) },
+                    }
+                } else {
+                    c
+                };
                 // SAFETY: forwarded caller contract: a block of this pool of class `c` (its
-                // size rounds to it) or larger.
+                // size rounds to it, or its tag says so) or larger.
                 if unsafe { cache.put(c, ptr) }? {
                     return Ok(());
                 }
                 // SAFETY: as above.
                 return unsafe { self.spill(cache, c, ptr) };
             }
+        }
+        // SAFETY: forwarded caller contract.
+        unsafe { self.free(ptr, size) }
+    }
+
+    /// [`SharedPool::free_with_cache`] of a block above the exact classes that the cache does
+    /// not take: one the pool bypasses, or any before the cache has learnt the pool's bypass
+    /// threshold, which it learns here (and at every exchange).
+    ///
+    /// # Safety
+    /// As for [`SharedPool::free_with_cache`].
+    #[cold]
+    #[inline(never)]
+    unsafe fn free_uncached(
+        &self,
+        cache: &mut ThreadCache,
+        ptr: NonNull<u8>,
+        size: usize,
+    ) -> Result<(), Error> {
+        if let Ok(mut st) = self.shared.lock() {
+            cache.exchange(st.heap.cache_stats_mut());
+            cache.set_bypass_above(st.heap.bypass_above());
         }
         // SAFETY: forwarded caller contract.
         unsafe { self.free(ptr, size) }
@@ -511,6 +548,7 @@ where
         pool.heap_mut().file_victim();
         cache.spilled();
         cache.exchange(pool.cache_stats_mut());
+        cache.set_bypass_above(pool.bypass_above());
         Ok(())
     }
 

@@ -12,12 +12,24 @@
 //! up to 64 classes (1040 bytes, 1032 usable), as glibc's 64 tcache bins: every request that
 //! rounds to the same chunk shares a class, so a block cached by one request serves any other
 //! of its class, and a class is the heap's own rounding (`Geometry::granules_for`), not a
-//! second table. Larger sizes, and alignments above the granule, go to the pool.
+//! second table. Above them, up to 8 KiB chunks, eight classes per doubling (1152, 1280, …,
+//! 2048, 2304, …, 8192 bytes), as jemalloc's and mimalloc's caches reach past glibc's: a
+//! request takes the class of the next chunk size up and the pool serves it that whole chunk
+//! (at most an eighth more than it asked for), and a freed block goes to the largest class its
+//! chunk holds, read from its tag (a Rust layout or a `realloc` in place may leave a block
+//! between two class sizes). Without them, every request between 1 and 8 KiB took the pool's
+//! lock: a tenth of `tagalloc-bench threads`' operations, whose waits at four threads on two
+//! cores cost more than all the rest (docs/tcache.md, 2026-11-27 from 13:20). Larger sizes,
+//! and alignments above the granule, go to the pool.
 //!
 //! **Bounds.** At most [`ThreadCache::limit`] blocks per class (32 for chunks up to 128 bytes,
 //! then 4 KiB worth, at least 4) and [`TOTAL_BYTES`] in all: more blocks per class means fewer
 //! trips to the lock, more bytes per thread means more memory kept from other threads and
-//! other sizes; glibc keeps 7 per class, up to about 240 KiB in all.
+//! other sizes; glibc keeps 7 per class, up to about 240 KiB in all. The total is 512 KiB, near
+//! the sum of the classes' own bounds, because a total that binds first makes a full cache
+//! spill on every other free: with 128 or 256 KiB a thread of `tagalloc-bench threads` (256
+//! live blocks of up to 4 KiB) went to the lock on one cacheable request in ten
+//! (docs/tcache.md, 2026-11-27 from 13:20).
 //!
 //! **Double frees.** A block going into a cache gets the cache's key in its second word; a
 //! block handed out gets a zero there, and so does a block that leaves a cache for the pool, so
@@ -38,11 +50,34 @@ use crate::algo::geometry::W;
 use crate::inline::granule::HOST_GEOMETRY;
 use crate::pool::CacheStats;
 
-/// How many size classes a cache has.
-pub const CLASSES: usize = 64;
+/// How many size classes a cache has: [`EXACT_CLASSES`], then [`STEPS`] per doubling over
+/// [`DOUBLINGS`] doublings.
+pub const CLASSES: usize = EXACT_CLASSES + STEPS * DOUBLINGS;
+
+/// Classes of one chunk size each, from the smallest chunk up.
+pub const EXACT_CLASSES: usize = 64;
+
+/// Classes per doubling above the exact ones.
+const STEPS: usize = 8;
+
+/// Doublings the classes above the exact ones cover, from `1 << LOG_BASE` bytes (to 8 KiB).
+const DOUBLINGS: usize = 3;
+
+/// log2 of the chunk size the classes above the exact ones start doubling from: 64 granules
+/// (1024 bytes with the host's 16-byte granule), just below the largest exact class.
+const LOG_BASE: u32 = (64 * HOST_GEOMETRY.granule()).trailing_zeros();
+
+/// log2 of [`STEPS`].
+const LOG_STEPS: u32 = STEPS.trailing_zeros();
+
+/// log2 of `x`, for `x > 0`.
+#[inline]
+const fn log2(x: usize) -> u32 {
+    usize::BITS - 1 - x.leading_zeros()
+}
 
 /// The most bytes (of chunks) one cache holds.
-pub const TOTAL_BYTES: usize = 128 << 10;
+pub const TOTAL_BYTES: usize = 512 << 10;
 
 /// Whether caches are used at all: not in the `checked` build, where every free must be proven
 /// under the lock.
@@ -61,7 +96,8 @@ pub const fn tcache_enabled() -> bool {
 pub struct Class(u8);
 
 impl Class {
-    /// The class of a request of `size` bytes aligned to at most the granule, if it has one.
+    /// The class of a request of `size` bytes aligned to at most the granule, if it has one:
+    /// the smallest whose chunks hold it.
     #[inline]
     pub fn of(size: usize, align: usize) -> Option<Class> {
         if align > HOST_GEOMETRY.granule() {
@@ -69,23 +105,66 @@ impl Class {
         }
         let g = HOST_GEOMETRY.granules_for(size).ok()?;
         let c = g - HOST_GEOMETRY.min_chunk();
-        if c < CLASSES {
-            Some(Class(c as u8))
-        } else {
-            None
+        if c < EXACT_CLASSES {
+            return Some(Class(c as u8));
         }
+        // Above the exact classes: the class of the next size up. `b` is at least
+        // `1 << LOG_BASE` (the exact classes reach past it), and `b >> shift` is 8..=15 (its top
+        // four bits), so its class's size, `(b >> shift) + 1 << shift`, is the first at least
+        // `b + 1` bytes.
+        let b = g * HOST_GEOMETRY.granule() - 1;
+        let d = log2(b) - LOG_BASE;
+        if d as usize >= DOUBLINGS {
+            return None;
+        }
+        let shift = LOG_BASE - LOG_STEPS + d;
+        let k = EXACT_CLASSES + d as usize * STEPS + (b >> shift) - STEPS;
+        Some(Class(k as u8))
+    }
+
+    /// The largest class whose chunks a chunk of `bytes` bytes (a block's own, from its tag,
+    /// at least the smallest chunk) can stand in for: where a free files it.
+    #[inline]
+    pub fn holding(bytes: usize) -> Class {
+        let g = HOST_GEOMETRY.granules_of(bytes);
+        let c = g.saturating_sub(HOST_GEOMETRY.min_chunk());
+        if c < EXACT_CLASSES {
+            return Class(c as u8);
+        }
+        // Above the exact classes: `bytes >> shift` is 8..=15, and the class of size
+        // `m << shift` is `d * STEPS + m - 9` past the exact ones (`m = 8`: the previous
+        // doubling's last, or the last exact class).
+        let d = log2(bytes) - LOG_BASE;
+        if d as usize >= DOUBLINGS {
+            return Class((CLASSES - 1) as u8);
+        }
+        let shift = LOG_BASE - LOG_STEPS + d;
+        let k = EXACT_CLASSES + d as usize * STEPS + (bytes >> shift) - (STEPS + 1);
+        Class(k as u8)
+    }
+
+    /// Whether the class is above the exact ones: its chunks may be larger than its size, and
+    /// a block's class must be read from its tag.
+    #[inline]
+    pub fn is_coarse(self) -> bool {
+        self.index() >= EXACT_CLASSES
     }
 
     /// Its index, below [`CLASSES`].
     #[inline]
     pub fn index(self) -> usize {
-        usize::from(self.0) & (CLASSES - 1)
+        usize::from(self.0)
     }
 
-    /// The bytes of its chunks.
+    /// The bytes of its chunks (the least, above the exact classes).
     #[inline]
     pub fn chunk_bytes(self) -> usize {
-        (self.index() + HOST_GEOMETRY.min_chunk()) * HOST_GEOMETRY.granule()
+        let i = self.index();
+        if i < EXACT_CLASSES {
+            return (i + HOST_GEOMETRY.min_chunk()) * HOST_GEOMETRY.granule();
+        }
+        let k = i - EXACT_CLASSES;
+        (STEPS + 1 + k % STEPS) << (LOG_BASE - LOG_STEPS + (k / STEPS) as u32)
     }
 
     /// The usable bytes of its blocks: the request the pool serves for it.
@@ -120,6 +199,9 @@ pub struct ThreadCache {
     hits: u64,
     misses: u64,
     spills: u64,
+    /// The pool's bypass threshold as of the last exchange (0 before the first): a block
+    /// above it has a region of its own, which a cache must not keep.
+    bypass_above: usize,
 }
 
 // SAFETY: the blocks a cache holds are owned by it alone (type invariant), so a cache may move
@@ -146,7 +228,19 @@ impl ThreadCache {
             hits: 0,
             misses: 0,
             spills: 0,
+            bypass_above: 0,
         }
+    }
+
+    /// The pool's bypass threshold as the cache last learnt it (0 before it has).
+    #[inline]
+    pub(crate) fn bypass_above(&self) -> usize {
+        self.bypass_above
+    }
+
+    /// Learns the pool's bypass threshold (at an exchange, under the pool's lock).
+    pub(crate) fn set_bypass_above(&mut self, size: usize) {
+        self.bypass_above = size;
     }
 
     /// The most blocks class `c` holds.

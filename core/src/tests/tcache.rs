@@ -14,7 +14,8 @@ use super::inline::{Arena, OneRegion};
 use crate::model::{Geometry, Model};
 use crate::share::tcache::ENABLED;
 use crate::{
-    Class, Error, Growth, InlineHeap, Policy, Pool, Reserve, SharedPool, ThreadCache, TOTAL_BYTES,
+    Class, Error, Growth, InlineHeap, Policy, Pool, Reserve, SharedPool, ThreadCache, CLASSES,
+    TOTAL_BYTES,
 };
 
 type TestPool = SharedPool<InlineHeap, OneRegion>;
@@ -179,17 +180,121 @@ fn a_block_handed_out_carries_no_key() {
 fn large_and_overaligned_requests_bypass_the_cache() {
     let (pool, _) = pool(64 << 10);
     let mut cache = ThreadCache::new(KEY);
-    let big = pool.alloc_with_cache(&mut cache, 2000, 16).unwrap();
+    let big = pool.alloc_with_cache(&mut cache, 9000, 16).unwrap();
     let aligned = pool.alloc_with_cache(&mut cache, 64, 256).unwrap();
     assert_eq!(aligned.addr().get() % 256, 0);
     assert_eq!(cache.blocks(), 0);
     // SAFETY: live blocks, given up once.
     unsafe {
-        pool.free_with_cache(&mut cache, big, 2000).unwrap();
+        pool.free_with_cache(&mut cache, big, 9000).unwrap();
         pool.free_with_cache(&mut cache, aligned, 64).unwrap();
         pool.flush_cache(&mut cache).unwrap();
     }
     assert_eq!(pool.stats().unwrap().heap.in_use, 0);
+}
+
+#[test]
+fn the_classes_above_the_exact_ones_hold_what_they_promise() {
+    let mut last = 0;
+    for size in 1..=9000 {
+        let Some(c) = Class::of(size, 16) else {
+            assert!(size > 8000, "{size} has a class");
+            continue;
+        };
+        let chunk = (size + 8).div_ceil(16).max(2) * 16;
+        assert!(
+            c.index() < CLASSES && c.index() >= last,
+            "{size}: classes grow with sizes"
+        );
+        last = c.index();
+        assert!(c.usable() >= size, "{size}: its class's blocks hold it");
+        assert_eq!(c.chunk_bytes() % 16, 0);
+        assert!(
+            c.chunk_bytes() * 8 <= chunk * 9,
+            "{size}: at most an eighth more than its own chunk"
+        );
+        assert_eq!(
+            Class::holding(c.chunk_bytes()),
+            c,
+            "{size}: its size files it back"
+        );
+    }
+    for bytes in (32..=20000).step_by(16) {
+        let h = Class::holding(bytes);
+        assert!(
+            h.chunk_bytes() <= bytes,
+            "{bytes}: stands in for a smaller class only"
+        );
+        if h.index() + 1 < CLASSES {
+            let next = Class::of(bytes - 8 + 1, 16).unwrap();
+            assert!(
+                next.chunk_bytes() > bytes,
+                "{bytes}: the largest it can stand in for"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_block_between_two_class_sizes_is_filed_by_its_own_chunk() {
+    if !ENABLED {
+        return;
+    }
+    let (pool, _) = pool(64 << 10);
+    let mut cache = ThreadCache::new(KEY);
+    // Aligned above the granule: no class, a chunk of its own size (2016 bytes), between the
+    // classes of 1920 and 2048 bytes.
+    let p = pool.alloc_with_cache(&mut cache, 2000, 32).unwrap();
+    // A refill, where the cache learns the pool's bypass threshold.
+    let q = pool.alloc_with_cache(&mut cache, 100, 16).unwrap();
+    // SAFETY: live blocks of this pool with their sizes, given up once.
+    unsafe {
+        pool.free_with_cache(&mut cache, p, 2000).unwrap();
+        pool.free_with_cache(&mut cache, q, 100).unwrap();
+    }
+    let asked = Class::of(2000, 16).unwrap();
+    let own = Class::holding(2016);
+    assert_eq!((asked.chunk_bytes(), own.chunk_bytes()), (2048, 1920));
+    assert_eq!((cache.count(asked), cache.count(own)), (0, 1));
+    assert_eq!(
+        pool.alloc_with_cache(&mut cache, 1900, 16).unwrap(),
+        p,
+        "served to a request its chunk holds"
+    );
+    // SAFETY: as above; the cache belongs to this pool.
+    unsafe {
+        pool.free_with_cache(&mut cache, p, 1900).unwrap();
+        pool.flush_cache(&mut cache).unwrap();
+    }
+    assert_eq!(pool.stats().unwrap().heap.in_use, 0);
+    pool.with_pool(|p| p.check()).unwrap().unwrap();
+}
+
+#[test]
+fn a_bypassed_block_of_a_class_size_is_not_cached() {
+    let source = OneRegion::new(Arena::new(64 << 10));
+    let pool: TestPool = SharedPool::new(Pool::new(
+        InlineHeap::new(),
+        source,
+        Policy::new()
+            .growth(Growth::Fixed(32 << 10))
+            .bypass_above(4096),
+    ));
+    let mut cache = ThreadCache::new(KEY);
+    // Twice: the first free teaches the cache the pool's bypass threshold, the second is
+    // turned away by it.
+    for round in 1..=2 {
+        let p = pool.alloc_with_cache(&mut cache, 6000, 16).unwrap();
+        // SAFETY: a live block of this pool with its size, given up once.
+        unsafe { pool.free_with_cache(&mut cache, p, 6000).unwrap() };
+        assert_eq!(cache.blocks(), 0, "a region of its own is not kept");
+        let s = pool.stats().unwrap();
+        assert_eq!(
+            (s.regions_given_back, s.reserved),
+            (round, 0),
+            "its region went back"
+        );
+    }
 }
 
 #[test]
@@ -221,24 +326,24 @@ fn a_spill_files_the_victim_so_holes_serve_first() {
     if !ENABLED {
         return;
     }
-    let (pool, _) = pool(64 << 10);
+    let (pool, _) = pool(128 << 10);
     let mut cache = ThreadCache::new(KEY);
     let alloc = |cache: &mut ThreadCache, size| pool.alloc_with_cache(cache, size, 16).unwrap();
     // Above the cached sizes: straight to the pool.
-    let hole = alloc(&mut cache, 1500);
-    let _guard0 = alloc(&mut cache, 2000);
-    let span = alloc(&mut cache, 16000);
-    let _guard1 = alloc(&mut cache, 2000);
+    let hole = alloc(&mut cache, 9500);
+    let _guard0 = alloc(&mut cache, 10000);
+    let span = alloc(&mut cache, 40000);
+    let _guard1 = alloc(&mut cache, 10000);
     // SAFETY: a live block of this pool with its size, given up once.
-    unsafe { pool.free_with_cache(&mut cache, span, 16000).unwrap() };
+    unsafe { pool.free_with_cache(&mut cache, span, 40000).unwrap() };
     // Two refills of the 1040-byte class, carved from the span; its rest is the victim.
     let c = Class::of(1000, 16).unwrap();
     let blocks: Vec<_> = (0..6).map(|_| alloc(&mut cache, 1000)).collect();
     assert!(blocks
         .iter()
-        .all(|b| (span.addr().get()..span.addr().get() + 16000).contains(&b.addr().get())));
+        .all(|b| (span.addr().get()..span.addr().get() + 40000).contains(&b.addr().get())));
     // SAFETY: as above.
-    unsafe { pool.free_with_cache(&mut cache, hole, 1500).unwrap() };
+    unsafe { pool.free_with_cache(&mut cache, hole, 9500).unwrap() };
     for b in blocks {
         // SAFETY: as above.
         unsafe { pool.free_with_cache(&mut cache, b, 1000).unwrap() };
@@ -250,7 +355,7 @@ fn a_spill_files_the_victim_so_holes_serve_first() {
     );
     assert_eq!(cache.count(c), 4);
     assert_eq!(
-        alloc(&mut cache, 1400),
+        alloc(&mut cache, 9400),
         hole,
         "the hole, the best fit, and not the rest of the span"
     );
@@ -297,6 +402,12 @@ impl ModelCache {
     fn free(&mut self, m: &mut Model, p: usize, size: usize) {
         let Some(c) = Class::of(size, 1) else {
             return m.free(p);
+        };
+        // Above the exact classes the block's own chunk decides.
+        let c = if c.is_coarse() {
+            Class::holding(m.chunks()[&p].granules * 16)
+        } else {
+            c
         };
         let full = |s: &Self| {
             s.count(c) >= ThreadCache::limit(c) || s.bytes + c.chunk_bytes() > TOTAL_BYTES
@@ -345,7 +456,7 @@ enum Step {
 
 fn steps() -> impl Strategy<Value = Vec<Step>> {
     let step = prop_oneof![
-        6 => prop_oneof![1usize..1100, 1usize..3000].prop_map(Step::Alloc),
+        6 => prop_oneof![1usize..1100, 1usize..3000, 1usize..10000].prop_map(Step::Alloc),
         5 => any::<usize>().prop_map(Step::Free),
         1 => Just(Step::Flush),
     ];

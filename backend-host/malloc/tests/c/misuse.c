@@ -62,6 +62,33 @@ static void large(void) {
     free(keep);
 }
 
+/* A block of `size` bytes freed twice while the first free keeps it in the thread's cache
+ * (in checked mode, with no caches, while the heap holds it free): the second free, a realloc
+ * and malloc_usable_size refuse it. 3000 bytes is one of the classes above 1 KiB, whose block
+ * the free files by the chunk its tag names. */
+static void cached(size_t size) {
+    char *keep = malloc(64);
+    strcpy(keep, "intact");
+    char *p = malloc(size);
+    /* Printed before the free: stdout's buffer, allocated by the first print, must not take
+     * the freed block's place (in checked mode it merges into the top). */
+    CHECK("the block is served", p != NULL);
+    memset(p, 7, size);
+    free(p);
+    size_t before = in_use();
+    free(launder(p));
+    CHECK("the double free of a cached block is refused", in_use() == before);
+    errno = 0;
+    CHECK("realloc of the freed block is NULL with EINVAL",
+          realloc(launder(p), size * 2) == NULL && errno == EINVAL);
+    CHECK("malloc_usable_size of the freed block is 0", malloc_usable_size(launder(p)) == 0);
+    char *q = malloc(size);
+    CHECK("the heap still serves the size", q != NULL);
+    CHECK("the live block is intact", strcmp(keep, "intact") == 0);
+    free(q);
+    free(keep);
+}
+
 /* A pointer into the middle of a live block, with zeros or garbage before it. */
 static void middle(int fill) {
     unsigned char *p = malloc(256), *keep = malloc(64);
@@ -114,6 +141,8 @@ int main(int argc, char **argv) {
     if (strcmp(c, "merged") == 0) merged(0);
     else if (strcmp(c, "merged-next") == 0) merged(1);
     else if (strcmp(c, "large") == 0) large();
+    else if (strcmp(c, "cached-small") == 0) cached(64);
+    else if (strcmp(c, "cached-3000") == 0) cached(3000);
     else if (strcmp(c, "middle-zero") == 0) middle(0);
     else if (strcmp(c, "middle-garbage") == 0) middle(0xff);
     else if (strcmp(c, "middle-text") == 0) middle('A');

@@ -106,9 +106,11 @@ impl HostAllocator {
 
     /// Gives memory back to the system (see `tagalloc::Pool::trim`). `Error::Reentrant` only
     /// if called from inside [`HostAllocator::pool`]'s `with_pool`.
-    /// The calling thread's cache goes back to the pool first (other threads keep theirs).
+    /// The calling thread's cache and the batches the caches handed to one another go back to
+    /// the pool first (other threads keep their caches).
     pub fn trim(&self) -> Result<Trimmed, Error> {
         tcache::flush_current(&self.pool, &self.cache_id);
+        self.pool.flush_transfer()?;
         self.pool.trim()
     }
 

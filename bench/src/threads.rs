@@ -238,6 +238,9 @@ impl<L: tagalloc::RawLock + Sync, const N: usize> Contended for GlobalHeap<L, N>
 impl Contended for HostAllocator {
     fn verify(&self) -> Result<(), String> {
         let err = |e: tagalloc::Error| format!("tagalloc: {e}");
+        // The batches the caches handed to one another are cached blocks too: back to the heap
+        // (the caches themselves went back as each thread finished).
+        self.pool().flush_transfer().map_err(err)?;
         self.pool()
             .with_pool(|p| p.check())
             .map_err(err)?

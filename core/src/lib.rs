@@ -106,7 +106,8 @@
 //!   the queue), `global` ([`GlobalHeap`]), `detached` ([`SharedDetachedHeap`]), `pool`
 //!   ([`SharedPool`]), `alloc` (`GlobalAlloc` and `Allocator`, written once for every shared
 //!   host heap or pool, [`SharedAlloc`]), `tcache` (per-thread caches in front of a shared
-//!   pool, [`ThreadCache`]).
+//!   pool, [`ThreadCache`]), `transfer` (batches the caches hand to one another while the
+//!   pool's lock is taken).
 //! - `plan/` (with `alloc`), apart from the rest: static memory planning, offsets for buffers
 //!   whose lifetimes are known in advance: `error`, `buffer` (the problem and its plan),
 //!   `sweep` (time cut into sections, and who conflicts with whom), `bound` (the lower bound),

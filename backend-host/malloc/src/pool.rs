@@ -285,9 +285,11 @@ pub(crate) unsafe fn usable_size(ptr: NonNull<u8>) -> usize {
 }
 
 /// Gives memory back to the system (`Pool::trim`); whether anything was.
-/// The calling thread's cache goes back to the pool first (other threads keep theirs).
+/// The calling thread's cache and the batches the caches handed to one another go back to
+/// the pool first (other threads keep their caches).
 pub(crate) fn trim() -> bool {
     CACHES.flush_current(&POOL);
+    let _ = POOL.flush_transfer();
     POOL.trim()
         .is_ok_and(|t| t.regions > 0 || t.bytes > 0 || t.released > 0)
 }

@@ -113,7 +113,8 @@ pub struct CacheStats {
     pub bytes: usize,
     /// Allocations served by a cache without the lock.
     pub hits: u64,
-    /// Allocations that found their cache's class empty and refilled it under the lock.
+    /// Allocations that found their cache's class empty and refilled it, under the lock or
+    /// from a batch another cache left in the pool's transfer.
     pub misses: u64,
     /// Frees that found their cache's class full and moved a batch to the pool.
     pub spills: u64,

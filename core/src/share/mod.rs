@@ -10,3 +10,4 @@ pub(crate) mod pool;
 pub(crate) mod queue;
 pub(crate) mod shared;
 pub(crate) mod tcache;
+pub(crate) mod transfer;

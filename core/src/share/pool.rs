@@ -16,6 +16,7 @@ use crate::share::alloc::SharedAlloc;
 use crate::share::lock::{RawLock, SpinLock};
 use crate::share::shared::{QueuedFree, Shared};
 use crate::share::tcache::{self, Class, ThreadCache};
+use crate::share::transfer::Transfer;
 use crate::sync::const_unless_loom;
 
 /// A free waiting in the queue: the block and the size it was freed with.
@@ -102,6 +103,9 @@ where
     shared: Shared<Pool<H, S, K>, L, N>,
     oom: Option<OomHandler>,
     max_retries: u32,
+    /// Batches the threads' caches hand to one another while the lock is taken (used by the
+    /// inline pools' caches only).
+    transfer: Transfer,
 }
 
 impl<H, S, K, L, const N: usize> SharedPool<H, S, K, L, N>
@@ -121,6 +125,7 @@ where
                 shared: Shared::new(pool),
                 oom: None,
                 max_retries: 0,
+                transfer: Transfer::new(),
             }
         }
     }
@@ -136,6 +141,7 @@ where
                 shared: Shared::new(pool),
                 oom: Some(handler),
                 max_retries,
+                transfer: Transfer::new(),
             }
         }
     }
@@ -199,7 +205,11 @@ where
     /// # Time Complexity
     /// As for [`Pool::stats`], after the queued frees.
     pub fn stats(&self) -> Result<PoolStats, Error> {
-        self.shared.with(|p| p.stats())
+        let mut s = self.shared.with(|p| p.stats())?;
+        // What the caches handed to one another is cached too.
+        s.cache.blocks += self.transfer.blocks();
+        s.cache.bytes += self.transfer.bytes();
+        Ok(s)
     }
 
     /// Runs `f` with the locked pool (snapshots, `check()`, reservation), after doing every
@@ -413,6 +423,15 @@ where
         size: usize,
         align: usize,
     ) -> Result<NonNull<u8>, PoolError> {
+        // A batch another cache left while the lock was taken, before waiting for the lock.
+        if cache.fits_batch(c) {
+            if let Some(batch) = self.transfer.pop(c) {
+                // SAFETY: the transfer holds batches of this pool's blocks of class `c` or
+                // larger, at most a batch each (pushed by `spill`), now given to the cache,
+                // which fits one.
+                return Ok(unsafe { cache.refill_from(c, batch) });
+            }
+        }
         let first = match self.shared.lock() {
             Ok(mut st) => {
                 let pool = &mut st.heap;
@@ -525,9 +544,32 @@ where
         c: Class,
         ptr: NonNull<u8>,
     ) -> Result<(), Error> {
-        let Ok(mut st) = self.shared.lock() else {
-            // SAFETY: forwarded caller contract (the lock is this thread's: queued or refused).
-            return unsafe { self.free(ptr, c.usable()) };
+        let mut st = match self.shared.try_lock() {
+            Some(st) => st,
+            None => {
+                // The lock is taken: the batch goes to the transfer rather than wait, if it
+                // has room.
+                if let Some(batch) = cache.take_batch(c, ThreadCache::batch(c).max(1)) {
+                    // SAFETY: the cache's blocks of class `c` (its invariant), given up.
+                    match unsafe { self.transfer.push(c, batch) } {
+                        Ok(()) => {
+                            // SAFETY: forwarded caller contract; the class has room now.
+                            if let Ok(true) = unsafe { cache.put(c, ptr) } {
+                                cache.spilled();
+                                return Ok(());
+                            }
+                        }
+                        // SAFETY: the batch just taken from this class, given back.
+                        Err(batch) => unsafe { cache.untake_batch(c, batch) },
+                    }
+                }
+                match self.shared.lock() {
+                    Ok(st) => st,
+                    // SAFETY: forwarded caller contract (the lock is this thread's: queued
+                    // or refused).
+                    Err(_) => return unsafe { self.free(ptr, c.usable()) },
+                }
+            }
         };
         let pool = &mut st.heap;
         cache.drain(c, ThreadCache::batch(c).max(1), |p| {
@@ -549,6 +591,35 @@ where
         cache.spilled();
         cache.exchange(pool.cache_stats_mut());
         cache.set_bypass_above(pool.bypass_above());
+        Ok(())
+    }
+
+    /// Gives the batches the caches left in the pool's transfer (see [`ThreadCache`]) back to
+    /// the heap, under the lock: what a trim does first. Best effort: a transfer whose own lock
+    /// is taken right now is left as it is. [`Error::Reentrant`] if this thread holds the lock.
+    ///
+    /// # Time Complexity
+    /// `O(blocks)` frees under the lock.
+    pub fn flush_transfer(&self) -> Result<(), Error> {
+        if self.transfer.blocks() == 0 {
+            return Ok(());
+        }
+        let mut st = self.shared.lock()?;
+        let pool = &mut st.heap;
+        self.transfer.take_all(|c, batch| {
+            // SAFETY: the transfer's batches are blocks of this pool of class `c` or larger,
+            // owned by no one (its invariant), now given up to the heap.
+            unsafe {
+                batch.drain(|p| {
+                    if pool.hooks().cached_block_returns(pool.heap(), p) {
+                        // SAFETY: a live block of this pool, freed once. A refusal is counted
+                        // by the heap.
+                        let _ = pool.free(p, c.usable());
+                    }
+                })
+            }
+        });
+        pool.heap_mut().file_victim();
         Ok(())
     }
 

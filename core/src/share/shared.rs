@@ -62,6 +62,14 @@ impl<H: QueuedFree, L: RawLock, const N: usize> Shared<H, L, N> {
         self.ring.drain(head, |freed| heap.free_queued(freed));
     }
 
+    /// The lock if it is free right now, with the queued frees done.
+    #[inline]
+    pub(crate) fn try_lock(&self) -> Option<Guard<'_, L, State<H>>> {
+        let mut st = self.state.try_lock()?;
+        self.drain(&mut st);
+        Some(st)
+    }
+
     /// The lock, with the queued frees done; [`Error::Reentrant`] if this thread holds it.
     #[inline]
     pub(crate) fn lock(&self) -> Result<Guard<'_, L, State<H>>, Error> {

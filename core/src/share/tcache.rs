@@ -22,14 +22,19 @@
 //! cores cost more than all the rest (docs/tcache.md, 2026-11-27 from 13:20). Larger sizes,
 //! and alignments above the granule, go to the pool.
 //!
-//! **Bounds.** At most [`ThreadCache::limit`] blocks per class (32 for chunks up to 128 bytes,
-//! then 4 KiB worth, at least 4) and [`TOTAL_BYTES`] in all: more blocks per class means fewer
-//! trips to the lock, more bytes per thread means more memory kept from other threads and
-//! other sizes; glibc keeps 7 per class, up to about 240 KiB in all. The total is 512 KiB, near
-//! the sum of the classes' own bounds, because a total that binds first makes a full cache
-//! spill on every other free: with 128 or 256 KiB a thread of `tagalloc-bench threads` (256
-//! live blocks of up to 4 KiB) went to the lock on one cacheable request in ten
-//! (docs/tcache.md, 2026-11-27 from 13:20).
+//! **Bounds.** At most [`ThreadCache::limit`] blocks per class (16 KiB worth, at least 8 and at
+//! most 64) and [`TOTAL_BYTES`] in all: more blocks per class means fewer trips to the lock,
+//! more bytes per thread means more memory kept from other threads and other sizes; glibc keeps
+//! 7 per class, up to about 240 KiB in all. A class's count moves like a random walk between
+//! its refills and spills, so the trips to the lock fall with the square of its bound; with
+//! 32 blocks up to 128 bytes and 4 KiB worth above (the bounds until 2026-11-27) a thread of
+//! `tagalloc-bench threads` went to the lock for one cacheable allocation in 25, and 128 or
+//! 256 KiB in all made a full cache spill on every other free (docs/tcache.md, 2026-11-27
+//! from 13:10).
+//!
+//! **Batches between caches.** A spill that finds the pool's lock taken leaves its batch in the
+//! pool's transfer instead of waiting, and a refill looks there first
+//! (`crate::share::transfer`).
 //!
 //! **Double frees.** A block going into a cache gets the cache's key in its second word; a
 //! block handed out gets a zero there, and so does a block that leaves a cache for the pool, so
@@ -49,6 +54,7 @@ use core::ptr::NonNull;
 use crate::algo::geometry::W;
 use crate::inline::granule::HOST_GEOMETRY;
 use crate::pool::CacheStats;
+use crate::share::transfer::Batch;
 
 /// How many size classes a cache has: [`EXACT_CLASSES`], then [`STEPS`] per doubling over
 /// [`DOUBLINGS`] doublings.
@@ -141,6 +147,12 @@ impl Class {
         let shift = LOG_BASE - LOG_STEPS + d;
         let k = EXACT_CLASSES + d as usize * STEPS + (bytes >> shift) - (STEPS + 1);
         Class(k as u8)
+    }
+
+    /// The class of index `i`, below [`CLASSES`].
+    pub(crate) fn from_index(i: usize) -> Class {
+        debug_assert!(i < CLASSES);
+        Class(i as u8)
     }
 
     /// Whether the class is above the exact ones: its chunks may be larger than its size, and
@@ -247,11 +259,7 @@ impl ThreadCache {
     #[inline]
     pub fn limit(c: Class) -> u32 {
         let bytes = c.chunk_bytes();
-        if bytes <= 128 {
-            32
-        } else {
-            ((4096 / bytes) as u32).max(4)
-        }
+        ((16384 / bytes) as u32).clamp(8, 64)
     }
 
     /// How many blocks move in one batch for class `c`: half its limit.
@@ -376,6 +384,95 @@ impl ThreadCache {
                 None => break,
             }
         }
+    }
+
+    /// Takes up to `n` blocks of class `c` as a batch for another cache (through the pool's
+    /// transfer), keys kept: they stay cached. `None` when the class is empty.
+    pub(crate) fn take_batch(&mut self, c: Class, n: u32) -> Option<Batch> {
+        let bin = &mut self.bins[c.index()];
+        let head = bin.head?;
+        let len = n.min(bin.count).max(1);
+        let mut last = head;
+        for _ in 1..len {
+            // SAFETY: `last` is on the list (type invariant), and the list holds `count ≥ len`
+            // blocks, so its link is a block.
+            match unsafe { last.cast::<Option<NonNull<u8>>>().read() } {
+                Some(next) => last = next,
+                None => break,
+            }
+        }
+        // SAFETY: as above; the rest of the list becomes the bin's, and the batch ends here.
+        unsafe {
+            bin.head = last.cast::<Option<NonNull<u8>>>().read();
+            last.cast::<Option<NonNull<u8>>>().write(None);
+        }
+        bin.count -= len;
+        self.blocks -= len as usize;
+        self.bytes -= len as usize * c.chunk_bytes();
+        Some(Batch { head, len })
+    }
+
+    /// Gives back a batch [`ThreadCache::take_batch`] took from class `c` (the transfer had no
+    /// room for it).
+    ///
+    /// # Safety
+    /// `batch` is the one `take_batch(c, _)` returned, untouched since.
+    pub(crate) unsafe fn untake_batch(&mut self, c: Class, batch: Batch) {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.link(c, batch.head, batch.len) };
+    }
+
+    /// Puts the `n` linked blocks from `head` in front of class `c`'s list.
+    ///
+    /// # Safety
+    /// `head` starts `n ≥ 1` blocks linked through their first words, with the caches' key in
+    /// their second, of this cache's pool, of class `c` or larger chunks, given up by the
+    /// caller, and the class has room for them.
+    unsafe fn link(&mut self, c: Class, head: NonNull<u8>, n: u32) {
+        let bin = &mut self.bins[c.index()];
+        let mut tail = head;
+        for _ in 1..n {
+            // SAFETY: the caller's promise: `n` linked blocks.
+            match unsafe { tail.cast::<Option<NonNull<u8>>>().read() } {
+                Some(next) => tail = next,
+                None => break,
+            }
+        }
+        // SAFETY: `tail` is the last of them; the bin's list follows it.
+        unsafe { tail.cast::<Option<NonNull<u8>>>().write(bin.head) };
+        bin.head = Some(head);
+        bin.count += n;
+        self.blocks += n as usize;
+        self.bytes += n as usize * c.chunk_bytes();
+    }
+
+    /// Whether a batch of class `c` (at most [`ThreadCache::batch`] blocks) fits.
+    pub(crate) fn fits_batch(&self, c: Class) -> bool {
+        self.room(c) >= Self::batch(c)
+    }
+
+    /// Takes `batch` into class `c`, then one block of it for the caller (a refill from the
+    /// transfer, counted as a miss).
+    ///
+    /// # Safety
+    /// `batch` is as [`Batch`] says, of blocks of this cache's pool of class `c` or larger
+    /// chunks, given up by the caller; at most [`ThreadCache::batch`] of them, and the cache
+    /// [fits](ThreadCache::fits_batch) it.
+    pub(crate) unsafe fn refill_from(&mut self, c: Class, batch: Batch) -> NonNull<u8> {
+        let first = batch.head;
+        // SAFETY: the caller's promise: `first` is a block of the batch, given up; its link
+        // is read before it is handed out with its key cleared.
+        let rest = unsafe {
+            let rest = first.cast::<Option<NonNull<u8>>>().read();
+            first.cast::<usize>().add(1).write(0);
+            rest
+        };
+        if let (Some(head), n @ 1..) = (rest, batch.len.saturating_sub(1)) {
+            // SAFETY: the rest of the batch, given up by the caller, which fits it.
+            unsafe { self.link(c, head, n) };
+        }
+        self.misses += 1;
+        first
     }
 
     /// Takes every block for the pool (see [`ThreadCache::drain`]), class by class.

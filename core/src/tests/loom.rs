@@ -13,7 +13,8 @@
 //! The queue is the bounded ring of `src/share/queue.rs` for both heaps; the models run it on
 //! its own, then through `GlobalHeap` and `SharedDetachedHeap`, with legitimate frees racing
 //! allocations and with double frees racing their first free (one must be refused, nothing
-//! written).
+//! written); then the per-thread caches' handoffs with the pool: a flush racing a remote free,
+//! and a spill racing a refill through the pool's transfer.
 
 extern crate std;
 use std::println;
@@ -316,4 +317,82 @@ fn cache_flush_races_remote_free() {
         assert_eq!((s.cache.blocks, s.cache.bytes, s.cache.flushes), (0, 0, 1));
         pool.with_pool(|p| p.check()).unwrap().unwrap();
     });
+}
+
+/// The transfer between caches: one thread's cache spills a batch (into the heap if it gets
+/// the lock, else into the pool's transfer) while another thread frees a block straight to
+/// the pool (queued if the spill holds the lock) and then refills its own cache (from the
+/// transfer if a batch is there, else under the lock). Whatever the order: nothing refused,
+/// every block accounted for (in use exactly for the blocks the caches and the transfer
+/// hold), and once both caches and the transfer are flushed, nothing in use and `check()`
+/// clean. Under the weakened orderings the straight free's queue is what breaks.
+#[test]
+fn spill_races_refill_through_the_transfer() {
+    // Executions in which the batch went from one cache to the other through the transfer.
+    static HANDED: CountCell = CountCell::new(0);
+    model("spill_races_refill_through_the_transfer", || {
+        let pool: Arc<SharedPool<InlineHeap, OneRegion>> = Arc::new(SharedPool::new(Pool::new(
+            InlineHeap::new(),
+            OneRegion::new(Arena::new(32768)),
+            Policy::new().growth(Growth::Fixed(24576)),
+        )));
+        let c = crate::Class::of(48, 16).unwrap();
+        let limit = ThreadCache::limit(c) as usize;
+        let blocks: Vec<usize> = (0..=limit)
+            .map(|_| pool.alloc(48, 16).unwrap().as_ptr() as usize)
+            .collect();
+        let other = pool.alloc(48, 16).unwrap().as_ptr() as usize;
+        let mut full = ThreadCache::new(0x5eed);
+        for &p in &blocks[..limit] {
+            // SAFETY: live 48-byte blocks of this pool, each given up once; the cache belongs
+            // to this pool.
+            unsafe { pool.free_with_cache(&mut full, nn(p), 48).unwrap() };
+        }
+        let spiller = {
+            let pool = pool.clone();
+            let last = blocks[limit];
+            spawn(move || {
+                // SAFETY: as above: the class is full, so this free spills.
+                unsafe { pool.free_with_cache(&mut full, nn(last), 48).unwrap() };
+                full
+            })
+        };
+        let refiller = {
+            let pool = pool.clone();
+            spawn(move || {
+                // SAFETY: `other` is a live 48-byte block given to this thread only.
+                unsafe { pool.free(nn(other), 48).unwrap() };
+                let mut mine = ThreadCache::new(0x5eed);
+                let got = pool.alloc_with_cache(&mut mine, 48, 16).unwrap();
+                (mine, got.as_ptr() as usize)
+            })
+        };
+        // A look at the pool meanwhile: it may be the lock holder that does the queued free.
+        assert_eq!(pool.stats().unwrap().heap.refused_frees, 0);
+        let mut full = spiller.join().unwrap();
+        let (mut mine, got) = refiller.join().unwrap();
+        let s = pool.stats().unwrap();
+        assert_eq!(s.heap.refused_frees, 0);
+        // In use: every block but `other`, less the batch if the spill gave it to the heap,
+        // plus the refill's blocks if it took them from the heap; so exactly `limit + 1`
+        // blocks when the batch went through the transfer.
+        if s.heap.in_use == (limit + 1) * c.chunk_bytes() {
+            HANDED.fetch_add(1, Count);
+        }
+        // SAFETY: `got` is live and given up once; the caches belong to this pool.
+        unsafe {
+            pool.free_with_cache(&mut mine, nn(got), 48).unwrap();
+            pool.flush_cache(&mut full).unwrap();
+            pool.flush_cache(&mut mine).unwrap();
+        }
+        pool.flush_transfer().unwrap();
+        let s = pool.stats().unwrap();
+        assert_eq!(s.heap.refused_frees, 0);
+        assert_eq!((s.heap.in_use, s.cache.blocks, s.cache.bytes), (0, 0, 0));
+        pool.with_pool(|p| p.check()).unwrap().unwrap();
+    });
+    assert!(
+        HANDED.load(Count) > 0,
+        "no execution handed the batch through the transfer"
+    );
 }

@@ -76,6 +76,36 @@ const LOG_BASE: u32 = (64 * HOST_GEOMETRY.granule()).trailing_zeros();
 /// log2 of [`STEPS`].
 const LOG_STEPS: u32 = STEPS.trailing_zeros();
 
+/// A class's chunk size and bound, looked up rather than computed on every take and put (the
+/// bound is a division).
+#[derive(Clone, Copy)]
+struct Size {
+    bytes: u16,
+    limit: u8,
+}
+
+/// [`Size`] of every class: 16 KiB worth of blocks, at least 8 and at most 64.
+static SIZES: [Size; CLASSES] = {
+    let mut t = [Size { bytes: 0, limit: 0 }; CLASSES];
+    let mut i = 0;
+    while i < CLASSES {
+        let bytes = Class::bytes_of_index(i);
+        let per = 16384 / bytes;
+        t[i] = Size {
+            bytes: bytes as u16,
+            limit: if per < 8 {
+                8
+            } else if per > 64 {
+                64
+            } else {
+                per as u8
+            },
+        };
+        i += 1;
+    }
+    t
+};
+
 /// log2 of `x`, for `x > 0`.
 #[inline]
 const fn log2(x: usize) -> u32 {
@@ -171,7 +201,11 @@ impl Class {
     /// The bytes of its chunks (the least, above the exact classes).
     #[inline]
     pub fn chunk_bytes(self) -> usize {
-        let i = self.index();
+        SIZES[self.index()].bytes as usize
+    }
+
+    /// [`Class::chunk_bytes`] of index `i`, computed (for [`SIZES`]).
+    const fn bytes_of_index(i: usize) -> usize {
         if i < EXACT_CLASSES {
             return (i + HOST_GEOMETRY.min_chunk()) * HOST_GEOMETRY.granule();
         }
@@ -258,8 +292,7 @@ impl ThreadCache {
     /// The most blocks class `c` holds.
     #[inline]
     pub fn limit(c: Class) -> u32 {
-        let bytes = c.chunk_bytes();
-        ((16384 / bytes) as u32).clamp(8, 64)
+        SIZES[c.index()].limit as u32
     }
 
     /// How many blocks move in one batch for class `c`: half its limit.

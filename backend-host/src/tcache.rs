@@ -465,13 +465,25 @@ static REGISTRY: Registry = Registry {
     }),
 };
 
+/// Takes the table's lock. Its holder may wait for a pool's lock (an exiting thread flushes
+/// its cache under it), so a waiter reads before it tries again and gives its core away after
+/// a few rounds: threads that exit together would otherwise burn the cores the holder needs.
 fn lock_registry() {
+    let mut spins = 0u32;
     while REGISTRY
         .lock
         .compare_exchange_weak(false, true, core::sync::atomic::Ordering::Acquire, Relaxed)
         .is_err()
     {
-        core::hint::spin_loop();
+        while REGISTRY.lock.load(Relaxed) {
+            if spins < 64 {
+                spins += 1;
+                core::hint::spin_loop();
+            } else {
+                // SAFETY: `sched_yield` has no preconditions.
+                unsafe { libc::sched_yield() };
+            }
+        }
     }
 }
 

@@ -49,15 +49,16 @@ fn holds(lo: usize, end: usize, addr: usize) -> bool {
 /// Invariants: `live[..count]` are the ranges the pool holds from its source, as `(base, end)`,
 /// each as grown and cut, none twice; unless `incomplete`, they are all of them; the slots past
 /// `count` are `(0, 0)`, which hold no address. `gone` holds ranges given back since, none
-/// overlapping a live one.
+/// overlapping a live one. `last` is one of `live[..count]` or `(0, 0)`.
 pub(crate) struct Ranges {
     live: [(usize, usize); LIVE],
     count: usize,
     incomplete: bool,
     gone: [(usize, usize); GONE],
     next_gone: usize,
-    /// The index in `live` that [`Ranges::find`] found last (a hint: any value is safe).
-    last: Cell<usize>,
+    /// The range [`Ranges::find`] found last, as a copy (two loads where an index would take
+    /// four instructions more); emptied by every change to `live`.
+    last: Cell<(usize, usize)>,
 }
 
 impl Ranges {
@@ -69,18 +70,16 @@ impl Ranges {
             incomplete: false,
             gone: [(0, 0); GONE],
             next_gone: 0,
-            last: Cell::new(0),
+            last: Cell::new((0, 0)),
         }
     }
 
     /// The live range holding `addr`, as `(base, len)`: the one found last, else the first
     /// that holds it (then remembered), as frees of one region tend to come together. The
-    /// hint's slot is tested without a bound on `count` (slots past it are empty, which hold
-    /// nothing), in one compare.
+    /// range found last is tested in one compare (empty, it holds nothing).
     #[inline]
     pub(crate) fn find(&self, addr: usize) -> Option<(usize, usize)> {
-        // Any index is in bounds once masked (`LIVE` is a power of two).
-        let (base, end) = self.live[self.last.get() & (LIVE - 1)];
+        let (base, end) = self.last.get();
         if holds(base, end, addr) {
             return Some((base, end - base));
         }
@@ -92,11 +91,9 @@ impl Ranges {
     #[inline(never)]
     fn find_scan(&self, addr: usize) -> Option<(usize, usize)> {
         let live = self.live.get(..self.count).unwrap_or(&[]);
-        let i = live
-            .iter()
-            .position(|&(base, end)| holds(base, end, addr))?;
-        self.last.set(i);
-        live.get(i).map(|&(base, end)| (base, end - base))
+        let &(base, end) = live.iter().find(|&&(base, end)| holds(base, end, addr))?;
+        self.last.set((base, end));
+        Some((base, end - base))
     }
 
     /// Whether every live range is in the table (else a miss proves nothing).
@@ -217,8 +214,10 @@ fn scan_unlocked(m: &Mirror, addr: usize) -> Option<usize> {
 }
 
 impl Ranges {
-    /// Publishes the live ranges to [`MIRROR`].
+    /// After every change to `live`: forgets the range found last and publishes the live
+    /// ranges to [`MIRROR`].
     fn mirror(&self) {
+        self.last.set((0, 0));
         MIRROR.publish(self.live.get(..self.count).unwrap_or(&[]));
     }
 }

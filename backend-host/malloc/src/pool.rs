@@ -26,7 +26,8 @@
 //! allocated from and freed into the calling thread's cache (`tagalloc_host::CacheBinding`)
 //! without the lock. A cached free proves its pointer without the lock too, as far as that can
 //! be done soundly: its address must lie in one of the pool's regions as the hooks last
-//! published them ([`ranges::find_unlocked`]), and only then is the tag word before it read,
+//! published them ([`ranges::find_unlocked`]; a thread whose ranges have not changed since its
+//! last proof uses the region it found then, [`ranges::find_remembered`]), and only then is the tag word before it read,
 //! with a relaxed atomic load (`InlineHeap::unlocked_usable_size`), which is sound because the
 //! lock holder's only write to a live block's tag, its `PREV_IN_USE` bit, is a relaxed atomic
 //! store that keeps the size bits. The tag must say in use, with a size of a cached class that
@@ -44,7 +45,7 @@
 use core::ptr::NonNull;
 
 use tagalloc::{BlockError, Class, Error, InlineHeap, Pool, PoolStats, SharedPool};
-use tagalloc_host::{CacheBinding, HostAllocator, MmapSource};
+use tagalloc_host::{CacheBinding, HostAllocator, MmapSource, ProofMemo};
 
 use crate::lock::PoolLock;
 use crate::options;
@@ -175,16 +176,20 @@ fn block_size_slow(p: &Inner, ptr: NonNull<u8>, checked: bool) -> Result<usize, 
 }
 
 /// The usable size of `ptr` if a thread's cache may take it, proven without the lock (see the
-/// module docs); `None` sends the free to the lock.
-#[inline]
-fn cached_size(ptr: NonNull<u8>) -> Option<usize> {
+/// module docs), through the region this thread proved last (`memo`, when it has a cache);
+/// `None` sends the free to the lock.
+#[inline(always)]
+fn cached_size(ptr: NonNull<u8>, memo: Option<&ProofMemo>) -> Option<usize> {
     let a = ptr.addr().get();
     if !a.is_multiple_of(MIN_ALIGN) {
         return None;
     }
     // The word before `a` and everything from `a` to `end` lie in one of the pool's regions
     // (so `end - a` does not wrap).
-    let end = ranges::find_unlocked(a)?;
+    let end = match memo {
+        Some(memo) => ranges::find_remembered(a, memo)?,
+        None => ranges::find_unlocked(a)?,
+    };
     // The word before `ptr` lies inside one of the pool's mapped regions (the mirror was
     // consistent, and a region holding a live block is not given back while it is). For a
     // pointer that breaks the contract inside a region (into a block's middle, or to a block
@@ -209,10 +214,10 @@ fn cached_size(ptr: NonNull<u8>) -> Option<usize> {
 pub(crate) unsafe fn free(ptr: NonNull<u8>) {
     let checked = options::checked();
     if !checked {
-        if let Some(size) = cached_size(ptr) {
-            // SAFETY: `ptr` is a live block of this pool of `size` usable bytes (as far as the
-            // unlocked proof goes: see the module docs), given up by the caller.
-            if let Err(e) = unsafe { CACHES.free(&POOL, ptr, size) } {
+        // SAFETY: `ptr` is a live block of this pool of the usable size `cached_size` gives (as
+        // far as the unlocked proof goes: see the module docs), given up by the caller.
+        if let Some(done) = unsafe { CACHES.free_proven(&POOL, ptr, |m| cached_size(ptr, m)) } {
+            if let Err(e) = done {
                 report::bad_pointer("free", ptr.as_ptr(), BlockError::Refused(e));
             }
             return;

@@ -25,6 +25,7 @@ use core::sync::atomic::{fence, AtomicUsize, Ordering};
 use core::ptr::NonNull;
 
 use tagalloc::{BlockError, Hooks, InlineHeap};
+use tagalloc_host::ProofMemo;
 
 use crate::report;
 
@@ -170,13 +171,60 @@ impl Mirror {
     }
 }
 
+/// [`find_unlocked`] through the two slots this thread proved in last (`memo`, as
+/// [`find_and_remember`] leaves it: `[seq, lo, end, lo2, end2]`, slots read under the even
+/// sequence `seq`, or empty): while the sequence is still `seq` the ranges have not changed
+/// since, so those slots still hold, and a pointer in either is proven with one shared load
+/// (the sequence) and two or three compares, on words of its own thread. Two, as the frees of
+/// a program often alternate between two regions.
+#[inline(always)]
+pub(crate) fn find_remembered(addr: usize, memo: &ProofMemo) -> Option<usize> {
+    let same = MIRROR.seq.load(Ordering::Acquire) == memo[0].get();
+    // An empty slot (`lo == end`) holds nothing, whatever the sequence.
+    let end = if same && holds(memo[1].get(), memo[2].get(), addr) {
+        memo[2].get()
+    } else if same && holds(memo[3].get(), memo[4].get(), addr) {
+        memo[4].get()
+    } else {
+        find_and_remember(addr, memo)
+    };
+    // No range ends at 0: a plain word, so that the paths above do not each carry a flag.
+    (end != 0).then_some(end)
+}
+
+/// [`find_remembered`] past its memo: [`find_unlocked`]'s end (0 for none), its slot
+/// remembered first, and the slot remembered first before it second if the sequence has not
+/// changed since.
+#[cold]
+#[inline(never)]
+fn find_and_remember(addr: usize, memo: &ProofMemo) -> usize {
+    let Some((seq, lo, end)) = find_slot(addr) else {
+        return 0;
+    };
+    let [old, lo1, end1, _, _] = memo.each_ref().map(Cell::get);
+    let new = if old == seq {
+        [seq, lo, end, lo1, end1]
+    } else {
+        [seq, lo, end, 0, 0]
+    };
+    memo.iter().zip(new).for_each(|(w, v)| w.set(v));
+    end
+}
+
 /// The end of the live range holding `addr` and the word before it (so the word before `addr`
 /// and everything up to the end may be read), read without the lock; `None` when none does or
-/// the ranges changed meanwhile (then the caller asks under the lock). The range found last is
-/// tried first, in one compare: the mirror lists the regions oldest first, while most frees
-/// fall in the newest, largest ones, which a scan from the front reaches last.
+/// the ranges changed meanwhile (then the caller asks under the lock).
 #[inline]
 pub(crate) fn find_unlocked(addr: usize) -> Option<usize> {
+    find_slot(addr).map(|(_, _, end)| end)
+}
+
+/// [`find_unlocked`] as the sequence it read (even) and the mirror's slot `(lo, end)`. The
+/// range found last is tried first, in one compare: the mirror lists the regions oldest
+/// first, while most frees fall in the newest, largest ones, which a scan from the front
+/// reaches last.
+#[inline(always)]
+fn find_slot(addr: usize) -> Option<(usize, usize, usize)> {
     let m = &MIRROR;
     let s1 = m.seq.load(Ordering::Acquire);
     // Any index is in bounds once masked (`LIVE` is a power of two); a torn or stale slot is
@@ -186,31 +234,31 @@ pub(crate) fn find_unlocked(addr: usize) -> Option<usize> {
         slot.0.load(Ordering::Relaxed),
         slot.1.load(Ordering::Relaxed),
     );
-    let end = if holds(lo, end, addr) {
-        end
+    let (lo, end) = if holds(lo, end, addr) {
+        (lo, end)
     } else {
         scan_unlocked(m, addr)?
     };
     fence(Ordering::Acquire);
     // An odd sequence was a write in progress: what was read may be torn.
-    (s1 & 1 == 0 && m.seq.load(Ordering::Relaxed) == s1).then_some(end)
+    (s1 & 1 == 0 && m.seq.load(Ordering::Relaxed) == s1).then_some((s1, lo, end))
 }
 
 /// [`find_unlocked`] past its hint: the first slot that holds `addr`, then remembered (read
 /// inside the caller's sequence check).
 #[cold]
 #[inline(never)]
-fn scan_unlocked(m: &Mirror, addr: usize) -> Option<usize> {
+fn scan_unlocked(m: &Mirror, addr: usize) -> Option<(usize, usize)> {
     let n = m.count.load(Ordering::Relaxed).min(LIVE);
-    let (i, end) = m.live.iter().take(n).enumerate().find_map(|(i, slot)| {
+    let (i, lo, end) = m.live.iter().take(n).enumerate().find_map(|(i, slot)| {
         let (lo, end) = (
             slot.0.load(Ordering::Relaxed),
             slot.1.load(Ordering::Relaxed),
         );
-        holds(lo, end, addr).then_some((i, end))
+        holds(lo, end, addr).then_some((i, lo, end))
     })?;
     m.hint.store(i, Ordering::Relaxed);
-    Some(end)
+    Some((lo, end))
 }
 
 impl Ranges {

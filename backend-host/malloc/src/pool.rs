@@ -38,8 +38,8 @@
 //! cached free: the neighbours' flags and footers of `usable_size_in` (the lock holder writes
 //! them as it carves and merges, so they cannot be read without the lock); they are checked
 //! when the block leaves its cache for the heap, under the lock (`Ranges`'s
-//! `cached_block_returns`), so damage after a small block is reported then, before the heap
-//! follows it. Checked mode bypasses the caches altogether: every allocation
+//! `free_cached_block`, which frees with the tags its proof read: `InlineHeap::free_in`), so
+//! damage after a small block is reported then, before the heap follows it. Checked mode bypasses the caches altogether: every allocation
 //! and free goes to the pool under the lock, and every free is proven by a walk.
 
 use core::ptr::NonNull;

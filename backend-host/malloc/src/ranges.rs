@@ -311,18 +311,23 @@ impl Hooks for Ranges {
     }
 
     /// A block a thread's cache gives back is proven as an uncached free proves it (its
-    /// region, its tags and its neighbours'), before the heap follows its tags: damaged tags
-    /// are reported and the process aborts; anything else refused stays out of the heap.
+    /// region, its tags and its neighbours'), and freed with the tags the proof read: damaged
+    /// tags are reported and the process aborts; anything else refused stays out of the heap.
     #[inline(always)]
-    fn cached_block_returns(&self, heap: &InlineHeap, ptr: NonNull<u8>) -> bool {
+    unsafe fn free_cached_block(
+        &self,
+        heap: &mut InlineHeap,
+        ptr: NonNull<u8>,
+        _size: usize,
+    ) -> bool {
         let Some((base, len)) = self.find(ptr.addr().get()) else {
             return false;
         };
         // SAFETY: `base..base + len` is one of the heap's regions (the table holds the ranges
         // the pool added to the heap, as grown and cut), and `ptr`, a block handed out by the
-        // heap, derives from its memory.
-        match unsafe { heap.usable_size_in(ptr, base, len) } {
-            Ok(_) => true,
+        // heap, derives from its memory; the caller gives it up once.
+        match unsafe { heap.free_in(ptr, base, len) } {
+            Ok(()) => true,
             Err(BlockError::Corrupted(c)) => report::corruption("free", ptr.as_ptr(), c),
             Err(BlockError::Refused(_)) => false,
         }

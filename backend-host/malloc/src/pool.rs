@@ -27,7 +27,7 @@
 //! without the lock. A cached free proves its pointer without the lock too, as far as that can
 //! be done soundly: its address must lie in one of the pool's regions as the hooks last
 //! published them ([`ranges::find_unlocked`]; a thread whose ranges have not changed since its
-//! last proof uses the region it found then, [`ranges::find_remembered`]), and only then is the tag word before it read,
+//! last proofs uses the regions it found then, [`ranges::find_remembered`]), and only then is the tag word before it read,
 //! with a relaxed atomic load (`InlineHeap::unlocked_usable_size`), which is sound because the
 //! lock holder's only write to a live block's tag, its `PREV_IN_USE` bit, is a relaxed atomic
 //! store that keeps the size bits. The tag must say in use, with a size of a cached class that
@@ -176,31 +176,43 @@ fn block_size_slow(p: &Inner, ptr: NonNull<u8>, checked: bool) -> Result<usize, 
 }
 
 /// The usable size of `ptr` if a thread's cache may take it, proven without the lock (see the
-/// module docs), through the region this thread proved last (`memo`, when it has a cache);
-/// `None` sends the free to the lock.
+/// module docs), through the regions this thread proved in last (`memo`, when it has a
+/// cache); `None` sends the free to the lock.
 #[inline(always)]
 fn cached_size(ptr: NonNull<u8>, memo: Option<&ProofMemo>) -> Option<usize> {
     let a = ptr.addr().get();
     if !a.is_multiple_of(MIN_ALIGN) {
         return None;
     }
-    // The word before `a` and everything from `a` to `end` lie in one of the pool's regions
-    // (so `end - a` does not wrap).
-    let end = match memo {
-        Some(memo) => ranges::find_remembered(a, memo)?,
+    let room = match memo {
+        Some(m) => ranges::find_remembered(a, m)?,
         None => ranges::find_unlocked(a)?,
     };
+    tagged_size(ptr, room)
+}
+
+/// [`cached_size`] once the word before `ptr` and the `room` bytes from `ptr` on are known to
+/// lie in one of the pool's regions: the usable size its tag gives, if of a cached class and
+/// inside the room.
+#[inline(always)]
+fn tagged_size(ptr: NonNull<u8>, room: usize) -> Option<usize> {
     // The word before `ptr` lies inside one of the pool's mapped regions (the mirror was
     // consistent, and a region holding a live block is not given back while it is). For a
     // pointer that breaks the contract inside a region (into a block's middle, or to a block
     // freed to the heap since) the load may meet a plain write of the lock holder: no fault,
-    // but a value the checks above and below may take for a tag; only checked mode proves
-    // such pointers.
+    // but a value the checks below may take for a tag; only checked mode proves such
+    // pointers.
     // SAFETY: so the load is in bounds; it is atomic, and for a live block, which C's contract
     // makes `ptr`, the lock holder's only write to that word is atomic too (see
     // `InlineHeap::unlocked_usable_size`).
     let size = unsafe { <InlineHeap>::unlocked_usable_size(ptr) }?;
-    (size <= end - a && Class::of(size, 1).is_some()).then_some(size)
+    // The class first, then the fit, each its own branch: so the first is the one range
+    // compare a free without the fit makes, and the fit one compare more.
+    Class::of(size, 1)?;
+    if size > room {
+        return None;
+    }
+    Some(size)
 }
 
 /// Frees `ptr`. A refusal (a double free, a foreign pointer) is counted and reported, and

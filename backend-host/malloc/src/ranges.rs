@@ -172,51 +172,57 @@ impl Mirror {
 }
 
 /// [`find_unlocked`] through the two slots this thread proved in last (`memo`, as
-/// [`find_and_remember`] leaves it: `[seq, lo, end, lo2, end2]`, slots read under the even
-/// sequence `seq`, or empty): while the sequence is still `seq` the ranges have not changed
-/// since, so those slots still hold, and a pointer in either is proven with one shared load
-/// (the sequence) and two or three compares, on words of its own thread. Two, as the frees of
-/// a program often alternate between two regions.
+/// [`find_and_remember`] leaves it: `[seq, lo, len, lo2, len2]`, slots `lo..lo + len` read
+/// under the even sequence `seq`, or empty): while the sequence is still `seq` the ranges have
+/// not changed since, so those slots still hold, and a pointer in either is proven with one
+/// shared load (the sequence) and two or three compares, on words of its own thread. Two, as
+/// the frees of a program often alternate between two regions.
 #[inline(always)]
 pub(crate) fn find_remembered(addr: usize, memo: &ProofMemo) -> Option<usize> {
     let same = MIRROR.seq.load(Ordering::Acquire) == memo[0].get();
-    // An empty slot (`lo == end`) holds nothing, whatever the sequence.
-    let end = if same && holds(memo[1].get(), memo[2].get(), addr) {
-        memo[2].get()
-    } else if same && holds(memo[3].get(), memo[4].get(), addr) {
-        memo[4].get()
+    // An empty slot (`len == 0`) holds nothing.
+    let (off, off2) = (
+        addr.wrapping_sub(memo[1].get()),
+        addr.wrapping_sub(memo[3].get()),
+    );
+    let room = if same && off < memo[2].get() {
+        memo[2].get() - off
+    } else if same && off2 < memo[4].get() {
+        memo[4].get() - off2
     } else {
         find_and_remember(addr, memo)
     };
-    // No range ends at 0: a plain word, so that the paths above do not each carry a flag.
-    (end != 0).then_some(end)
+    // A range holding `addr` has room from it on: 0 is none, a plain word, so that the paths
+    // above do not each carry a flag.
+    (room != 0).then_some(room)
 }
 
-/// [`find_remembered`] past its memo: [`find_unlocked`]'s end (0 for none), its slot
-/// remembered first, and the slot remembered first before it second if the sequence has not
-/// changed since.
+/// [`find_remembered`] past its memo: [`find_unlocked`] (0 for none), its slot remembered
+/// first, and the slot remembered first before it second if the sequence has not changed
+/// since.
 #[cold]
 #[inline(never)]
 fn find_and_remember(addr: usize, memo: &ProofMemo) -> usize {
     let Some((seq, lo, end)) = find_slot(addr) else {
         return 0;
     };
-    let [old, lo1, end1, _, _] = memo.each_ref().map(Cell::get);
+    let [old, lo1, len1, _, _] = memo.each_ref().map(Cell::get);
     let new = if old == seq {
-        [seq, lo, end, lo1, end1]
+        [seq, lo, end - lo, lo1, len1]
     } else {
-        [seq, lo, end, 0, 0]
+        [seq, lo, end - lo, 0, 0]
     };
     memo.iter().zip(new).for_each(|(w, v)| w.set(v));
-    end
+    end - addr
 }
 
-/// The end of the live range holding `addr` and the word before it (so the word before `addr`
-/// and everything up to the end may be read), read without the lock; `None` when none does or
-/// the ranges changed meanwhile (then the caller asks under the lock).
+/// The bytes from `addr` to the end of the live range holding it and the word before it (so
+/// the word before `addr` and everything up to the end may be read), read without the lock;
+/// `None` when none does or the ranges changed meanwhile (then the caller asks under the
+/// lock).
 #[inline]
 pub(crate) fn find_unlocked(addr: usize) -> Option<usize> {
-    find_slot(addr).map(|(_, _, end)| end)
+    find_slot(addr).map(|(_, _, end)| end - addr)
 }
 
 /// [`find_unlocked`] as the sequence it read (even) and the mirror's slot `(lo, end)`. The

@@ -50,15 +50,16 @@ fn holds(lo: usize, end: usize, addr: usize) -> bool {
 /// Invariants: `live[..count]` are the ranges the pool holds from its source, as `(base, end)`,
 /// each as grown and cut, none twice; unless `incomplete`, they are all of them; the slots past
 /// `count` are `(0, 0)`, which hold no address. `gone` holds ranges given back since, none
-/// overlapping a live one. `last` is one of `live[..count]` or `(0, 0)`.
+/// overlapping a live one. `last` is one of `live[..count]`, as `(base, end - base)`, or
+/// `(0, 0)`.
 pub(crate) struct Ranges {
     live: [(usize, usize); LIVE],
     count: usize,
     incomplete: bool,
     gone: [(usize, usize); GONE],
     next_gone: usize,
-    /// The range [`Ranges::find`] found last, as a copy (two loads where an index would take
-    /// four instructions more); emptied by every change to `live`.
+    /// The range [`Ranges::find`] found last, as a copy `(base, len)` (two loads where an
+    /// index would take four instructions more); emptied by every change to `live`.
     last: Cell<(usize, usize)>,
 }
 
@@ -80,9 +81,9 @@ impl Ranges {
     /// range found last is tested in one compare (empty, it holds nothing).
     #[inline]
     pub(crate) fn find(&self, addr: usize) -> Option<(usize, usize)> {
-        let (base, end) = self.last.get();
-        if holds(base, end, addr) {
-            return Some((base, end - base));
+        let (base, len) = self.last.get();
+        if addr.wrapping_sub(base) < len {
+            return Some((base, len));
         }
         self.find_scan(addr)
     }
@@ -93,7 +94,7 @@ impl Ranges {
     fn find_scan(&self, addr: usize) -> Option<(usize, usize)> {
         let live = self.live.get(..self.count).unwrap_or(&[]);
         let &(base, end) = live.iter().find(|&&(base, end)| holds(base, end, addr))?;
-        self.last.set((base, end));
+        self.last.set((base, end - base));
         Some((base, end - base))
     }
 

@@ -145,7 +145,8 @@ impl<G: Granule, K: Tally, B: BinShape> InlineHeap<G, K, B> {
         // The head is a chunk's (`≡ first (mod g)`), with room for a minimum chunk before the
         // fence: one compare for both ends, one for the alignment.
         let off = c.wrapping_sub(s.first);
-        if off > s.fence - s.first - min || off & (g - 1) != 0 {
+        let last = s.fence - s.first - min;
+        if off > last || off & (g - 1) != 0 {
             return None;
         }
         // SAFETY: `c` is word-aligned (heads are `≡ −W (mod g)`) and was just checked to lie
@@ -157,8 +158,9 @@ impl<G: Granule, K: Tally, B: BinShape> InlineHeap<G, K, B> {
             return None;
         }
         let bytes = h & !FLAGS;
-        // `min <= bytes <= fence − c` (where `fence − c >= min`) in one compare.
-        if bytes.wrapping_sub(min) > s.fence - c - min {
+        // `min <= bytes <= fence − c` (where `fence − c − min = last − off >= 0`) in one
+        // compare.
+        if bytes.wrapping_sub(min) > last - off {
             return None;
         }
         let n = c + bytes;

@@ -593,4 +593,45 @@ mod tests {
         assert_eq!(s.heap.in_use, 0);
         assert_eq!(s.cache.blocks, 0);
     }
+
+    static PROVEN_POOL: HostPool = SharedPool::new(Pool::new(
+        InlineHeap::new(),
+        MmapSource::new(),
+        HostAllocator::POLICY,
+    ));
+    static PROVEN: CacheBinding = CacheBinding::new();
+
+    /// `free_proven` leaves the block alone when its proof gives no size and frees it into the
+    /// thread's cache when it gives one (a second free then finds the cache's key); the proof
+    /// gets the thread's memo once its cache is bound: zero at first, the same words from one
+    /// free to the next.
+    #[test]
+    fn free_proven_frees_what_its_proof_sizes_through_the_threads_memo() {
+        std::thread::spawn(|| {
+            let p = PROVEN.alloc(&PROVEN_POOL, 40, 16).unwrap();
+            let memo =
+                |m: Option<&ProofMemo>| m.expect("a bound cache's memo").each_ref().map(Cell::get);
+            // SAFETY: `p` is a live 40-byte block of the pool; the first call frees nothing,
+            // the second frees it once, the third is refused before anything is written.
+            unsafe {
+                let kept = PROVEN.free_proven(&PROVEN_POOL, p, |m| {
+                    assert_eq!(memo(m), [0; 5]);
+                    m.unwrap()[0].set(7);
+                    None
+                });
+                assert_eq!(kept, None);
+                let freed = PROVEN.free_proven(&PROVEN_POOL, p, |m| {
+                    assert_eq!(memo(m), [7, 0, 0, 0, 0]);
+                    Some(40)
+                });
+                assert_eq!(freed, Some(Ok(())));
+                let again = PROVEN.free_proven(&PROVEN_POOL, p, |_| Some(40));
+                assert_eq!(again, Some(Err(Error::DoubleFree)));
+            }
+        })
+        .join()
+        .unwrap();
+        let s = PROVEN_POOL.stats().unwrap();
+        assert_eq!((s.heap.in_use, s.cache.blocks), (0, 0));
+    }
 }

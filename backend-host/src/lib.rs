@@ -40,4 +40,4 @@ mod tls_slot;
 pub use futex::FutexLock;
 pub use global::{HostAllocator, HostPool};
 pub use mmap::{Call, HugePages, MmapOptions, MmapSource, SourceError};
-pub use tcache::CacheBinding;
+pub use tcache::{CacheBinding, ProofMemo};

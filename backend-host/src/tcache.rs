@@ -61,6 +61,12 @@ const OFF: u8 = 3;
 /// Flushes a cache into the pool at this address (monomorphised per lock type).
 type Flush = unsafe fn(usize, &mut ThreadCache);
 
+/// Five words a thread keeps between its frees for the proof that a caller of
+/// [`CacheBinding::free_proven`] makes of a pointer (the malloc library: the regions it proved
+/// in last and the sequence of its table it read): zero at first, kept while the thread's cache
+/// serves the same pool, seen by that thread's proofs only (one kind of proof per pool).
+pub type ProofMemo = [Cell<usize>; 5];
+
 /// A thread's cache and what it is bound to. Only its own thread touches it, except the
 /// fork child, which is the same thread's copy.
 struct Slot {
@@ -69,6 +75,8 @@ struct Slot {
     id: Cell<u32>,
     flush: Cell<Option<Flush>>,
     cache: UnsafeCell<ThreadCache>,
+    /// For the pool `pool` only: emptied whenever the cache is bound.
+    memo: ProofMemo,
 }
 
 thread_local! {
@@ -79,6 +87,7 @@ thread_local! {
             id: Cell::new(0),
             flush: Cell::new(None),
             cache: UnsafeCell::new(ThreadCache::new(0)),
+            memo: [const { Cell::new(0) }; 5],
         }
     };
 }
@@ -95,63 +104,54 @@ pub(crate) fn with_cache<K: Hooks, L: RawLock, R>(
     id: &AtomicU32,
     f: impl FnOnce(Option<&mut ThreadCache>) -> R,
 ) -> R {
-    let addr = pool as *const Pool<K, L> as usize;
-    let fast = tls_slot::get().cast::<Slot>();
-    if !fast.is_null() {
-        // SAFETY: the word is non-null only from `bind`'s success to `release_at_exit`, and
-        // then holds the address of this thread's own `SLOT` (only this thread writes its
-        // word), which has no destructor and so lives as long as the thread.
-        let s = unsafe { &*fast };
-        return enter(s, addr, id, f).unwrap_or_else(|f| f(None));
-    }
-    let mut f = Some(f);
-    let done = SLOT.try_with(|s| {
-        if s.state.get() == UNBOUND {
-            bind(s, pool, id);
-        }
-        match enter(s, addr, id, f.take()?) {
-            Ok(r) => Some(r),
-            Err(back) => {
-                f = Some(back);
-                None
-            }
-        }
-    });
-    match (done, f) {
-        (Ok(Some(r)), _) => r,
-        (_, Some(f)) => f(None),
-        // `f` ran and gave its result above.
-        (_, None) => unreachable_run(),
-    }
+    with_slot(pool, id, |slot| f(slot.map(|(_, cache)| cache)))
 }
 
-/// Runs `f` with the cache of `s` if it is active and serves the pool at `addr` (cache id
-/// `id`); gives `f` back otherwise.
+/// [`with_cache`], with the thread's [`ProofMemo`] for `pool` beside its cache. `f` is called
+/// from one place, so that it is inlined whole.
 #[inline(always)]
-fn enter<R, F: FnOnce(Option<&mut ThreadCache>) -> R>(
-    s: &Slot,
-    addr: usize,
+fn with_slot<K: Hooks, L: RawLock, R>(
+    pool: &Pool<K, L>,
     id: &AtomicU32,
-    f: F,
-) -> Result<R, F> {
-    if s.state.get() == ACTIVE && s.pool.get() == addr && s.id.get() == id.load(Relaxed) {
+    f: impl FnOnce(Option<(&ProofMemo, &mut ThreadCache)>) -> R,
+) -> R {
+    let addr = pool as *const Pool<K, L> as usize;
+    let mut s = tls_slot::get().cast::<Slot>();
+    if s.is_null() {
+        s = general_slot(pool, id);
+    }
+    // SAFETY: `s` is null or this thread's own `SLOT` (the initial-exec word is non-null only
+    // from `bind`'s success to `release_at_exit`, and then holds that address; only this thread
+    // writes its word), which has no destructor and so lives as long as the thread.
+    let slot = unsafe { s.as_ref() }.filter(|s| {
+        s.state.get() == ACTIVE && s.pool.get() == addr && s.id.get() == id.load(Relaxed)
+    });
+    let entered = slot.map(|s| {
         s.state.set(SETTING_UP);
         // SAFETY: only this thread reaches its slot, and the state just set sends any call
         // that re-enters from inside `f` to the lock, so this is the only reference.
-        let r = f(Some(unsafe { &mut *s.cache.get() }));
+        (&s.memo, unsafe { &mut *s.cache.get() })
+    });
+    let r = f(entered);
+    if let Some(s) = slot {
         s.state.set(ACTIVE);
-        Ok(r)
-    } else {
-        Err(f)
     }
+    r
 }
 
-/// Never reached: `with_cache` returns `f`'s result whenever it took `f`. Aborts rather
-/// than panics (a panic would allocate, from inside the allocator).
+/// This thread's `SLOT` through Rust's general thread-local access (before the initial-exec
+/// word is set, or without it), bound to `pool` on its first use; null once the thread's
+/// thread-locals are gone.
 #[cold]
-fn unreachable_run() -> ! {
-    // SAFETY: `abort` has no preconditions.
-    unsafe { libc::abort() }
+#[inline(never)]
+fn general_slot<K: Hooks, L: RawLock>(pool: &Pool<K, L>, id: &AtomicU32) -> *const Slot {
+    SLOT.try_with(|s| {
+        if s.state.get() == UNBOUND {
+            bind(s, pool, id);
+        }
+        s as *const Slot
+    })
+    .unwrap_or(core::ptr::null())
 }
 
 /// Binds the thread's cache to `pool` (see the module docs); leaves it `OFF` if it cannot.
@@ -187,6 +187,7 @@ fn bind<K: Hooks, L: RawLock>(s: &Slot, pool: &Pool<K, L>, id: &AtomicU32) {
         Some(pid) => {
             // SAFETY: the state keeps every other use of the cache out until it is `ACTIVE`.
             unsafe { *s.cache.get() = ThreadCache::new(secret()) };
+            s.memo.iter().for_each(|w| w.set(0));
             s.pool.set(addr);
             s.id.set(pid);
             s.flush.set(Some(flush_into::<K, L>));
@@ -285,6 +286,35 @@ impl CacheBinding {
             Some(cache) => unsafe { pool.free_with_cache(cache, ptr, size) },
             // SAFETY: forwarded caller contract.
             None => unsafe { pool.free(ptr, size) },
+        })
+    }
+
+    /// [`CacheBinding::free`] of a block whose usable size `size_of` gives, proven without the
+    /// lock: `size_of` gets the thread's [`ProofMemo`] for `pool` when the thread's cache
+    /// serves it (`None` otherwise), and its `None` leaves the block alone: then this returns
+    /// `None` with nothing done.
+    ///
+    /// # Safety
+    /// As for [`CacheBinding::free`], with the size `size_of` gives, if it gives one.
+    #[inline]
+    pub unsafe fn free_proven<K: Hooks, L: RawLock>(
+        &self,
+        pool: &'static Pool<K, L>,
+        ptr: NonNull<u8>,
+        size_of: impl FnOnce(Option<&ProofMemo>) -> Option<usize>,
+    ) -> Option<Result<(), Error>> {
+        // `size_of` in each arm: one path past it, not one that tells the two apart again.
+        with_slot(pool, &self.id, |slot| match slot {
+            Some((memo, cache)) => {
+                let size = size_of(Some(memo))?;
+                // SAFETY: forwarded caller contract; the cache serves `pool`.
+                Some(unsafe { pool.free_with_cache(cache, ptr, size) })
+            }
+            None => {
+                let size = size_of(None)?;
+                // SAFETY: forwarded caller contract.
+                Some(unsafe { pool.free(ptr, size) })
+            }
         })
     }
 
@@ -574,5 +604,46 @@ mod tests {
         let s = POOL.stats().unwrap();
         assert_eq!(s.heap.in_use, 0);
         assert_eq!(s.cache.blocks, 0);
+    }
+
+    static PROVEN_POOL: HostPool = SharedPool::new(Pool::new(
+        InlineHeap::new(),
+        MmapSource::new(),
+        HostAllocator::POLICY,
+    ));
+    static PROVEN: CacheBinding = CacheBinding::new();
+
+    /// `free_proven` leaves the block alone when its proof gives no size and frees it into the
+    /// thread's cache when it gives one (a second free then finds the cache's key); the proof
+    /// gets the thread's memo once its cache is bound: zero at first, the same words from one
+    /// free to the next.
+    #[test]
+    fn free_proven_frees_what_its_proof_sizes_through_the_threads_memo() {
+        std::thread::spawn(|| {
+            let p = PROVEN.alloc(&PROVEN_POOL, 40, 16).unwrap();
+            let memo =
+                |m: Option<&ProofMemo>| m.expect("a bound cache's memo").each_ref().map(Cell::get);
+            // SAFETY: `p` is a live 40-byte block of the pool; the first call frees nothing,
+            // the second frees it once, the third is refused before anything is written.
+            unsafe {
+                let kept = PROVEN.free_proven(&PROVEN_POOL, p, |m| {
+                    assert_eq!(memo(m), [0; 5]);
+                    m.unwrap()[0].set(7);
+                    None
+                });
+                assert_eq!(kept, None);
+                let freed = PROVEN.free_proven(&PROVEN_POOL, p, |m| {
+                    assert_eq!(memo(m), [7, 0, 0, 0, 0]);
+                    Some(40)
+                });
+                assert_eq!(freed, Some(Ok(())));
+                let again = PROVEN.free_proven(&PROVEN_POOL, p, |_| Some(40));
+                assert_eq!(again, Some(Err(Error::DoubleFree)));
+            }
+        })
+        .join()
+        .unwrap();
+        let s = PROVEN_POOL.stats().unwrap();
+        assert_eq!((s.heap.in_use, s.cache.blocks), (0, 0));
     }
 }

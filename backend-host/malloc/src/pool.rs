@@ -26,7 +26,8 @@
 //! allocated from and freed into the calling thread's cache (`tagalloc_host::CacheBinding`)
 //! without the lock. A cached free proves its pointer without the lock too, as far as that can
 //! be done soundly: its address must lie in one of the pool's regions as the hooks last
-//! published them ([`ranges::find_unlocked`]), and only then is the tag word before it read,
+//! published them ([`ranges::find_unlocked`]; a thread whose ranges have not changed since its
+//! last proofs uses the regions it found then, [`ranges::find_remembered`]), and only then is the tag word before it read,
 //! with a relaxed atomic load (`InlineHeap::unlocked_usable_size`), which is sound because the
 //! lock holder's only write to a live block's tag, its `PREV_IN_USE` bit, is a relaxed atomic
 //! store that keeps the size bits. The tag must say in use, with a size of a cached class that
@@ -37,14 +38,14 @@
 //! cached free: the neighbours' flags and footers of `usable_size_in` (the lock holder writes
 //! them as it carves and merges, so they cannot be read without the lock); they are checked
 //! when the block leaves its cache for the heap, under the lock (`Ranges`'s
-//! `cached_block_returns`), so damage after a small block is reported then, before the heap
-//! follows it. Checked mode bypasses the caches altogether: every allocation
+//! `free_cached_block`, which frees with the tags its proof read: `InlineHeap::free_in`), so
+//! damage after a small block is reported then, before the heap follows it. Checked mode bypasses the caches altogether: every allocation
 //! and free goes to the pool under the lock, and every free is proven by a walk.
 
 use core::ptr::NonNull;
 
 use tagalloc::{BlockError, Class, Error, InlineHeap, Pool, PoolStats, SharedPool};
-use tagalloc_host::{CacheBinding, HostAllocator, MmapSource};
+use tagalloc_host::{CacheBinding, HostAllocator, MmapSource, ProofMemo};
 
 use crate::lock::PoolLock;
 use crate::options;
@@ -175,27 +176,43 @@ fn block_size_slow(p: &Inner, ptr: NonNull<u8>, checked: bool) -> Result<usize, 
 }
 
 /// The usable size of `ptr` if a thread's cache may take it, proven without the lock (see the
-/// module docs); `None` sends the free to the lock.
-#[inline]
-fn cached_size(ptr: NonNull<u8>) -> Option<usize> {
+/// module docs), through the regions this thread proved in last (`memo`, when it has a
+/// cache); `None` sends the free to the lock.
+#[inline(always)]
+fn cached_size(ptr: NonNull<u8>, memo: Option<&ProofMemo>) -> Option<usize> {
     let a = ptr.addr().get();
     if !a.is_multiple_of(MIN_ALIGN) {
         return None;
     }
-    // The word before `a` and everything from `a` to `end` lie in one of the pool's regions
-    // (so `end - a` does not wrap).
-    let end = ranges::find_unlocked(a)?;
+    let room = match memo {
+        Some(m) => ranges::find_remembered(a, m)?,
+        None => ranges::find_unlocked(a)?,
+    };
+    tagged_size(ptr, room)
+}
+
+/// [`cached_size`] once the word before `ptr` and the `room` bytes from `ptr` on are known to
+/// lie in one of the pool's regions: the usable size its tag gives, if of a cached class and
+/// inside the room.
+#[inline(always)]
+fn tagged_size(ptr: NonNull<u8>, room: usize) -> Option<usize> {
     // The word before `ptr` lies inside one of the pool's mapped regions (the mirror was
     // consistent, and a region holding a live block is not given back while it is). For a
     // pointer that breaks the contract inside a region (into a block's middle, or to a block
     // freed to the heap since) the load may meet a plain write of the lock holder: no fault,
-    // but a value the checks above and below may take for a tag; only checked mode proves
-    // such pointers.
+    // but a value the checks below may take for a tag; only checked mode proves such
+    // pointers.
     // SAFETY: so the load is in bounds; it is atomic, and for a live block, which C's contract
     // makes `ptr`, the lock holder's only write to that word is atomic too (see
     // `InlineHeap::unlocked_usable_size`).
     let size = unsafe { <InlineHeap>::unlocked_usable_size(ptr) }?;
-    (size <= end - a && Class::of(size, 1).is_some()).then_some(size)
+    // The class first, then the fit, each its own branch: so the first is the one range
+    // compare a free without the fit makes, and the fit one compare more.
+    Class::of(size, 1)?;
+    if size > room {
+        return None;
+    }
+    Some(size)
 }
 
 /// Frees `ptr`. A refusal (a double free, a foreign pointer) is counted and reported, and
@@ -209,10 +226,10 @@ fn cached_size(ptr: NonNull<u8>) -> Option<usize> {
 pub(crate) unsafe fn free(ptr: NonNull<u8>) {
     let checked = options::checked();
     if !checked {
-        if let Some(size) = cached_size(ptr) {
-            // SAFETY: `ptr` is a live block of this pool of `size` usable bytes (as far as the
-            // unlocked proof goes: see the module docs), given up by the caller.
-            if let Err(e) = unsafe { CACHES.free(&POOL, ptr, size) } {
+        // SAFETY: `ptr` is a live block of this pool of the usable size `cached_size` gives (as
+        // far as the unlocked proof goes: see the module docs), given up by the caller.
+        if let Some(done) = unsafe { CACHES.free_proven(&POOL, ptr, |m| cached_size(ptr, m)) } {
+            if let Err(e) = done {
                 report::bad_pointer("free", ptr.as_ptr(), BlockError::Refused(e));
             }
             return;

@@ -25,6 +25,7 @@ use core::sync::atomic::{fence, AtomicUsize, Ordering};
 use core::ptr::NonNull;
 
 use tagalloc::{BlockError, Hooks, InlineHeap};
+use tagalloc_host::ProofMemo;
 
 use crate::report;
 
@@ -49,15 +50,17 @@ fn holds(lo: usize, end: usize, addr: usize) -> bool {
 /// Invariants: `live[..count]` are the ranges the pool holds from its source, as `(base, end)`,
 /// each as grown and cut, none twice; unless `incomplete`, they are all of them; the slots past
 /// `count` are `(0, 0)`, which hold no address. `gone` holds ranges given back since, none
-/// overlapping a live one.
+/// overlapping a live one. `last` is one of `live[..count]`, as `(base, end - base)`, or
+/// `(0, 0)`.
 pub(crate) struct Ranges {
     live: [(usize, usize); LIVE],
     count: usize,
     incomplete: bool,
     gone: [(usize, usize); GONE],
     next_gone: usize,
-    /// The index in `live` that [`Ranges::find`] found last (a hint: any value is safe).
-    last: Cell<usize>,
+    /// The range [`Ranges::find`] found last, as a copy `(base, len)` (two loads where an
+    /// index would take four instructions more); emptied by every change to `live`.
+    last: Cell<(usize, usize)>,
 }
 
 impl Ranges {
@@ -69,20 +72,18 @@ impl Ranges {
             incomplete: false,
             gone: [(0, 0); GONE],
             next_gone: 0,
-            last: Cell::new(0),
+            last: Cell::new((0, 0)),
         }
     }
 
     /// The live range holding `addr`, as `(base, len)`: the one found last, else the first
     /// that holds it (then remembered), as frees of one region tend to come together. The
-    /// hint's slot is tested without a bound on `count` (slots past it are empty, which hold
-    /// nothing), in one compare.
+    /// range found last is tested in one compare (empty, it holds nothing).
     #[inline]
     pub(crate) fn find(&self, addr: usize) -> Option<(usize, usize)> {
-        // Any index is in bounds once masked (`LIVE` is a power of two).
-        let (base, end) = self.live[self.last.get() & (LIVE - 1)];
-        if holds(base, end, addr) {
-            return Some((base, end - base));
+        let (base, len) = self.last.get();
+        if addr.wrapping_sub(base) < len {
+            return Some((base, len));
         }
         self.find_scan(addr)
     }
@@ -92,11 +93,9 @@ impl Ranges {
     #[inline(never)]
     fn find_scan(&self, addr: usize) -> Option<(usize, usize)> {
         let live = self.live.get(..self.count).unwrap_or(&[]);
-        let i = live
-            .iter()
-            .position(|&(base, end)| holds(base, end, addr))?;
-        self.last.set(i);
-        live.get(i).map(|&(base, end)| (base, end - base))
+        let &(base, end) = live.iter().find(|&&(base, end)| holds(base, end, addr))?;
+        self.last.set((base, end - base));
+        Some((base, end - base))
     }
 
     /// Whether every live range is in the table (else a miss proves nothing).
@@ -173,13 +172,66 @@ impl Mirror {
     }
 }
 
-/// The end of the live range holding `addr` and the word before it (so the word before `addr`
-/// and everything up to the end may be read), read without the lock; `None` when none does or
-/// the ranges changed meanwhile (then the caller asks under the lock). The range found last is
-/// tried first, in one compare: the mirror lists the regions oldest first, while most frees
-/// fall in the newest, largest ones, which a scan from the front reaches last.
+/// [`find_unlocked`] through the two slots this thread proved in last (`memo`, as
+/// [`find_and_remember`] leaves it: `[seq, lo, len, lo2, len2]`, slots `lo..lo + len` read
+/// under the even sequence `seq`, or empty): while the sequence is still `seq` the ranges have
+/// not changed since, so those slots still hold, and a pointer in either is proven with one
+/// shared load (the sequence) and two or three compares, on words of its own thread. Two, as
+/// the frees of a program often alternate between two regions.
+#[inline(always)]
+pub(crate) fn find_remembered(addr: usize, memo: &ProofMemo) -> Option<usize> {
+    let same = MIRROR.seq.load(Ordering::Acquire) == memo[0].get();
+    // An empty slot (`len == 0`) holds nothing.
+    let (off, off2) = (
+        addr.wrapping_sub(memo[1].get()),
+        addr.wrapping_sub(memo[3].get()),
+    );
+    let room = if same && off < memo[2].get() {
+        memo[2].get() - off
+    } else if same && off2 < memo[4].get() {
+        memo[4].get() - off2
+    } else {
+        find_and_remember(addr, memo)
+    };
+    // A range holding `addr` has room from it on: 0 is none, a plain word, so that the paths
+    // above do not each carry a flag.
+    (room != 0).then_some(room)
+}
+
+/// [`find_remembered`] past its memo: [`find_unlocked`] (0 for none), its slot remembered
+/// first, and the slot remembered first before it second if the sequence has not changed
+/// since.
+#[cold]
+#[inline(never)]
+fn find_and_remember(addr: usize, memo: &ProofMemo) -> usize {
+    let Some((seq, lo, end)) = find_slot(addr) else {
+        return 0;
+    };
+    let [old, lo1, len1, _, _] = memo.each_ref().map(Cell::get);
+    let new = if old == seq {
+        [seq, lo, end - lo, lo1, len1]
+    } else {
+        [seq, lo, end - lo, 0, 0]
+    };
+    memo.iter().zip(new).for_each(|(w, v)| w.set(v));
+    end - addr
+}
+
+/// The bytes from `addr` to the end of the live range holding it and the word before it (so
+/// the word before `addr` and everything up to the end may be read), read without the lock;
+/// `None` when none does or the ranges changed meanwhile (then the caller asks under the
+/// lock).
 #[inline]
 pub(crate) fn find_unlocked(addr: usize) -> Option<usize> {
+    find_slot(addr).map(|(_, _, end)| end - addr)
+}
+
+/// [`find_unlocked`] as the sequence it read (even) and the mirror's slot `(lo, end)`. The
+/// range found last is tried first, in one compare: the mirror lists the regions oldest
+/// first, while most frees fall in the newest, largest ones, which a scan from the front
+/// reaches last.
+#[inline(always)]
+fn find_slot(addr: usize) -> Option<(usize, usize, usize)> {
     let m = &MIRROR;
     let s1 = m.seq.load(Ordering::Acquire);
     // Any index is in bounds once masked (`LIVE` is a power of two); a torn or stale slot is
@@ -189,36 +241,38 @@ pub(crate) fn find_unlocked(addr: usize) -> Option<usize> {
         slot.0.load(Ordering::Relaxed),
         slot.1.load(Ordering::Relaxed),
     );
-    let end = if holds(lo, end, addr) {
-        end
+    let (lo, end) = if holds(lo, end, addr) {
+        (lo, end)
     } else {
         scan_unlocked(m, addr)?
     };
     fence(Ordering::Acquire);
     // An odd sequence was a write in progress: what was read may be torn.
-    (s1 & 1 == 0 && m.seq.load(Ordering::Relaxed) == s1).then_some(end)
+    (s1 & 1 == 0 && m.seq.load(Ordering::Relaxed) == s1).then_some((s1, lo, end))
 }
 
 /// [`find_unlocked`] past its hint: the first slot that holds `addr`, then remembered (read
 /// inside the caller's sequence check).
 #[cold]
 #[inline(never)]
-fn scan_unlocked(m: &Mirror, addr: usize) -> Option<usize> {
+fn scan_unlocked(m: &Mirror, addr: usize) -> Option<(usize, usize)> {
     let n = m.count.load(Ordering::Relaxed).min(LIVE);
-    let (i, end) = m.live.iter().take(n).enumerate().find_map(|(i, slot)| {
+    let (i, lo, end) = m.live.iter().take(n).enumerate().find_map(|(i, slot)| {
         let (lo, end) = (
             slot.0.load(Ordering::Relaxed),
             slot.1.load(Ordering::Relaxed),
         );
-        holds(lo, end, addr).then_some((i, end))
+        holds(lo, end, addr).then_some((i, lo, end))
     })?;
     m.hint.store(i, Ordering::Relaxed);
-    Some(end)
+    Some((lo, end))
 }
 
 impl Ranges {
-    /// Publishes the live ranges to [`MIRROR`].
+    /// After every change to `live`: forgets the range found last and publishes the live
+    /// ranges to [`MIRROR`].
     fn mirror(&self) {
+        self.last.set((0, 0));
         MIRROR.publish(self.live.get(..self.count).unwrap_or(&[]));
     }
 }
@@ -264,18 +318,23 @@ impl Hooks for Ranges {
     }
 
     /// A block a thread's cache gives back is proven as an uncached free proves it (its
-    /// region, its tags and its neighbours'), before the heap follows its tags: damaged tags
-    /// are reported and the process aborts; anything else refused stays out of the heap.
+    /// region, its tags and its neighbours'), and freed with the tags the proof read: damaged
+    /// tags are reported and the process aborts; anything else refused stays out of the heap.
     #[inline(always)]
-    fn cached_block_returns(&self, heap: &InlineHeap, ptr: NonNull<u8>) -> bool {
+    unsafe fn free_cached_block(
+        &self,
+        heap: &mut InlineHeap,
+        ptr: NonNull<u8>,
+        _size: usize,
+    ) -> bool {
         let Some((base, len)) = self.find(ptr.addr().get()) else {
             return false;
         };
         // SAFETY: `base..base + len` is one of the heap's regions (the table holds the ranges
         // the pool added to the heap, as grown and cut), and `ptr`, a block handed out by the
-        // heap, derives from its memory.
-        match unsafe { heap.usable_size_in(ptr, base, len) } {
-            Ok(_) => true,
+        // heap, derives from its memory; the caller gives it up once.
+        match unsafe { heap.free_in(ptr, base, len) } {
+            Ok(()) => true,
             Err(BlockError::Corrupted(c)) => report::corruption("free", ptr.as_ptr(), c),
             Err(BlockError::Refused(_)) => false,
         }

@@ -146,6 +146,14 @@ needs_cc! {
         }
     }
 
+    /// A small block freed twice, the second time after `malloc_trim` gave its memory back:
+    /// the thread's last proof of a free was in that region, which a cached free must not trust
+    /// once the ranges changed.
+    #[test]
+    fn a_double_free_of_a_block_trimmed_away_is_refused() {
+        refused("trimmed", "a double free", "invalid pointer", 1);
+    }
+
     /// Pointers into the middle of a block, with zeros, 0xff bytes or text before them.
     #[test]
     fn a_pointer_into_a_block_is_refused_as_invalid_not_a_double_free() {

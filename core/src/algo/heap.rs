@@ -552,6 +552,22 @@ impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
         self.coalesce_and_file(c, size);
     }
 
+    /// [`Heap::free_sized`] of a chunk whose free neighbours the caller has read already (a
+    /// proof of the block that checked their tags): `prev` and `next` as
+    /// [`Tags::prev_if_free`] and [`Tags::next_if_free`] give them, so that they are not read
+    /// again.
+    #[inline(always)]
+    pub fn free_beside(
+        &mut self,
+        c: T::Chunk,
+        size: usize,
+        prev: Option<(T::Chunk, usize)>,
+        next: Option<(T::Chunk, usize)>,
+    ) {
+        self.tally.freed(size);
+        self.coalesce_beside(c, size, prev, next);
+    }
+
     /// Counts a free refused for `e` and returns `e`.
     #[cold]
     pub fn refused(&mut self, e: Error) -> Error {
@@ -563,13 +579,26 @@ impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
     /// merging it with free neighbours first so that no two free chunks are ever adjacent.
     #[inline(always)]
     fn coalesce_and_file(&mut self, c: T::Chunk, size: usize) {
+        let (prev, next) = (self.tags.prev_if_free(c), self.tags.next_if_free(c, size));
+        self.coalesce_beside(c, size, prev, next);
+    }
+
+    /// [`Heap::coalesce_and_file`] with `c`'s free neighbours read already.
+    #[inline(always)]
+    fn coalesce_beside(
+        &mut self,
+        c: T::Chunk,
+        size: usize,
+        prev: Option<(T::Chunk, usize)>,
+        next: Option<(T::Chunk, usize)>,
+    ) {
         // The common cases inline: at most one free neighbour, and every size involved kept
         // in a list. The rest out of line, so that these paths need few callee-saved
         // registers. A merge with one neighbour leaves the number of free chunks as it was.
         // The top is never a predecessor (it ends its region). A merge with the top as the
         // successor stays the top; one that ends the top region otherwise goes the slow way,
         // which keeps the merged chunk out of the bins.
-        match (self.tags.prev_if_free(c), self.tags.next_if_free(c, size)) {
+        match (prev, next) {
             (None, None) if size <= LIST_SIZES => {
                 let m = self.tags.free_merged(c, None, None, size);
                 self.file_free(m, size);

@@ -66,6 +66,16 @@ impl Span {
     }
 }
 
+/// The tags of a block that [`InlineHeap::plausible`] proved, as addresses and bytes: its
+/// chunk's head and size, and its free neighbours', which its free merges.
+struct Plausible {
+    span: Span,
+    c: usize,
+    bytes: usize,
+    prev: Option<(usize, usize)>,
+    next: Option<(usize, usize)>,
+}
+
 impl<G: Granule, K: Tally, B: BinShape> InlineHeap<G, K, B> {
     /// The usable bytes of the live block at `ptr`, proven as the module docs say, `O(1)`
     /// unless something disagrees: `Refused(DoubleFree)` (a free chunk's payload, or a chunk
@@ -110,14 +120,24 @@ impl<G: Granule, K: Tally, B: BinShape> InlineHeap<G, K, B> {
     }
 
     /// [`InlineHeap::usable_size_in`]'s `O(1)` part: the usable bytes if every tag the free
-    /// of `ptr` follows is plausible, else `None` (the walk then names the cause). Each check
+    /// of `ptr` follows is plausible, else `None` (the walk then names the cause).
+    ///
+    /// # Safety
+    /// As for [`InlineHeap::usable_size_in`].
+    #[inline(always)]
+    unsafe fn plausible_size(&self, ptr: NonNull<u8>, base: usize, len: usize) -> Option<usize> {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.plausible(ptr, base, len) }.map(|b| b.bytes - W)
+    }
+
+    /// The tags the free of `ptr` follows, if every one is plausible, else `None`. Each check
     /// is one compare on a word the free reads anyway: the common case (both neighbours in
     /// use) is three loads and four compares.
     ///
     /// # Safety
     /// As for [`InlineHeap::usable_size_in`].
     #[inline(always)]
-    unsafe fn plausible_size(&self, ptr: NonNull<u8>, base: usize, len: usize) -> Option<usize> {
+    unsafe fn plausible(&self, ptr: NonNull<u8>, base: usize, len: usize) -> Option<Plausible> {
         let l = self.heap.tags().geometry();
         let (g, min) = (l.granule(), l.bytes_of(l.min_chunk()));
         let s = self.span(ptr, base, len);
@@ -125,7 +145,8 @@ impl<G: Granule, K: Tally, B: BinShape> InlineHeap<G, K, B> {
         // The head is a chunk's (`≡ first (mod g)`), with room for a minimum chunk before the
         // fence: one compare for both ends, one for the alignment.
         let off = c.wrapping_sub(s.first);
-        if off > s.fence - s.first - min || off & (g - 1) != 0 {
+        let last = s.fence - s.first - min;
+        if off > last || off & (g - 1) != 0 {
             return None;
         }
         // SAFETY: `c` is word-aligned (heads are `≡ −W (mod g)`) and was just checked to lie
@@ -137,8 +158,9 @@ impl<G: Granule, K: Tally, B: BinShape> InlineHeap<G, K, B> {
             return None;
         }
         let bytes = h & !FLAGS;
-        // `min <= bytes <= fence − c` (where `fence − c >= min`) in one compare.
-        if bytes.wrapping_sub(min) > s.fence - c - min {
+        // `min <= bytes <= fence − c` (where `fence − c − min = last − off >= 0`) in one
+        // compare.
+        if bytes.wrapping_sub(min) > last - off {
             return None;
         }
         let n = c + bytes;
@@ -147,15 +169,18 @@ impl<G: Granule, K: Tally, B: BinShape> InlineHeap<G, K, B> {
         if nh & PREV_IN_USE == 0 {
             return None;
         }
-        if nh & IN_USE == 0 {
+        let next = if nh & IN_USE == 0 {
             // A free successor is merged: its size must fit and its footer agree.
             let nb = nh & !FLAGS;
             // SAFETY: as above: the footer is inside the successor, which fits.
             if !s.fits(n, nb, g, min) || unsafe { s.word(n + nb - W) } != nb {
                 return None;
             }
-        }
-        if h & PREV_IN_USE == 0 {
+            Some((n, nb))
+        } else {
+            None
+        };
+        let prev = if h & PREV_IN_USE == 0 {
             // A free predecessor is merged: its footer must fit and its head agree.
             // SAFETY: as above: `c >= first`, so the word before it is in the region.
             let f = unsafe { s.word(c - W) };
@@ -168,8 +193,64 @@ impl<G: Granule, K: Tally, B: BinShape> InlineHeap<G, K, B> {
             {
                 return None;
             }
+            Some((c - f, f))
+        } else {
+            None
+        };
+        Some(Plausible {
+            span: s,
+            c,
+            bytes,
+            prev,
+            next,
+        })
+    }
+
+    /// Frees the block at `ptr` after proving it as [`InlineHeap::usable_size_in`] does (the
+    /// same refusals and reports, nothing written on either), following the tags the proof
+    /// read instead of reading them again: what a caller that proves every block going back
+    /// to the heap (a per-thread cache's, see [`crate::Hooks::free_cached_block`]) frees with.
+    ///
+    /// # Time Complexity
+    /// As for [`InlineHeap::usable_size_in`] and [`InlineHeap::free`].
+    ///
+    /// # Safety
+    /// As for [`InlineHeap::usable_size_in`]; and as for every free, the block is not used
+    /// after a successful return (a double free after the chunk was handed out again frees the
+    /// new owner's block: no allocator can tell).
+    #[inline(always)]
+    pub unsafe fn free_in(
+        &mut self,
+        ptr: NonNull<u8>,
+        base: usize,
+        len: usize,
+    ) -> Result<(), BlockError> {
+        // SAFETY: forwarded caller contract.
+        let Some(b) = (unsafe { self.plausible(ptr, base, len) }) else {
+            return self.free_walked(self.span(ptr, base, len), ptr.addr().get());
+        };
+        let l = self.heap.tags().geometry();
+        let at = |(c, bytes): (usize, usize)| (self.chunk_at(b.span, c), l.granules_of(bytes));
+        let (c, size) = at((b.c, b.bytes));
+        let (prev, next) = (b.prev.map(at), b.next.map(at));
+        // One call for each case, so that each is the merge it is, not a test of it again.
+        match (prev, next) {
+            (None, None) => self.heap.free_beside(c, size, None, None),
+            (Some(p), None) => self.heap.free_beside(c, size, Some(p), None),
+            (None, Some(n)) => self.heap.free_beside(c, size, None, Some(n)),
+            (p, n) => self.heap.free_beside(c, size, p, n),
         }
-        Some(bytes - W)
+        Ok(())
+    }
+
+    /// [`InlineHeap::free_in`] when a tag disagrees: the walk proves the block (or names the
+    /// cause, nothing written), then the free follows its tags.
+    #[cold]
+    #[inline(never)]
+    fn free_walked(&mut self, s: Span, a: usize) -> Result<(), BlockError> {
+        let c = self.find_block(s, a)?;
+        self.heap.free(c);
+        Ok(())
     }
 
     /// The usable bytes of the live block at `a`, found by the walk.

@@ -48,14 +48,24 @@ pub trait Hooks {
     fn shrunk(&mut self, base: usize, at: usize, len: usize) {
         let _ = (base, at, len);
     }
-    /// Whether the block at `ptr`, coming back to an inline pool's `heap` from a per-thread
-    /// cache (a spill or a flush, under the lock: see [`crate::ThreadCache`]), may be freed
-    /// into the heap, which will follow its tags: a library that proves every free checks the
-    /// tags here as it would at a free that bypasses the cache (and may report damage and
-    /// abort). `false` keeps the block out of the heap for good. `true` by default.
-    fn cached_block_returns(&self, heap: &InlineHeap, ptr: NonNull<u8>) -> bool {
-        let _ = (heap, ptr);
-        true
+    /// Frees into an inline pool's `heap` the block at `ptr`, of a per-thread cache's class of
+    /// `size` usable bytes, coming back from the cache (a spill or a flush, under the lock: see
+    /// [`crate::ThreadCache`]), and says whether it did. A library that proves every free
+    /// proves the block here as it would a free that bypasses the cache, and frees it with
+    /// what the proof read ([`InlineHeap::free_in`]; it may report damage and abort); a block
+    /// it refuses stays out of the heap for good. By default the heap's [`InlineHeap::free`].
+    ///
+    /// # Safety
+    /// `ptr` is a block the cache held: of `heap`, with at least `size` usable bytes, given up
+    /// once, as far as the proof that let the cache take it goes.
+    unsafe fn free_cached_block(
+        &self,
+        heap: &mut InlineHeap,
+        ptr: NonNull<u8>,
+        size: usize,
+    ) -> bool {
+        // SAFETY: the caller's promise.
+        unsafe { heap.free(ptr, size) }.is_ok()
     }
 }
 

@@ -15,9 +15,11 @@ pub(crate) mod scope;
 pub(crate) mod source;
 
 use core::fmt;
+use core::ptr::NonNull;
 
 use crate::algo::stats::Stats;
 use crate::error::{Error, PolicyError};
+use crate::inline::heap::InlineHeap;
 use crate::pool::heap::PoolHeap;
 use crate::pool::hooks::{Hooks, NoHooks};
 use crate::pool::policy::{Growth, Policy, Reserve};
@@ -863,7 +865,7 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
 
     /// After a bypassed block at `addr` was freed: gives its region back if it is one.
     #[cold]
-    fn release_bypass(&mut self, addr: usize) {
+    pub(crate) fn release_bypass(&mut self, addr: usize) {
         let Some((base, _)) = self.heap.region_of(addr) else {
             return;
         };
@@ -886,6 +888,23 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
             if self.top == Some(base) {
                 self.top = None;
             }
+        }
+    }
+}
+
+impl<S: RegionSource<Base = NonNull<u8>>, K: Hooks> Pool<InlineHeap, S, K> {
+    /// Frees a block a per-thread cache gives back (a spill or a flush, under the lock)
+    /// through the hooks' [`Hooks::free_cached_block`], then, for a class above the bypass
+    /// threshold, gives its region back if it has one of its own, as [`Pool::free`] would.
+    ///
+    /// # Safety
+    /// As for [`Hooks::free_cached_block`], with this pool's heap.
+    #[inline(always)]
+    pub(crate) unsafe fn free_from_cache(&mut self, ptr: NonNull<u8>, size: usize) {
+        // SAFETY: forwarded caller contract.
+        let freed = unsafe { self.hooks.free_cached_block(&mut self.heap, ptr, size) };
+        if freed && size > self.bypass_above {
+            self.release_bypass(ptr.addr().get());
         }
     }
 }

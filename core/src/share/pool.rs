@@ -573,11 +573,9 @@ where
         };
         let pool = &mut st.heap;
         cache.drain(c, ThreadCache::batch(c).max(1), |p| {
-            if pool.hooks().cached_block_returns(pool.heap(), p) {
-                // SAFETY: the cache's blocks are live blocks of this pool of class `c` or
-                // larger (its invariant), freed once. A refusal is counted by the heap.
-                let _ = unsafe { pool.free(p, c.usable()) };
-            }
+            // SAFETY: the cache's blocks are live blocks of this pool of class `c` or larger
+            // (its invariant), freed once.
+            unsafe { pool.free_from_cache(p, c.usable()) };
         });
         // SAFETY: forwarded caller contract.
         let cached = unsafe { cache.put(c, ptr) };
@@ -611,11 +609,9 @@ where
             // owned by no one (its invariant), now given up to the heap.
             unsafe {
                 batch.drain(|p| {
-                    if pool.hooks().cached_block_returns(pool.heap(), p) {
-                        // SAFETY: a live block of this pool, freed once. A refusal is counted
-                        // by the heap.
-                        let _ = pool.free(p, c.usable());
-                    }
+                    // SAFETY: a block of this pool of class `c` or larger, freed once, as a
+                    // cache's spill frees it.
+                    pool.free_from_cache(p, c.usable())
                 })
             }
         });
@@ -636,11 +632,9 @@ where
         let mut st = self.shared.lock()?;
         let pool = &mut st.heap;
         cache.drain_all(|c, p| {
-            if pool.hooks().cached_block_returns(pool.heap(), p) {
-                // SAFETY: the cache's blocks are live blocks of this pool (the caller's promise
-                // and the cache's invariant), freed once. A refusal is counted by the heap.
-                let _ = unsafe { pool.free(p, c.usable()) };
-            }
+            // SAFETY: the cache's blocks are live blocks of this pool (the caller's promise and
+            // the cache's invariant), freed once.
+            unsafe { pool.free_from_cache(p, c.usable()) };
         });
         pool.heap_mut().file_victim();
         let s = pool.cache_stats_mut();

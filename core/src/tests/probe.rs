@@ -238,3 +238,101 @@ fn a_pointer_inside_a_free_chunks_head_is_foreign() {
     }
     h.check().unwrap();
 }
+
+/// The heap's region, read through `p` (a pointer into it): what a refused free must leave as
+/// it was.
+fn region_bytes(p: NonNull<u8>, base: usize, len: usize) -> std::vec::Vec<u8> {
+    let at = p.with_addr(core::num::NonZeroUsize::new(base).unwrap());
+    // SAFETY: `base..base + len` is the arena's memory, from which `p` was derived, and
+    // nothing writes it meanwhile.
+    unsafe { core::slice::from_raw_parts(at.as_ptr(), len) }.to_vec()
+}
+
+/// `free_in` frees as the plain free does, with every kind of neighbour (none free, a free
+/// predecessor, a free successor, both, the top): two heaps over twin arenas go through the
+/// same steps, one freeing with `free`, the other with `free_in`; after each step `check()`
+/// passes on both and their figures agree, and so do the places of their next allocations.
+#[test]
+fn free_in_frees_as_the_plain_free_does() {
+    let (mut a1, mut a2) = (Arena::new(1 << 14), Arena::new(1 << 14));
+    let (mut plain, base1, _) = heap(&mut a1);
+    let (mut proven, base, len) = heap(&mut a2);
+    let sizes = [24, 64, 100, 24, 200, 64, 24, 48, 1000, 24];
+    let p1: std::vec::Vec<_> = sizes.iter().map(|&s| plain.alloc(s, 16).unwrap()).collect();
+    let p2: std::vec::Vec<_> = sizes
+        .iter()
+        .map(|&s| proven.alloc(s, 16).unwrap())
+        .collect();
+    // Alone, beside a free predecessor, beside a free successor, alone, successor, alone,
+    // predecessor and the top, successor only (the first chunk), both, both and the top.
+    for i in [2, 3, 1, 6, 5, 8, 9, 0, 4, 7] {
+        // SAFETY: live allocations of their heaps, each freed once; `base..base + len` is the
+        // second heap's region.
+        unsafe {
+            plain.free(p1[i], sizes[i]).unwrap();
+            proven.free_in(p2[i], base, len).unwrap();
+        }
+        plain.check().unwrap();
+        proven.check().unwrap();
+        assert_eq!(plain.stats(), proven.stats(), "after freeing block {i}");
+        let (q1, q2) = (plain.alloc(40, 16).unwrap(), proven.alloc(40, 16).unwrap());
+        assert_eq!(
+            q1.addr().get() - base1,
+            q2.addr().get() - base,
+            "after block {i}"
+        );
+        // SAFETY: just allocated, freed once.
+        unsafe {
+            plain.free(q1, 40).unwrap();
+            proven.free(q2, 40).unwrap();
+        }
+    }
+}
+
+/// `free_in` refuses what the probe refuses, with the same answer, and writes nothing: a
+/// double free after a merge, pointers into a block, and a block whose successor's head a
+/// write past its end damaged (reported as corruption).
+#[test]
+fn free_in_refuses_what_the_probe_refuses_writing_nothing() {
+    let mut ar = Arena::new(1 << 14);
+    let (mut h, base, len) = heap(&mut ar);
+    let a = h.alloc(64, 16).unwrap();
+    let b = h.alloc(64, 16).unwrap();
+    let big = h.alloc(256, 16).unwrap();
+    let keep = h.alloc(24, 16).unwrap();
+    let _next = h.alloc(64, 16).unwrap();
+    // SAFETY: live allocations, each freed once (`b` merges into `a`'s free chunk).
+    unsafe {
+        h.free(a, 64).unwrap();
+        h.free(b, 64).unwrap();
+    }
+    // SAFETY: `big` is a live block of 256 bytes; then one byte past `keep`'s usable size,
+    // onto the next chunk's head, in the arena.
+    unsafe {
+        big.as_ptr().write_bytes(0x41, 256);
+        let usable = h.usable_size(keep).unwrap();
+        keep.as_ptr().add(usable).write(b'x');
+    }
+    let (bytes, stats) = (region_bytes(keep, base, len), h.stats());
+    let inside = |off| {
+        // SAFETY: inside `big`.
+        unsafe { big.add(off) }
+    };
+    for (p, want) in [
+        (b, DOUBLE),
+        (inside(16), FOREIGN),
+        (inside(5), FOREIGN),
+        (keep, probe(&h, base, len, keep)),
+    ] {
+        // SAFETY: `base..base + len` is the heap's region; `p` derives from the arena.
+        let got = unsafe { h.free_in(p, base, len) };
+        assert_eq!(got, want.map(|_| ()), "{p:p}");
+        assert!(got.is_err(), "{p:p}");
+        assert_eq!(h.stats(), stats, "{p:p}");
+        assert!(region_bytes(keep, base, len) == bytes, "{p:p} wrote");
+    }
+    assert!(matches!(
+        probe(&h, base, len, keep),
+        Err(BlockError::Corrupted(_))
+    ));
+}

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 static int failures;
 
@@ -124,6 +125,33 @@ static void foreign(void) {
     free(keep);
 }
 
+/* Small blocks past the first megabytes, freed (the last one freed is the last allocated, so
+ * that the thread's last proof of a free was in its region), then malloc_trim, which gives
+ * back the regions and region ends that are wholly free: a second free of that block, whose
+ * memory went back to the system, is refused as a double free, not read. */
+static void trimmed(void) {
+    enum { N = 40000 };
+    static char *blocks[N];
+    char *keep = malloc(64);
+    strcpy(keep, "intact");
+    /* Printed first, so that stdout's buffer is allocated before the blocks: neither in their
+     * regions, kept by the trim, nor after it, over the range given back. */
+    CHECK("a block to keep", keep != NULL);
+    for (int i = 0; i < N; i++) blocks[i] = malloc(100);
+    char *last = blocks[N - 1];
+    for (int i = 0; i < N; i++) free(blocks[i]);
+    malloc_trim(0);
+    long page = sysconf(_SC_PAGESIZE);
+    void *at = (void *)((uintptr_t)last & ~(uintptr_t)(page - 1));
+    CHECK("the last block's page went back to the system",
+          msync(at, (size_t)page, MS_ASYNC) == -1 && errno == ENOMEM);
+    size_t before = in_use();
+    free(launder(last));
+    CHECK("the double free of a block given back is refused", in_use() == before);
+    CHECK("the live block is intact", strcmp(keep, "intact") == 0);
+    free(keep);
+}
+
 /* One byte written past a block's usable size (onto the next chunk's tag), then frees: the
  * library reports heap corruption and aborts. */
 static void past_end(unsigned char byte) {
@@ -147,6 +175,7 @@ int main(int argc, char **argv) {
     else if (strcmp(c, "middle-garbage") == 0) middle(0xff);
     else if (strcmp(c, "middle-text") == 0) middle('A');
     else if (strcmp(c, "foreign") == 0) foreign();
+    else if (strcmp(c, "trimmed") == 0) trimmed();
     else if (strcmp(c, "past-end-x") == 0) past_end('x');
     else if (strcmp(c, "past-end-nul") == 0) past_end(0);
     else {

@@ -208,7 +208,9 @@ fn tagged_size(ptr: NonNull<u8>, room: usize) -> Option<usize> {
     let size = unsafe { <InlineHeap>::unlocked_usable_size(ptr) }?;
     // The class first, then the fit, each its own branch: so the first is the one range
     // compare a free without the fit makes, and the fit one compare more.
-    Class::of(size, 1)?;
+    if !Class::cacheable(size) {
+        return None;
+    }
     if size > room {
         return None;
     }

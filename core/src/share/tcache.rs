@@ -60,6 +60,13 @@ use crate::share::transfer::Batch;
 /// [`DOUBLINGS`] doublings.
 pub const CLASSES: usize = EXACT_CLASSES + STEPS * DOUBLINGS;
 
+/// Room for [`CLASSES`] in the per-class arrays, a power of two: an index masked to it needs no
+/// bounds check on the fast path.
+const SLOTS: usize = CLASSES.next_power_of_two();
+
+/// The largest request a class serves: [`Class::cacheable`] sizes are 1 to this.
+pub const MAX_CACHED_SIZE: usize = Class::bytes_of_index(CLASSES - 1) - W;
+
 /// Classes of one chunk size each, from the smallest chunk up.
 pub const EXACT_CLASSES: usize = 64;
 
@@ -85,8 +92,8 @@ struct Size {
 }
 
 /// [`Size`] of every class: 16 KiB worth of blocks, at least 8 and at most 64.
-static SIZES: [Size; CLASSES] = {
-    let mut t = [Size { bytes: 0, limit: 0 }; CLASSES];
+static SIZES: [Size; SLOTS] = {
+    let mut t = [Size { bytes: 0, limit: 0 }; SLOTS];
     let mut i = 0;
     while i < CLASSES {
         let bytes = Class::bytes_of_index(i);
@@ -158,6 +165,13 @@ impl Class {
         Some(Class(k as u8))
     }
 
+    /// Whether a request of `size` bytes aligned to at most the granule has a class: the same
+    /// answer as `Class::of(size, 1).is_some()`, in one compare.
+    #[inline]
+    pub fn cacheable(size: usize) -> bool {
+        size.wrapping_sub(1) < MAX_CACHED_SIZE
+    }
+
     /// The largest class whose chunks a chunk of `bytes` bytes (a block's own, from its tag,
     /// at least the smallest chunk) can stand in for: where a free files it.
     #[inline]
@@ -195,7 +209,7 @@ impl Class {
     /// Its index, below [`CLASSES`].
     #[inline]
     pub fn index(self) -> usize {
-        usize::from(self.0)
+        usize::from(self.0) & (SLOTS - 1)
     }
 
     /// The bytes of its chunks (the least, above the exact classes).
@@ -236,7 +250,7 @@ struct Bin {
 /// them.
 #[derive(Debug)]
 pub struct ThreadCache {
-    bins: [Bin; CLASSES],
+    bins: [Bin; SLOTS],
     key: usize,
     blocks: usize,
     bytes: usize,
@@ -262,7 +276,7 @@ impl ThreadCache {
             bins: [Bin {
                 head: None,
                 count: 0,
-            }; CLASSES],
+            }; SLOTS],
             key: if key == 0 {
                 0x9e37_79b9_7f4a_7c15_u64 as usize
             } else {

@@ -219,6 +219,13 @@ fn the_classes_above_the_exact_ones_hold_what_they_promise() {
             "{size}: its size files it back"
         );
     }
+    for size in 0..=9000 {
+        assert_eq!(
+            Class::cacheable(size),
+            Class::of(size, 1).is_some(),
+            "{size}"
+        );
+    }
     for bytes in (32..=20000).step_by(16) {
         let h = Class::holding(bytes);
         assert!(

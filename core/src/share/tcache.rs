@@ -56,8 +56,8 @@ use crate::inline::granule::HOST_GEOMETRY;
 use crate::pool::CacheStats;
 use crate::share::transfer::Batch;
 
-/// How many size classes a cache has: [`EXACT_CLASSES`], then [`STEPS`] per doubling over
-/// [`DOUBLINGS`] doublings.
+/// How many size classes a cache has: 64 of one chunk size each (to 1040 bytes), then eight
+/// per doubling over three doublings (to 8 KiB).
 pub const CLASSES: usize = EXACT_CLASSES + STEPS * DOUBLINGS;
 
 /// Room for [`CLASSES`] in the per-class arrays, a power of two: an index masked to it needs no

@@ -39,7 +39,7 @@ pub type HostPool<L = FutexLock> = SharedPool<InlineHeap, MmapSource, NoHooks, L
 /// 64 MiB, requests above 1 MiB in regions of their own (returned to the system as soon as
 /// they are freed), and [`HostAllocator::trim`] giving back wholly free regions, cutting free
 /// region ends and releasing the pages of free chunks of 64 KiB or more. Waiting threads sleep
-/// ([`FutexLock`]). Nothing is mapped until the first allocation. Requests of up to 1032
+/// ([`FutexLock`]). Nothing is mapped until the first allocation. Requests of up to 8184
 /// bytes (alignment up to 16) go through the calling thread's cache in front of the pool,
 /// without the lock (see `tagalloc::ThreadCache`): a thread's cache serves the first
 /// `HostAllocator` it uses and goes back to it at the thread's exit, on [`HostAllocator::trim`]

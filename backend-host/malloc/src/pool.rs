@@ -22,7 +22,7 @@
 //! tags are reported with their address and the process aborts (`report::corruption`), as
 //! glibc does.
 //!
-//! **The per-thread cache.** Outside checked mode, small blocks (chunks up to 1040 bytes) are
+//! **The per-thread cache.** Outside checked mode, small blocks (chunks up to 8 KiB) are
 //! allocated from and freed into the calling thread's cache (`tagalloc_host::CacheBinding`)
 //! without the lock. A cached free proves its pointer without the lock too, as far as that can
 //! be done soundly: its address must lie in one of the pool's regions as the hooks last

@@ -58,8 +58,9 @@ pub(crate) struct Ranges {
     incomplete: bool,
     gone: [(usize, usize); GONE],
     next_gone: usize,
-    /// The range [`Ranges::find`] found last, as a copy `(base, len)` (two loads where an
-    /// index would take four instructions more); emptied by every change to `live`.
+    /// The range [`Ranges::find`] found last, as a copy `(base, len)` (two loads, where an
+    /// index would need the slot's words read through it as well); emptied by every change to
+    /// `live`.
     last: Cell<(usize, usize)>,
 }
 

@@ -451,8 +451,8 @@ where
                     }
                 }
                 cache.missed();
-                cache.exchange(pool.cache_stats_mut());
-                cache.set_bypass_above(pool.bypass_above());
+                let bypass = pool.bypass_above();
+                cache.exchange(pool.cache_stats_mut(), bypass);
                 first
             }
             Err(e) => Err(unlocked_error(e, size)),
@@ -483,35 +483,52 @@ where
     ) -> Result<(), Error> {
         if tcache::ENABLED {
             if let Some(c) = Class::of(size, 1) {
-                let c = if c.is_coarse() {
-                    // SAFETY: forwarded caller contract: `ptr` is a live block of this pool
-                    // that the caller owns.
-                    match unsafe { <InlineHeap>::unlocked_usable_size(ptr) } {
-                        // The class its chunk holds (see `Class::holding`), unless the pool
-                        // would give it back as a region of its own.
-                        Some(u) if u >= size && u <= cache.bypass_above() => Class::holding(u + W),
-                        // SAFETY: forwarded caller contract.
-                        _ => return unsafe { self.free_uncached(cache, ptr, size) },
-                    }
-                } else {
-                    c
-                };
-                // SAFETY: forwarded caller contract: a block of this pool of class `c` (its
-                // size rounds to it, or its tag says so) or larger.
-                if unsafe { cache.put(c, ptr) }? {
-                    return Ok(());
+                if !c.is_coarse() {
+                    // SAFETY: forwarded caller contract: a block of this pool of class `c` (its
+                    // size rounds to it) or larger.
+                    return unsafe { self.put_or_spill(cache, c, ptr) };
                 }
-                // SAFETY: as above.
-                return unsafe { self.spill(cache, c, ptr) };
+                // SAFETY: forwarded caller contract: `ptr` is a live block of this pool that
+                // the caller owns.
+                return match unsafe { <InlineHeap>::unlocked_usable_size(ptr) } {
+                    // Above the exact classes the block's own chunk decides (see
+                    // `Class::holding`), unless the pool would give it back as a region of
+                    // its own.
+                    // SAFETY: forwarded caller contract; a block of that class or larger.
+                    Some(u) if u >= size && u <= cache.bypass_above() => unsafe {
+                        self.put_or_spill(cache, Class::holding(u + W), ptr)
+                    },
+                    // SAFETY: forwarded caller contract.
+                    _ => unsafe { self.free_uncached(cache, ptr, size) },
+                };
             }
         }
         // SAFETY: forwarded caller contract.
         unsafe { self.free(ptr, size) }
     }
 
+    /// Puts `ptr` into class `c` of `cache`, spilling a batch first if the class is full.
+    ///
+    /// # Safety
+    /// As for [`SharedPool::free_with_cache`], `ptr` a block of class `c` or larger.
+    #[inline(always)]
+    unsafe fn put_or_spill(
+        &self,
+        cache: &mut ThreadCache,
+        c: Class,
+        ptr: NonNull<u8>,
+    ) -> Result<(), Error> {
+        // SAFETY: forwarded caller contract.
+        if unsafe { cache.put(c, ptr) }? {
+            return Ok(());
+        }
+        // SAFETY: as above.
+        unsafe { self.spill(cache, c, ptr) }
+    }
+
     /// [`SharedPool::free_with_cache`] of a block above the exact classes that the cache does
     /// not take: one the pool bypasses, or any before the cache has learnt the pool's bypass
-    /// threshold, which it learns here (and at every exchange).
+    /// threshold, which it learns here (and at every exchange), under the lock it frees with.
     ///
     /// # Safety
     /// As for [`SharedPool::free_with_cache`].
@@ -523,12 +540,17 @@ where
         ptr: NonNull<u8>,
         size: usize,
     ) -> Result<(), Error> {
-        if let Ok(mut st) = self.shared.lock() {
-            cache.exchange(st.heap.cache_stats_mut());
-            cache.set_bypass_above(st.heap.bypass_above());
+        match self.shared.lock() {
+            Ok(mut st) => {
+                let pool = &mut st.heap;
+                let bypass = pool.bypass_above();
+                cache.exchange(pool.cache_stats_mut(), bypass);
+                // SAFETY: forwarded caller contract.
+                unsafe { pool.free(ptr, size) }
+            }
+            // SAFETY: forwarded caller contract (the lock is this thread's: queued or refused).
+            Err(_) => unsafe { self.free(ptr, size) },
         }
-        // SAFETY: forwarded caller contract.
-        unsafe { self.free(ptr, size) }
     }
 
     /// [`SharedPool::free_with_cache`] when the class or the cache is full: a batch of the
@@ -587,8 +609,8 @@ where
         // The batch's holes, not the victim, serve the next listed requests (see `file_victim`).
         pool.heap_mut().file_victim();
         cache.spilled();
-        cache.exchange(pool.cache_stats_mut());
-        cache.set_bypass_above(pool.bypass_above());
+        let bypass = pool.bypass_above();
+        cache.exchange(pool.cache_stats_mut(), bypass);
         Ok(())
     }
 
@@ -637,9 +659,10 @@ where
             unsafe { pool.free_from_cache(p, c.usable()) };
         });
         pool.heap_mut().file_victim();
+        let bypass = pool.bypass_above();
         let s = pool.cache_stats_mut();
         s.flushes += 1;
-        cache.exchange(s);
+        cache.exchange(s, bypass);
         Ok(())
     }
 }

@@ -18,19 +18,17 @@
 //! (at most an eighth more than it asked for), and a freed block goes to the largest class its
 //! chunk holds, read from its tag (a Rust layout or a `realloc` in place may leave a block
 //! between two class sizes). Without them, every request between 1 and 8 KiB took the pool's
-//! lock: a tenth of `tagalloc-bench threads`' operations, whose waits at four threads on two
-//! cores cost more than all the rest (docs/tcache.md, 2026-11-27 from 13:20). Larger sizes,
+//! lock, and with more threads than cores the waits for it cost more than all the rest
+//! (figures: docs/tcache.md, "classes to 8 KiB, larger bounds, the transfer"). Larger sizes,
 //! and alignments above the granule, go to the pool.
 //!
 //! **Bounds.** At most [`ThreadCache::limit`] blocks per class (16 KiB worth, at least 8 and at
 //! most 64) and [`TOTAL_BYTES`] in all: more blocks per class means fewer trips to the lock,
 //! more bytes per thread means more memory kept from other threads and other sizes; glibc keeps
 //! 7 per class, up to about 240 KiB in all. A class's count moves like a random walk between
-//! its refills and spills, so the trips to the lock fall with the square of its bound; with
-//! 32 blocks up to 128 bytes and 4 KiB worth above (the bounds until 2026-11-27) a thread of
-//! `tagalloc-bench threads` went to the lock for one cacheable allocation in 25, and 128 or
-//! 256 KiB in all made a full cache spill on every other free (docs/tcache.md, 2026-11-27
-//! from 13:10).
+//! its refills and spills, so the trips to the lock fall with the square of its bound; and a
+//! total that binds before the classes' own bounds makes a full cache spill on every other
+//! free (figures: docs/tcache.md, "classes to 8 KiB, larger bounds, the transfer").
 //!
 //! **Batches between caches.** A spill that finds the pool's lock taken leaves its batch in the
 //! pool's transfer instead of waiting, and a refill looks there first
@@ -298,11 +296,6 @@ impl ThreadCache {
         self.bypass_above
     }
 
-    /// Learns the pool's bypass threshold (at an exchange, under the pool's lock).
-    pub(crate) fn set_bypass_above(&mut self, size: usize) {
-        self.bypass_above = size;
-    }
-
     /// The most blocks class `c` holds.
     #[inline]
     pub fn limit(c: Class) -> u32 {
@@ -540,8 +533,10 @@ impl ThreadCache {
         self.spills += 1;
     }
 
-    /// Adds what changed since the last exchange to the pool's figures.
-    pub(crate) fn exchange(&mut self, s: &mut CacheStats) {
+    /// Adds what changed since the last exchange to the pool's figures `s`, and learns the
+    /// pool's bypass threshold (under the pool's lock).
+    pub(crate) fn exchange(&mut self, s: &mut CacheStats, bypass_above: usize) {
+        self.bypass_above = bypass_above;
         s.blocks = s
             .blocks
             .wrapping_add(self.blocks)

@@ -3,15 +3,14 @@
 //!
 //! **Why.** A cache that runs empty or full takes the pool's lock for one batch. With more
 //! threads than cores, the holder of that lock is often descheduled while the others wait for
-//! it, and the threads then spend more time waiting than allocating (docs/tcache.md,
-//! 2026-11-27 from 13:20: 27 M operations per second at 4 threads on 2 cores against glibc's
-//! 33). Here, a spill that finds the lock taken leaves its batch in the transfer instead of
-//! waiting, and a refill takes a batch from the transfer before it waits for the lock, so a
-//! batch can pass from a thread that frees what others allocated to one that allocates,
-//! without the heap and without waiting.
-//! A spill that finds the lock free gives its batch to the heap as before, so a program whose
-//! threads never meet at the lock (one thread, say) never uses the transfer, and its heap is
-//! what it was without it.
+//! it, and the threads then spend more time waiting than allocating (figures: docs/tcache.md,
+//! "classes to 8 KiB, larger bounds, the transfer"). Here, a spill that finds the lock taken
+//! leaves its batch in the transfer instead of waiting, and a refill takes a batch from the
+//! transfer before it waits for the lock, so a batch can pass from a thread that frees what
+//! others allocated to one that allocates, without the heap and without waiting. A spill that
+//! finds the lock free gives its batch to the heap as before, so a program whose threads never
+//! meet at the lock (one thread, say) never uses the transfer, and its heap is what it was
+//! without it.
 //!
 //! **What it holds.** At most [`DEPTH`] batches per class, each a list of blocks linked through
 //! their first words and carrying the caches' key in their second, exactly as they were in the
@@ -147,9 +146,6 @@ impl Transfer {
     /// Takes every batch, class by class, for `each` (a trim); `false` (nothing taken) if the
     /// lock is taken.
     pub(crate) fn take_all(&self, mut each: impl FnMut(Class, Batch)) -> bool {
-        if self.blocks.load(Ordering::Relaxed) == 0 {
-            return true;
-        }
         let Some(mut h) = self.held.try_lock() else {
             return false;
         };

@@ -190,6 +190,23 @@ unsafe impl SharedAlloc for HostAllocator {
         align: usize,
         new_size: usize,
     ) -> Result<NonNull<u8>, PoolError> {
+        // A small block is kept, or moves to a block of the thread's cache, without the lock.
+        let cached = tcache::with_cache(&self.pool, &self.cache_id, |cache| {
+            // SAFETY: `ptr` is a live block of this pool (the caller's contract), so its tag
+            // reads soundly without the lock.
+            let usable = unsafe { <InlineHeap>::unlocked_usable_size(ptr) }?;
+            // SAFETY: a live block of `usable` bytes, so in no cache, that the caller gives up
+            // if it moves. A refusal (its payload happening to read as the caches' key) leaves
+            // it to the pool's path below.
+            unsafe {
+                self.pool
+                    .realloc_with_cache(cache?, ptr, usable, align, new_size)
+            }?
+            .ok()
+        });
+        if let Some(p) = cached {
+            return Ok(p);
+        }
         // SAFETY: forwarded caller contract.
         unsafe { self.pool.realloc_block(ptr, size, align, new_size) }
     }

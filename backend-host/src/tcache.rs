@@ -318,6 +318,38 @@ impl CacheBinding {
         })
     }
 
+    /// A `realloc` of `ptr` to `new_size` bytes aligned to `align` through the calling
+    /// thread's cache, without the lock (see [`SharedPool::realloc_with_cache`]), with the
+    /// usable size `size_of` gives, proven as for [`CacheBinding::free_proven`]. `None`,
+    /// nothing done, when the thread has no cache for `pool`, `size_of` gives none, the block
+    /// carries the caches' key (a freed block: the locked path refuses it) or the cache cannot
+    /// serve the new size: the caller then takes the lock.
+    ///
+    /// # Safety
+    /// `ptr` came from `pool`, with the usable size `size_of` gives if it gives one; on
+    /// `Some(Ok(p))` with `p` other than `ptr`, `ptr` is not used again.
+    #[inline]
+    pub unsafe fn realloc_proven<K: Hooks, L: RawLock>(
+        &self,
+        pool: &'static Pool<K, L>,
+        ptr: NonNull<u8>,
+        align: usize,
+        new_size: usize,
+        size_of: impl FnOnce(Option<&ProofMemo>) -> Option<usize>,
+    ) -> Option<Result<NonNull<u8>, Error>> {
+        with_slot(pool, &self.id, |slot| {
+            let (memo, cache) = slot?;
+            let usable = size_of(Some(memo))?;
+            // SAFETY: `ptr` is a live block of `usable` bytes (proven), at least 24.
+            if unsafe { self.is_cached(ptr) } {
+                return None;
+            }
+            // SAFETY: forwarded caller contract; the cache serves `pool`, and `ptr` does not
+            // sit in a cache.
+            unsafe { pool.realloc_with_cache(cache, ptr, usable, align, new_size) }
+        })
+    }
+
     /// Whether the block at `ptr` carries the caches' key, so sits in a thread's cache (freed):
     /// what a `realloc` or a size query checks before it trusts a block the heap calls in use.
     ///

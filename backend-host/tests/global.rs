@@ -165,3 +165,58 @@ fn an_impossible_request_is_null_with_the_reason_kept() {
     assert_eq!(err.error, Error::OutOfMemory);
     assert_nothing_nested();
 }
+
+/// A `realloc` of a small block goes through the thread's cache: kept when its chunk already
+/// serves the new size, else moved to a cached block with its bytes; a block that asked for
+/// more than the granule's alignment keeps it (the cache's blocks are only granule-aligned).
+/// Through the global allocator: a thread's cache serves the first pool it allocates from.
+#[test]
+fn small_reallocs_keep_their_bytes_and_their_alignment() {
+    use std::alloc::{alloc, dealloc, realloc};
+    let fill = |p: *mut u8, n: usize| {
+        // SAFETY: `p` is a live block of at least `n` bytes.
+        unsafe { std::slice::from_raw_parts_mut(p, n) }
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, b)| *b = i as u8);
+    };
+    let holds = |p: *const u8, n: usize| {
+        // SAFETY: `p` is a live block of at least `n` bytes.
+        let s = unsafe { std::slice::from_raw_parts(p, n) };
+        s.iter().enumerate().all(|(i, &b)| b == i as u8)
+    };
+    let layout = Layout::from_size_align(100, 16).unwrap();
+    // Warm the cache of the classes involved, so that the moves below come from it.
+    for size in [100, 104, 3000, 40, 300] {
+        let l = Layout::from_size_align(size, 16).unwrap();
+        // SAFETY: a non-zero size; the block is given back at once.
+        unsafe { dealloc(alloc(l), l) };
+    }
+    // SAFETY: a non-zero size.
+    let p = unsafe { alloc(layout) };
+    fill(p, 100);
+    // SAFETY: `p` is live with `layout`; it is not used again unless returned.
+    let q = unsafe { realloc(p, layout, 104) };
+    assert_eq!(q, p, "100 and 104 bytes share a chunk: kept in place");
+    // SAFETY: as above, with the layout it has now.
+    let r = unsafe { realloc(q, Layout::from_size_align(104, 16).unwrap(), 3000) };
+    assert!(!r.is_null() && holds(r, 100), "grown, its bytes kept");
+    fill(r, 3000);
+    // SAFETY: as above.
+    let s = unsafe { realloc(r, Layout::from_size_align(3000, 16).unwrap(), 40) };
+    assert!(!s.is_null() && holds(s, 40), "shrunk, its bytes kept");
+    // SAFETY: as above.
+    unsafe { dealloc(s, Layout::from_size_align(40, 16).unwrap()) };
+
+    let wide = Layout::from_size_align(100, 256).unwrap();
+    // SAFETY: a non-zero size.
+    let a = unsafe { alloc(wide) };
+    fill(a, 100);
+    // SAFETY: `a` is live with `wide`.
+    let b = unsafe { realloc(a, wide, 300) };
+    assert!(!b.is_null() && holds(b, 100));
+    assert_eq!(b as usize % 256, 0, "the layout's alignment kept");
+    // SAFETY: `b` is live, 300 bytes aligned to 256.
+    unsafe { dealloc(b, Layout::from_size_align(300, 256).unwrap()) };
+    assert_nothing_nested();
+}

@@ -24,7 +24,8 @@
 //!
 //! **The per-thread cache.** Outside checked mode, small blocks (chunks up to 8 KiB) are
 //! allocated from and freed into the calling thread's cache (`tagalloc_host::CacheBinding`)
-//! without the lock. A cached free proves its pointer without the lock too, as far as that can
+//! without the lock, and a `realloc` of one is kept or moved to a block of the cache without it
+//! too (`CacheBinding::realloc_proven`, which proves the pointer as a cached free does). A cached free proves its pointer without the lock too, as far as that can
 //! be done soundly: its address must lie in one of the pool's regions as the hooks last
 //! published them ([`ranges::find_unlocked`]; a thread whose ranges have not changed since its
 //! last proofs uses the regions it found then, [`ranges::find_remembered`]), and only then is the tag word before it read,
@@ -258,6 +259,28 @@ pub(crate) unsafe fn free(ptr: NonNull<u8>) {
 pub(crate) unsafe fn realloc(ptr: NonNull<u8>, new_size: usize) -> Option<NonNull<u8>> {
     let checked = options::checked();
     let saved = errno();
+    if !checked {
+        // A small block: kept, or moved to a block of the thread's cache, without the lock.
+        // SAFETY: `ptr` is a live block of this pool of the usable size `cached_size` gives (as
+        // far as the unlocked proof goes: see the module docs); the caller's contract.
+        let done = unsafe {
+            CACHES.realloc_proven(&POOL, ptr, MIN_ALIGN, new_size.max(1), |m| {
+                cached_size(ptr, m)
+            })
+        };
+        match done {
+            Some(Ok(p)) => {
+                set_errno(saved);
+                return Some(p);
+            }
+            Some(Err(e)) => {
+                report::bad_pointer("realloc", ptr.as_ptr(), BlockError::Refused(e));
+                set_errno(libc::EINVAL);
+                return None;
+            }
+            None => {}
+        }
+    }
     let done = POOL.with_pool(|p| {
         let old = match block_size_uncached(p, ptr, checked) {
             Ok(n) => n,

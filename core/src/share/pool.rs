@@ -507,6 +507,60 @@ where
         unsafe { self.free(ptr, size) }
     }
 
+    /// Resizes the live block `ptr`, whose usable size is `usable` (its tag's), to `new_size`
+    /// bytes aligned to `align` through `cache` alone, when that needs no lock:
+    /// `Some(Ok(ptr))` when the block's chunk is one the cache would hand out for `new_size`
+    /// (its class, as a free files it); else a block of `new_size`'s class from the cache,
+    /// what both hold copied, and `ptr` freed into the cache as by
+    /// [`SharedPool::free_with_cache`]. `None`, nothing done, when either size has no class
+    /// (nor `align`, above the granule) or the cache holds no block of the new one: the caller
+    /// then takes the lock ([`SharedAlloc::realloc_block`]), which may resize in place.
+    ///
+    /// A `realloc` of a small block is thus a hit and a free; it is the many small reallocs of
+    /// interpreters (docs/tcache.md) that would otherwise each take the lock.
+    ///
+    /// # Time Complexity
+    /// `O(1)` and a copy of at most `min(usable, new_size)` bytes; a free that spills takes
+    /// the lock (see [`SharedPool::free_with_cache`]).
+    ///
+    /// # Safety
+    /// As for [`SharedPool::free_with_cache`] with `ptr`'s usable size; on `Some(Ok(p))` with
+    /// `p` other than `ptr`, `ptr` is not used again. `ptr` does not sit in a cache (the
+    /// caller checked its key: a block there is a freed one, which a `realloc` must refuse).
+    #[inline]
+    pub unsafe fn realloc_with_cache(
+        &self,
+        cache: &mut ThreadCache,
+        ptr: NonNull<u8>,
+        usable: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Option<Result<NonNull<u8>, Error>> {
+        if !tcache::ENABLED || !Class::cacheable(usable) {
+            return None;
+        }
+        // An alignment above the granule has no class: such a block keeps the pool's path.
+        let to = Class::of(new_size, align)?;
+        if Class::holding(usable + W) == to {
+            return Some(Ok(ptr));
+        }
+        let new = cache.take(to)?;
+        // SAFETY: `new` is a fresh block of class `to` (at least `new_size` usable bytes) and
+        // `ptr` a live one of `usable` bytes (the caller's promise): distinct blocks.
+        unsafe { core::ptr::copy_nonoverlapping(ptr.as_ptr(), new.as_ptr(), usable.min(new_size)) };
+        // SAFETY: forwarded caller contract: `ptr` is given up now that its bytes are copied.
+        match unsafe { self.free_with_cache(cache, ptr, usable) } {
+            Ok(()) => Some(Ok(new)),
+            Err(e) => {
+                // Refused, so `ptr` stays the caller's: the new block goes back where it was
+                // (it carries no key, so the cache takes it or spills to make room).
+                // SAFETY: the block just taken from class `to`, unused, given up.
+                let _ = unsafe { self.put_or_spill(cache, to, new) };
+                Some(Err(e))
+            }
+        }
+    }
+
     /// Puts `ptr` into class `c` of `cache`, spilling a batch first if the class is full.
     ///
     /// # Safety

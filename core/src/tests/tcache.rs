@@ -12,6 +12,7 @@ use proptest::prelude::*;
 
 use super::inline::{Arena, OneRegion};
 use crate::model::{Geometry, Model};
+use crate::share::alloc::SharedAlloc;
 use crate::share::tcache::ENABLED;
 use crate::{
     Class, Error, Growth, InlineHeap, Policy, Pool, Reserve, SharedPool, ThreadCache, CLASSES,
@@ -443,6 +444,26 @@ impl ModelCache {
         self.bytes += c.chunk_bytes();
     }
 
+    /// `SharedPool::realloc_with_cache`, else the heap's realloc under the lock: the new
+    /// address, or `None` when neither can serve it.
+    fn realloc(&mut self, m: &mut Model, p: usize, size: usize) -> Option<usize> {
+        let usable = m.chunks()[&p].granules * 16 - 8;
+        if let (true, Some(to)) = (Class::cacheable(usable), Class::of(size, 1)) {
+            if Class::holding(usable + 8) == to {
+                return Some(p);
+            }
+            if let Some(q) = self.bins.entry(to.index()).or_default().pop() {
+                self.bytes -= to.chunk_bytes();
+                self.free(m, p, usable);
+                return Some(q);
+            }
+        }
+        match m.realloc(p, size, 16) {
+            Ok(moved) => Some(moved.unwrap_or(p)),
+            Err(_) => None,
+        }
+    }
+
     fn flush(&mut self, m: &mut Model) {
         for (_, bin) in core::mem::take(&mut self.bins) {
             for p in bin.into_iter().rev() {
@@ -458,6 +479,7 @@ impl ModelCache {
 enum Step {
     Alloc(usize),
     Free(usize),
+    Realloc(usize, usize),
     Flush,
 }
 
@@ -465,6 +487,8 @@ fn steps() -> impl Strategy<Value = Vec<Step>> {
     let step = prop_oneof![
         6 => prop_oneof![1usize..1100, 1usize..3000, 1usize..10000].prop_map(Step::Alloc),
         5 => any::<usize>().prop_map(Step::Free),
+        3 => (any::<usize>(), prop_oneof![1usize..1100, 1usize..10000])
+            .prop_map(|(i, size)| Step::Realloc(i, size)),
         1 => Just(Step::Flush),
     ];
     proptest::collection::vec(step, 1..if cfg!(miri) { 30 } else { 300 })
@@ -477,8 +501,8 @@ proptest! {
         ..ProptestConfig::default()
     })]
 
-    /// Random requests through a cache in front of a pool: every address is the one the
-    /// reference model predicts with a model of the cache in front of it, the heap's
+    /// Random requests and reallocs through a cache in front of a pool: every address is the
+    /// one the reference model predicts with a model of the cache in front of it, the heap's
     /// invariants hold after every step, and the figures balance.
     #[test]
     fn a_cached_pool_places_every_block_where_the_model_says(ops in steps()) {
@@ -509,7 +533,34 @@ proptest! {
                     unsafe { pool.free_with_cache(&mut cache, p, size).unwrap() };
                     mc.free(&mut model, p.addr().get(), size);
                 }
-                Step::Free(_) => {}
+                Step::Realloc(i, size) if !live.is_empty() => {
+                    let k = i % live.len();
+                    let (p, old) = live[k];
+                    // SAFETY: a live block of this pool.
+                    let usable = unsafe { <InlineHeap>::unlocked_usable_size(p) }.unwrap();
+                    // SAFETY: a live block of `usable` bytes, not in a cache; replaced in
+                    // `live` by what comes back.
+                    let r = unsafe { pool.realloc_with_cache(&mut cache, p, usable, 16, size) };
+                    let got = match r {
+                        Some(r) => r.ok(),
+                        // SAFETY: as above, with its size.
+                        None => unsafe { pool.realloc_block(p, old, 16, size) }.ok(),
+                    };
+                    let want = mc.realloc(&mut model, p.addr().get(), size);
+                    let at = got.map(|q| q.addr().get());
+                    prop_assert_eq!(at, want, "realloc {} to {}", old, size);
+                    if let Some(q) = got {
+                        let n = old.min(size);
+                        // SAFETY: a live block of at least `size` bytes, of which the first
+                        // `n` were copied.
+                        let kept = unsafe { core::slice::from_raw_parts(q.as_ptr(), n) };
+                        prop_assert!(kept.iter().all(|&b| b == 0xa5), "the payload moved whole");
+                        // SAFETY: as above.
+                        unsafe { q.as_ptr().write_bytes(0xa5, size) };
+                        live[k] = (q, size);
+                    }
+                }
+                Step::Free(_) | Step::Realloc(..) => {}
                 Step::Flush => {
                     // SAFETY: the cache belongs to this pool.
                     unsafe { pool.flush_cache(&mut cache).unwrap() };

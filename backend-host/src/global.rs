@@ -37,8 +37,10 @@ pub type HostPool<L = FutexLock> = SharedPool<InlineHeap, MmapSource, NoHooks, L
 ///
 /// It is a [`HostPool`] with [`HostAllocator::POLICY`]: regions of 1 MiB doubling up to
 /// 64 MiB, requests above 1 MiB in regions of their own (returned to the system as soon as
-/// they are freed), and [`HostAllocator::trim`] giving back wholly free regions, cutting free
-/// region ends and releasing the pages of free chunks of 64 KiB or more. Waiting threads sleep
+/// they are freed), a free of 128 KiB or more giving back the regions it leaves wholly free
+/// (as glibc trims its heap at a free), and
+/// [`HostAllocator::trim`] giving back wholly free regions, cutting free region ends and
+/// releasing the pages of free chunks of 64 KiB or more. Waiting threads sleep
 /// ([`FutexLock`]). Nothing is mapped until the first allocation. Requests of up to 8184
 /// bytes (alignment up to 16) go through the calling thread's cache in front of the pool,
 /// without the lock (see `tagalloc::ThreadCache`): a thread's cache serves the first
@@ -76,15 +78,18 @@ pub struct HostAllocator {
 
 impl HostAllocator {
     /// The default policy: growth doubling from 1 MiB to 64 MiB regions (TensorFlow's
-    /// `allow_growth`), requests above 1 MiB bypassing the shared regions, and trim releasing
-    /// free spans of 64 KiB or more.
+    /// `allow_growth`), requests above 1 MiB bypassing the shared regions, a free of 128 KiB or
+    /// more giving back the regions it leaves wholly free (`Policy::trim_above`, after glibc's
+    /// `M_TRIM_THRESHOLD`), and trim
+    /// releasing free spans of 64 KiB or more.
     pub const POLICY: Policy = Policy::new()
         .growth(Growth::Doubling {
             initial: 1 << 20,
             cap: 64 << 20,
         })
         .bypass_above(1 << 20)
-        .release_above(64 << 10);
+        .release_above(64 << 10)
+        .trim_above(128 << 10);
 
     /// The allocator with [`HostAllocator::POLICY`] over plain `mmap` regions.
     pub const fn new() -> Self {

@@ -59,8 +59,9 @@ pub(crate) const MIN_ALIGN: usize = 16;
 
 /// The pool: the host pool (an inline heap over `mmap` regions) with the host allocator's
 /// policy: regions doubling from 1 MiB to 64 MiB, requests above 1 MiB in mappings of their
-/// own (unmapped on free), `malloc_trim` unmapping wholly free regions and free region ends
-/// and releasing the pages of free chunks of 64 KiB or more. Its lock is [`PoolLock`], which
+/// own (unmapped on free), a free of 128 KiB or more unmapping the regions it leaves wholly
+/// free, `malloc_trim` unmapping wholly free regions
+/// and free region ends and releasing the pages of free chunks of 64 KiB or more. Its lock is [`PoolLock`], which
 /// the fork handlers can reach. Nothing is mapped until the first allocation.
 static POOL: SharedPool<InlineHeap, MmapSource, Ranges, PoolLock> =
     SharedPool::new(Pool::with_hooks(

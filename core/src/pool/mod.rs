@@ -199,6 +199,8 @@ pub struct Pool<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks = NoHooks
     /// `policy.bypass_above`, or `usize::MAX` without a bypass: one comparison on the hot
     /// paths.
     bypass_above: usize,
+    /// `policy.trim_above`, or `usize::MAX` without it, likewise.
+    trim_above: usize,
     bypass: [Option<usize>; BYPASS_SLOTS],
     counts: PoolStats,
 }
@@ -234,6 +236,10 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
             increment,
             top: None,
             bypass_above: match policy.bypass_above {
+                Some(t) => t,
+                None => usize::MAX,
+            },
+            trim_above: match policy.trim_above {
                 Some(t) => t,
                 None => usize::MAX,
             },
@@ -381,7 +387,11 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
             return unsafe { self.free_bypassed(block, size) };
         }
         // SAFETY: forwarded caller contract.
-        unsafe { self.heap.free(block, size) }
+        unsafe { self.heap.free(block, size) }?;
+        if size >= self.trim_above {
+            self.trim_regions(None);
+        }
+        Ok(())
     }
 
     /// [`Pool::free`] of a block above the bypass threshold: freed with its own size (a
@@ -470,8 +480,35 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
     /// chunks.
     ///
     /// # Time Complexity
-    /// `O(regions)`, plus `O(chunks)` when pages are released.
+    /// `O(regions)`, plus `O(free chunks)` of at least [`Policy::release_above`] when pages are
+    /// released.
     pub fn trim(&mut self) -> Trimmed {
+        let mut out = self.trim_regions(self.policy.release_above);
+        if let Some(min) = self.policy.release_above {
+            let page = self.source.granularity();
+            let Pool { heap, source, .. } = self;
+            let mut released = 0;
+            heap.free_spans(min, page, |start, len| {
+                // SAFETY: the span is inside a region from `source` and holds none of the
+                // heap's tags (`free_spans`), in a free chunk nothing uses.
+                if unsafe { source.release(start, len) } {
+                    released += len;
+                }
+            });
+            out.released += released;
+            self.counts.released += released as u64;
+        }
+        out
+    }
+
+    /// The part of [`Pool::trim`] that needs no walk of the chunks: every wholly free region
+    /// goes back to the source, then, with `cut_above`, the free end of each region that stays
+    /// is given back where it is at least that many bytes and the source can shrink the
+    /// region. A free above [`Policy::trim_above`] runs it without `cut_above`.
+    ///
+    /// # Time Complexity
+    /// `O(regions)`, plus `O(bits of a size)` per region cut.
+    pub fn trim_regions(&mut self, cut_above: Option<usize>) -> Trimmed {
         let mut out = Trimmed::default();
         let Pool {
             heap,
@@ -503,7 +540,7 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
         if out.regions > 0 {
             self.restart_doubling();
         }
-        if let Some(min) = self.policy.release_above {
+        if let Some(min) = cut_above {
             let page = self.source.granularity();
             let Pool {
                 heap,
@@ -525,16 +562,6 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
                 }
                 done
             });
-            let mut released = 0;
-            heap.free_spans(min, page, |start, len| {
-                // SAFETY: the span is inside a region from `source` and holds none of the
-                // heap's tags (`free_spans`), in a free chunk nothing uses.
-                if unsafe { source.release(start, len) } {
-                    released += len;
-                }
-            });
-            out.released += released;
-            self.counts.released += released as u64;
         }
         out
     }

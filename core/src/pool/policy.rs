@@ -8,6 +8,7 @@
 //! | [`Reserve::Bytes`] / [`Reserve::Fraction`] | Pre-allocation, `fraction_of_gpu_memory_to_use` | init size | `per_process_gpu_memory_fraction` |
 //! | [`Policy::limit`] | `gpu_memory_limit_mb` | max size | `memory_limit` |
 //! | [`Policy::bypass_above`] | large-request bypass | — | — |
+//! | [`Policy::trim_above`] | — | — | — (glibc's `M_TRIM_THRESHOLD`) |
 //!
 //! Every figure is in bytes. Growth always takes at least what the request that triggered it
 //! needs (with the heap's overhead and the source's rounding), so a single large request never
@@ -77,6 +78,9 @@ pub struct Policy {
     /// When trimming, the pages inside free chunks of at least this many bytes are released
     /// (where the source can); `None`: never.
     pub release_above: Option<usize>,
+    /// A free of a block of at least this many bytes gives back the regions it leaves wholly
+    /// free (see [`Policy::trim_above`]); `None`: only an explicit trim gives memory back.
+    pub trim_above: Option<usize>,
 }
 
 impl Policy {
@@ -89,6 +93,7 @@ impl Policy {
             limit: None,
             bypass_above: None,
             release_above: None,
+            trim_above: None,
         }
     }
 
@@ -122,6 +127,20 @@ impl Policy {
     pub const fn release_above(self, bytes: usize) -> Self {
         Policy {
             release_above: Some(bytes),
+            ..self
+        }
+    }
+
+    /// With a free of a block of at least `bytes` (one that does not bypass the regions)
+    /// giving back the regions it leaves wholly free ([`crate::Pool::trim_regions`], in
+    /// `O(regions)`), as glibc trims its heap at a free once the free top exceeds
+    /// `M_TRIM_THRESHOLD` (128 KiB by default): memory a program's large temporary blocks used
+    /// does not stay resident until an explicit trim. Free region ends are not cut there (a
+    /// region cut at every large free grew again elsewhere, and CPython's peak RSS rose:
+    /// `docs/tcache.md`).
+    pub const fn trim_above(self, bytes: usize) -> Self {
+        Policy {
+            trim_above: Some(bytes),
             ..self
         }
     }

@@ -250,9 +250,15 @@ impl<L: RawLock, T> Locked<L, T> {
     }
 
     /// Takes the lock if it is free right now.
+    ///
+    /// The thread's token is read before the lock is taken, as in [`Locked::lock`]: reading a
+    /// thread-local may wait for the dynamic loader's TLS lock (glibc's `__tls_get_addr`
+    /// after another thread `dlopen`ed a library with TLS), whose holder may be allocating,
+    /// so waiting for it while holding this lock could deadlock.
     #[inline]
     pub(crate) fn try_lock(&self) -> Option<Guard<'_, L, T>> {
-        self.word.raw.try_lock().then(|| self.guard(thread_token()))
+        let me = thread_token();
+        self.word.raw.try_lock().then(|| self.guard(me))
     }
 
     /// Takes the lock, waiting until it is free; [`Error::Reentrant`] if this thread holds it

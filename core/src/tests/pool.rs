@@ -674,6 +674,83 @@ fn a_growable_source_keeps_one_region_and_trim_gives_its_free_end_back() {
     let _ = again;
 }
 
+/// With `trim_above`, the free of a large block gives back a region it leaves wholly free at
+/// once; a smaller free, and the same frees without the setting, give nothing back; and a
+/// region's free end is not cut at a free (only by `trim`).
+#[test]
+fn a_large_free_trims_the_regions_with_trim_above() {
+    for with in [false, true] {
+        let mut policy = Policy::new().growth(Growth::Fixed(1 << 20));
+        if with {
+            policy = policy.trim_above(256 << 10);
+        }
+        // Regions that cannot grow: `lone` gets one of its own.
+        let (mut pool, books, hooks) = detached_pool(1 << 30, policy, false);
+        let small = pool.alloc(600 << 10, 256).unwrap();
+        let lone = pool.alloc(900 << 10, 256).unwrap();
+        assert_eq!(pool.stats().heap.regions, 2);
+        let reserved = pool.stats().reserved;
+        let tiny = pool.alloc(1000, 256).unwrap();
+        // SAFETY: detached blocks are checked; each is freed once.
+        unsafe { pool.free(tiny, tiny.size).unwrap() };
+        assert_eq!(
+            pool.stats().reserved,
+            reserved,
+            "a small free gives nothing back"
+        );
+        // SAFETY: as above.
+        unsafe { pool.free(lone, lone.size).unwrap() };
+        let st = pool.stats();
+        assert_eq!(
+            st.regions_given_back,
+            u64::from(with),
+            "the wholly free region"
+        );
+        assert_eq!(st.reserved < reserved, with);
+        assert_eq!(
+            books.borrow().out.values().copied().sum::<usize>(),
+            st.reserved
+        );
+        assert_eq!(
+            hooks.0.borrow().live.values().copied().sum::<usize>(),
+            st.reserved
+        );
+        pool.check().unwrap();
+        // SAFETY: as above.
+        unsafe { pool.free(small, small.size).unwrap() };
+        pool.trim();
+        assert!(books.borrow().out.is_empty());
+
+        // A region that grows in place: a large block at its end, freed, leaves its end.
+        let (mut pool, books, hooks2) = detached_pool(1 << 30, policy, true);
+        let head = pool.alloc(4096, 256).unwrap();
+        let tail = pool.alloc(3 << 20, 256).unwrap();
+        assert_eq!(pool.stats().heap.regions, 1);
+        let reserved = pool.stats().reserved;
+        // SAFETY: as above.
+        unsafe { pool.free(tail, tail.size).unwrap() };
+        let st = pool.stats();
+        assert_eq!(
+            (st.shrunk, st.reserved),
+            (0, reserved),
+            "the free end stays"
+        );
+        assert_eq!(
+            hooks2.0.borrow().live.values().copied().sum::<usize>(),
+            st.reserved
+        );
+        assert_eq!(
+            books.borrow().out.values().copied().sum::<usize>(),
+            st.reserved
+        );
+        pool.check().unwrap();
+        // SAFETY: as above.
+        unsafe { pool.free(head, head.size).unwrap() };
+        pool.trim();
+        assert!(books.borrow().out.is_empty());
+    }
+}
+
 #[test]
 fn trim_releases_the_pages_of_large_free_chunks_and_the_heap_stays_sound() {
     let (source, books) = Memory::new(MEM);

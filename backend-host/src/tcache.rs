@@ -154,17 +154,22 @@ fn general_slot<K: Hooks, L: RawLock>(pool: &Pool<K, L>, id: &AtomicU32) -> *con
     .unwrap_or(core::ptr::null())
 }
 
-/// Binds the thread's cache to `pool` (see the module docs); leaves it `OFF` if it cannot.
+/// Binds the thread's cache to `pool` (see the module docs); leaves it `OFF` if it cannot, or
+/// `UNBOUND`, to be tried again at its next call, if the table's lock is taken.
 #[cold]
 #[inline(never)]
 fn bind<K: Hooks, L: RawLock>(s: &Slot, pool: &Pool<K, L>, id: &AtomicU32) {
     s.state.set(SETTING_UP);
     let addr = pool as *const Pool<K, L> as usize;
+    // `Err` holds the state to leave: `OFF` for good, or `UNBOUND` to try again at the next
+    // call (the table's lock was taken: see `try_registry`).
     let bound = (|| {
         register_fork_handlers();
         let pid = pool_id(id);
-        if !registry(|t| t.add(addr, pid)) {
-            return None;
+        match try_registry(|t| t.add(addr, pid)) {
+            Some(true) => {}
+            Some(false) => return Err(OFF),
+            None => return Err(UNBOUND),
         }
         // SAFETY: `release_at_exit` is an `extern "C"` function of this object, which
         // `__dso_handle` names so that the loader keeps it while the destructor is pending;
@@ -179,12 +184,12 @@ fn bind<K: Hooks, L: RawLock>(s: &Slot, pool: &Pool<K, L>, id: &AtomicU32) {
         } != 0
         {
             registry(|t| t.remove(addr, pid));
-            return None;
+            return Err(OFF);
         }
-        Some(pid)
+        Ok(pid)
     })();
     match bound {
-        Some(pid) => {
+        Ok(pid) => {
             // SAFETY: the state keeps every other use of the cache out until it is `ACTIVE`.
             unsafe { *s.cache.get() = ThreadCache::new(secret()) };
             s.memo.iter().for_each(|w| w.set(0));
@@ -195,7 +200,7 @@ fn bind<K: Hooks, L: RawLock>(s: &Slot, pool: &Pool<K, L>, id: &AtomicU32) {
             // From now on the thread finds its slot through the initial-exec word.
             tls_slot::set(s as *const Slot as *const ());
         }
-        None => s.state.set(OFF),
+        Err(state) => s.state.set(state),
     }
 }
 
@@ -555,6 +560,23 @@ fn unlock_registry() {
         .store(false, core::sync::atomic::Ordering::Release);
 }
 
+/// [`registry`] if the table's lock is free right now; `None`, `f` not run, if it is taken.
+///
+/// A thread binds its cache with this: its first allocation may come from inside glibc's
+/// loader, under the loader's TLS lock (a DTV resized in `__tls_get_addr`), while an exiting
+/// thread holds the table's lock and waits for that TLS lock (its flush reads a thread-local).
+/// Waiting here would then never end; the binding is tried again at the next call instead.
+fn try_registry<R>(f: impl FnOnce(&mut Table) -> R) -> Option<R> {
+    REGISTRY
+        .lock
+        .compare_exchange(false, true, core::sync::atomic::Ordering::Acquire, Relaxed)
+        .ok()?;
+    // SAFETY: the lock is held, so this is the only reference to the table.
+    let r = f(unsafe { &mut *REGISTRY.table.get() });
+    unlock_registry();
+    Some(r)
+}
+
 /// Runs `f` with the table, under its lock.
 fn registry<R>(f: impl FnOnce(&mut Table) -> R) -> R {
     lock_registry();
@@ -610,12 +632,16 @@ mod tests {
         }
     }
 
+    /// Held by every test here that binds a cache: one of them holds the table's lock.
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     std::thread_local! {
         static WITNESS: core::cell::RefCell<Option<Witness>> = const { core::cell::RefCell::new(None) };
     }
 
     #[test]
     fn a_bound_thread_finds_its_cache_through_the_word_until_it_exits() {
+        let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         let (tx, rx) = std::sync::mpsc::channel();
         let during = std::thread::spawn(move || {
             // Registered before the cache is bound, so its destructor runs after the cache's.
@@ -638,6 +664,48 @@ mod tests {
         assert_eq!(s.cache.blocks, 0);
     }
 
+    static BUSY_POOL: HostPool = SharedPool::new(Pool::new(
+        InlineHeap::new(),
+        MmapSource::new(),
+        HostAllocator::POLICY,
+    ));
+    static BUSY: CacheBinding = CacheBinding::new();
+
+    /// A thread whose first allocation finds the table's lock taken does not wait for it (its
+    /// holder may be waiting for a lock this thread holds: see `try_registry`): it allocates
+    /// through the pool's lock, its cache unbound, and binds at a later call once the table
+    /// is free.
+    #[test]
+    fn a_thread_that_finds_the_table_taken_allocates_without_its_cache_and_binds_later() {
+        let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        lock_registry();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t = std::thread::spawn(move || {
+            let p = BUSY.alloc(&BUSY_POOL, 40, 16).unwrap();
+            let bound_while_taken = !tls_slot::get().is_null();
+            let state = SLOT.with(|s| s.state.get());
+            // SAFETY: a live 40-byte block of the pool, given up once.
+            unsafe { BUSY.free(&BUSY_POOL, p, 40).unwrap() };
+            tx.send((bound_while_taken, state)).unwrap();
+            std::thread::park();
+            let q = BUSY.alloc(&BUSY_POOL, 40, 16).unwrap();
+            let state = SLOT.with(|s| s.state.get());
+            // SAFETY: as above.
+            unsafe { BUSY.free(&BUSY_POOL, q, 40).unwrap() };
+            state
+        });
+        let (bound_while_taken, state) = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("the allocation waited for the table's lock");
+        unlock_registry();
+        assert!(!bound_while_taken);
+        assert_eq!(state, UNBOUND, "to be bound at a later call");
+        t.thread().unpark();
+        assert_eq!(t.join().unwrap(), ACTIVE, "bound once the table was free");
+        let s = BUSY_POOL.stats().unwrap();
+        assert_eq!((s.heap.in_use, s.cache.blocks), (0, 0));
+    }
+
     static PROVEN_POOL: HostPool = SharedPool::new(Pool::new(
         InlineHeap::new(),
         MmapSource::new(),
@@ -651,6 +719,7 @@ mod tests {
     /// free to the next.
     #[test]
     fn free_proven_frees_what_its_proof_sizes_through_the_threads_memo() {
+        let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         std::thread::spawn(|| {
             let p = PROVEN.alloc(&PROVEN_POOL, 40, 16).unwrap();
             let memo =

@@ -29,7 +29,7 @@
 //!
 //! **Shapes.** That is the [`Wide`](crate::Wide) shape, the default. The
 //! [`Compact`](crate::Compact) shape (`crate::algo::shape`) keeps lists up to 64 granules, no size
-//! table, and tries from bin 64 to bin 79, its last, open-ended: a few hundred bytes instead of
+//! table, and tries from bin 64 to bin 87, its last, open-ended: a few hundred bytes instead of
 //! some 20 KiB. The policy is the same in both: what a request takes is decided by
 //! [`LIST_SIZES`] (the victim, the realloc's move), never by where a shape keeps a size, and
 //! every structure finds the exact best fit, oldest first.
@@ -245,24 +245,42 @@ impl<C: Copy + Eq + core::fmt::Debug, S: Shape> Bins<C, S> {
     /// trie.
     fn trie_insert<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) {
         let b = Self::bin(size);
-        let Some(head) = self.roots.as_ref()[b - Self::FIRST_TRIE_BIN] else {
-            self.roots.as_mut()[b - Self::FIRST_TRIE_BIN] = Some(c);
-            self.tries |= 1 << (b - Self::FIRST_TRIE_BIN);
-            ring_init(t, c);
-            t.set_link(c, Link::Left, None);
-            t.set_link(c, Link::Right, None);
-            t.set_link(c, Link::Parent, None);
-            return;
+        match self.trie_seek(t, b, size) {
+            Seek::Empty => {
+                self.roots.as_mut()[b - Self::FIRST_TRIE_BIN] = Some(c);
+                self.tries |= 1 << (b - Self::FIRST_TRIE_BIN);
+                ring_init(t, c);
+                t.set_link(c, Link::Left, None);
+                t.set_link(c, Link::Right, None);
+                t.set_link(c, Link::Parent, None);
+            }
+            Seek::Found(node) => {
+                ring_push_back(t, node, c);
+                t.set_link(c, Link::Parent, Some(c));
+            }
+            Seek::Vacant(node, dir) => {
+                t.set_link(node, dir, Some(c));
+                t.set_link(c, Link::Parent, Some(node));
+                t.set_link(c, Link::Left, None);
+                t.set_link(c, Link::Right, None);
+                ring_init(t, c);
+            }
+        }
+    }
+
+    /// Walks tree bin `b`'s trie along the bits of `size` (a size of the bin) until the node of
+    /// that size (the oldest of it) or a free child slot: the path a filing of `size` takes,
+    /// and an exact lookup's, which unlike [`Bins::trie_best_fit`] stops there.
+    #[inline(always)]
+    fn trie_seek<T: Tags<Chunk = C>>(&self, t: &T, b: usize, size: usize) -> Seek<C> {
+        let Some(mut node) = self.roots.as_ref()[b - Self::FIRST_TRIE_BIN] else {
+            return Seek::Empty;
         };
-        // Walk the trie until the size is found (join its ring) or a free child slot is. The
-        // branching bit of each level is the top bit of `bits`.
-        let mut node = head;
+        // The branching bit of each level is the top bit of `bits`.
         let mut bits = size << (usize::BITS - 1 - Self::top_bit(b));
         loop {
             if t.size(node) == size {
-                ring_push_back(t, node, c);
-                t.set_link(c, Link::Parent, Some(c));
-                return;
+                return Seek::Found(node);
             }
             let dir = if (bits as isize) < 0 {
                 Link::Right
@@ -271,14 +289,7 @@ impl<C: Copy + Eq + core::fmt::Debug, S: Shape> Bins<C, S> {
             };
             match t.link(node, dir) {
                 Some(child) => node = child,
-                None => {
-                    t.set_link(node, dir, Some(c));
-                    t.set_link(c, Link::Parent, Some(node));
-                    t.set_link(c, Link::Left, None);
-                    t.set_link(c, Link::Right, None);
-                    ring_init(t, c);
-                    return;
-                }
+                None => return Seek::Vacant(node, dir),
             }
             // Two distinct sizes of one bin differ at some bit at or below `top_bit`, so the
             // walk stops before it runs out of bits.
@@ -506,6 +517,13 @@ impl<C: Copy + Eq + core::fmt::Debug, S: Shape> Bins<C, S> {
         (c, size)
     }
 
+    /// Whether `need` granules (`1..=LIST_SIZES`) lie above this shape's lists, in its tries: a
+    /// constant `false` for [`Wide`], whose lists hold every listed size.
+    #[inline(always)]
+    pub fn listed_in_tries(need: usize) -> bool {
+        Self::SHORT_LISTS && need > S::LISTS
+    }
+
     /// Takes the oldest chunk of exactly `need` granules (`1..=LIST_SIZES`) out of its list;
     /// `None` when there is none. A size above this shape's lists is looked up in its trie.
     #[inline(always)]
@@ -523,16 +541,18 @@ impl<C: Copy + Eq + core::fmt::Debug, S: Shape> Bins<C, S> {
     }
 
     /// [`Bins::pop_exact`] above the lists: the trie node of exactly `need` granules (the
-    /// oldest of its size), taken out.
+    /// oldest of its size), taken out. An exact walk, which stops where `need`'s path ends,
+    /// rather than a best-fit search, which goes on to the smallest larger size: most of these
+    /// lookups miss.
     #[inline(never)]
     fn trie_take_exact<T: Tags<Chunk = C>>(&mut self, t: &mut T, need: usize) -> Option<C> {
         let b = Self::bin(need);
-        match self.trie_best_fit(t, b, need) {
-            Some((c, size)) if size == need => {
+        match self.trie_seek(t, b, need) {
+            Seek::Found(c) => {
                 self.trie_unlink(t, c, b);
                 Some(c)
             }
-            _ => None,
+            Seek::Empty | Seek::Vacant(..) => None,
         }
     }
 
@@ -811,6 +831,16 @@ impl<C: Copy + Eq + core::fmt::Debug, S: Shape> Bins<C, S> {
     }
 }
 
+/// Where [`Bins::trie_seek`]'s walk for a size ended.
+enum Seek<C> {
+    /// The trie is empty.
+    Empty,
+    /// The node of the size.
+    Found(C),
+    /// No node of the size: this node's child slot on that side is free and on its path.
+    Vacant(C, Link),
+}
+
 /// Whether the trie root `c` is its bin's only chunk: no children, no ring.
 #[inline]
 fn is_lone_root<T: Tags>(t: &T, c: T::Chunk) -> bool {
@@ -849,6 +879,31 @@ fn largest_size<T: Tags>(t: &T, c: T::Chunk) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compact_tries_reach_past_random_sizes_before_the_open_ended_bin() {
+        use crate::algo::bin_index::log_bin_min;
+        use crate::Compact;
+        type B = Bins<u32, Compact>;
+        assert_eq!(B::FIRST_TRIE_BIN, 64);
+        // 32 tree bins: the last, whose trie branches on every bit, from 14336 granules.
+        assert_eq!(<Compact as Shape>::LAST_BIN, 95);
+        assert_eq!(log_bin_min(95), 14336);
+        assert_eq!(B::bin(14335), 94);
+        assert_eq!(B::bin(14336), 95);
+        assert_eq!(B::bin(usize::MAX), 95);
+        assert_eq!(B::top_bit(94), 10);
+        assert_eq!(B::top_bit(95), usize::BITS - 1);
+    }
+
+    #[test]
+    fn only_compact_keeps_listed_sizes_in_tries() {
+        use crate::Compact;
+        for need in 1..=LIST_SIZES {
+            assert!(!Bins::<u32, Wide>::listed_in_tries(need));
+            assert_eq!(Bins::<u32, Compact>::listed_in_tries(need), need > 64);
+        }
+    }
 
     #[test]
     fn list_word_reports_the_map_and_which_ends_are_set() {

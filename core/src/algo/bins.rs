@@ -29,7 +29,7 @@
 //!
 //! **Shapes.** That is the [`Wide`](crate::Wide) shape, the default. The
 //! [`Compact`](crate::Compact) shape (`crate::algo::shape`) keeps lists up to 64 granules, no size
-//! table, and tries from bin 64 to bin 87, its last, open-ended: a few hundred bytes instead of
+//! table, and tries from bin 64 to bin 95, its last, open-ended: a few hundred bytes instead of
 //! some 20 KiB. The policy is the same in both: what a request takes is decided by
 //! [`LIST_SIZES`] (the victim, the realloc's move), never by where a shape keeps a size, and
 //! every structure finds the exact best fit, oldest first.

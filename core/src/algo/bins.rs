@@ -282,11 +282,8 @@ impl<C: Copy + Eq + core::fmt::Debug, S: Shape> Bins<C, S> {
             if t.size(node) == size {
                 return Seek::Found(node);
             }
-            let dir = if (bits as isize) < 0 {
-                Link::Right
-            } else {
-                Link::Left
-            };
+            // A select, not a branch: the bit is a coin flip (see `Bins::trie_best_fit`).
+            let dir = select_unpredictable((bits as isize) < 0, Link::Right, Link::Left);
             match t.link(node, dir) {
                 Some(child) => node = child,
                 None => return Seek::Vacant(node, dir),
@@ -716,16 +713,23 @@ impl<C: Copy + Eq + core::fmt::Debug, S: Shape> Bins<C, S> {
     }
 
     /// The smallest trie node of bin `b` with at least `need` granules, with its size.
+    ///
+    /// Branch-free but for the loops' ends and the exact hit: which child a level goes to,
+    /// whether a node is the best so far and which right subtree is the deepest passed by
+    /// follow the sizes' bits, a coin flip each, and as branches they were the compact
+    /// shape's most mispredicted (cachegrind's branch simulation, figures:
+    /// `docs/measurements.md`). Both children are read (one line: the link words are
+    /// side by side) and the wanted one selected.
     fn trie_best_fit<T: Tags<Chunk = C>>(
         &self,
         t: &T,
         b: usize,
         need: usize,
     ) -> Option<(C, usize)> {
-        // The best so far; `None` until a node fits (no size is a sentinel: a chunk may be
-        // `usize::MAX` granules long).
-        let mut best: Option<(C, usize)> = None;
-        let better = |best: Option<(C, usize)>, size: usize| best.is_none_or(|(_, s)| size < s);
+        // The best so far and its size; `None` until a node fits (no size is a sentinel: a
+        // chunk may be `usize::MAX` granules long).
+        let mut best: Option<C> = None;
+        let mut best_size = 0;
         // Follow `need`'s bits (the top bit of `bits` at each level; zeros once they run out).
         // A right subtree passed by while going left holds only sizes above `need`; the
         // deepest such subtree holds the smallest of them.
@@ -734,33 +738,30 @@ impl<C: Copy + Eq + core::fmt::Debug, S: Shape> Bins<C, S> {
         let mut bits = need << (usize::BITS - 1 - Self::top_bit(b));
         while let Some(n) = node {
             let size = t.size(n);
-            if size >= need && better(best, size) {
-                best = Some((n, size));
-                if size == need {
-                    return best;
-                }
+            if size == need {
+                // No size fits better; the node is the oldest of its size.
+                return Some((n, size));
             }
+            let better = (size > need) & (best.is_none() | (size < best_size));
+            best = select_unpredictable(better, Some(n), best);
+            best_size = select_unpredictable(better, size, best_size);
             let right = t.link(n, Link::Right);
-            node = if (bits as isize) < 0 {
-                right
-            } else {
-                t.link(n, Link::Left)
-            };
-            if right.is_some() && right != node {
-                larger = right;
-            }
+            let left = t.link(n, Link::Left);
+            let go_right = (bits as isize) < 0;
+            larger = select_unpredictable(!go_right & right.is_some(), right, larger);
+            node = select_unpredictable(go_right, right, left);
             bits <<= 1;
         }
         // The smallest size of a subtree lies on its leftmost path.
         let mut node = larger;
         while let Some(n) = node {
             let size = t.size(n);
-            if better(best, size) {
-                best = Some((n, size));
-            }
-            node = t.link(n, Link::Left).or_else(|| t.link(n, Link::Right));
+            let better = best.is_none() | (size < best_size);
+            best = select_unpredictable(better, Some(n), best);
+            best_size = select_unpredictable(better, size, best_size);
+            node = left_else_right(t, n);
         }
-        best
+        best.map(|c| (c, best_size))
     }
 
     /// Calls `each(chunk, size)` for every free chunk of at least `min` granules (`min ≥ 1`),
@@ -850,19 +851,25 @@ fn is_lone_root<T: Tags>(t: &T, c: T::Chunk) -> bool {
 }
 
 /// The smallest node of the trie under `c` (the oldest of its size), with its size: it lies
-/// on the leftmost path.
+/// on the leftmost path. Branch-free but for the loop's end, as [`Bins::trie_best_fit`] is.
 #[inline]
 fn smallest<T: Tags>(t: &T, c: T::Chunk) -> (T::Chunk, usize) {
     let mut best = (c, t.size(c));
-    let mut node = t.link(c, Link::Left).or_else(|| t.link(c, Link::Right));
+    let mut node = left_else_right(t, c);
     while let Some(n) = node {
         let size = t.size(n);
-        if size < best.1 {
-            best = (n, size);
-        }
-        node = t.link(n, Link::Left).or_else(|| t.link(n, Link::Right));
+        best = select_unpredictable(size < best.1, (n, size), best);
+        node = left_else_right(t, n);
     }
     best
+}
+
+/// The left child of trie node `c`, else its right one: the next node of a leftmost path.
+/// Both read and one selected, with no branch on which is there.
+#[inline(always)]
+fn left_else_right<T: Tags>(t: &T, c: T::Chunk) -> Option<T::Chunk> {
+    let left = t.link(c, Link::Left);
+    select_unpredictable(left.is_some(), left, t.link(c, Link::Right))
 }
 
 /// The largest size in the trie under `c`: it lies on the rightmost path.

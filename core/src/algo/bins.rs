@@ -29,7 +29,7 @@
 //!
 //! **Shapes.** That is the [`Wide`](crate::Wide) shape, the default. The
 //! [`Compact`](crate::Compact) shape (`crate::algo::shape`) keeps lists up to 64 granules, no size
-//! table, and tries from bin 64 to bin 79, its last, open-ended: a few hundred bytes instead of
+//! table, and tries from bin 64 to bin 95, its last, open-ended: a few hundred bytes instead of
 //! some 20 KiB. The policy is the same in both: what a request takes is decided by
 //! [`LIST_SIZES`] (the victim, the realloc's move), never by where a shape keeps a size, and
 //! every structure finds the exact best fit, oldest first.
@@ -245,40 +245,48 @@ impl<C: Copy + Eq + core::fmt::Debug, S: Shape> Bins<C, S> {
     /// trie.
     fn trie_insert<T: Tags<Chunk = C>>(&mut self, t: &mut T, c: C, size: usize) {
         let b = Self::bin(size);
-        let Some(head) = self.roots.as_ref()[b - Self::FIRST_TRIE_BIN] else {
-            self.roots.as_mut()[b - Self::FIRST_TRIE_BIN] = Some(c);
-            self.tries |= 1 << (b - Self::FIRST_TRIE_BIN);
-            ring_init(t, c);
-            t.set_link(c, Link::Left, None);
-            t.set_link(c, Link::Right, None);
-            t.set_link(c, Link::Parent, None);
-            return;
+        match self.trie_seek(t, b, size) {
+            Seek::Empty => {
+                self.roots.as_mut()[b - Self::FIRST_TRIE_BIN] = Some(c);
+                self.tries |= 1 << (b - Self::FIRST_TRIE_BIN);
+                ring_init(t, c);
+                t.set_link(c, Link::Left, None);
+                t.set_link(c, Link::Right, None);
+                t.set_link(c, Link::Parent, None);
+            }
+            Seek::Found(node) => {
+                ring_push_back(t, node, c);
+                t.set_link(c, Link::Parent, Some(c));
+            }
+            Seek::Vacant(node, dir) => {
+                t.set_link(node, dir, Some(c));
+                t.set_link(c, Link::Parent, Some(node));
+                t.set_link(c, Link::Left, None);
+                t.set_link(c, Link::Right, None);
+                ring_init(t, c);
+            }
+        }
+    }
+
+    /// Walks tree bin `b`'s trie along the bits of `size` (a size of the bin) until the node of
+    /// that size (the oldest of it) or a free child slot: the path a filing of `size` takes,
+    /// and an exact lookup's, which unlike [`Bins::trie_best_fit`] stops there.
+    #[inline(always)]
+    fn trie_seek<T: Tags<Chunk = C>>(&self, t: &T, b: usize, size: usize) -> Seek<C> {
+        let Some(mut node) = self.roots.as_ref()[b - Self::FIRST_TRIE_BIN] else {
+            return Seek::Empty;
         };
-        // Walk the trie until the size is found (join its ring) or a free child slot is. The
-        // branching bit of each level is the top bit of `bits`.
-        let mut node = head;
+        // The branching bit of each level is the top bit of `bits`.
         let mut bits = size << (usize::BITS - 1 - Self::top_bit(b));
         loop {
             if t.size(node) == size {
-                ring_push_back(t, node, c);
-                t.set_link(c, Link::Parent, Some(c));
-                return;
+                return Seek::Found(node);
             }
-            let dir = if (bits as isize) < 0 {
-                Link::Right
-            } else {
-                Link::Left
-            };
+            // A select, not a branch: the bit is a coin flip (see `Bins::trie_best_fit`).
+            let dir = select_unpredictable((bits as isize) < 0, Link::Right, Link::Left);
             match t.link(node, dir) {
                 Some(child) => node = child,
-                None => {
-                    t.set_link(node, dir, Some(c));
-                    t.set_link(c, Link::Parent, Some(node));
-                    t.set_link(c, Link::Left, None);
-                    t.set_link(c, Link::Right, None);
-                    ring_init(t, c);
-                    return;
-                }
+                None => return Seek::Vacant(node, dir),
             }
             // Two distinct sizes of one bin differ at some bit at or below `top_bit`, so the
             // walk stops before it runs out of bits.
@@ -506,6 +514,13 @@ impl<C: Copy + Eq + core::fmt::Debug, S: Shape> Bins<C, S> {
         (c, size)
     }
 
+    /// Whether `need` granules (`1..=LIST_SIZES`) lie above this shape's lists, in its tries: a
+    /// constant `false` for [`Wide`], whose lists hold every listed size.
+    #[inline(always)]
+    pub fn listed_in_tries(need: usize) -> bool {
+        Self::SHORT_LISTS && need > S::LISTS
+    }
+
     /// Takes the oldest chunk of exactly `need` granules (`1..=LIST_SIZES`) out of its list;
     /// `None` when there is none. A size above this shape's lists is looked up in its trie.
     #[inline(always)]
@@ -523,16 +538,18 @@ impl<C: Copy + Eq + core::fmt::Debug, S: Shape> Bins<C, S> {
     }
 
     /// [`Bins::pop_exact`] above the lists: the trie node of exactly `need` granules (the
-    /// oldest of its size), taken out.
+    /// oldest of its size), taken out. An exact walk, which stops where `need`'s path ends,
+    /// rather than a best-fit search, which goes on to the smallest larger size: most of these
+    /// lookups miss.
     #[inline(never)]
     fn trie_take_exact<T: Tags<Chunk = C>>(&mut self, t: &mut T, need: usize) -> Option<C> {
         let b = Self::bin(need);
-        match self.trie_best_fit(t, b, need) {
-            Some((c, size)) if size == need => {
+        match self.trie_seek(t, b, need) {
+            Seek::Found(c) => {
                 self.trie_unlink(t, c, b);
                 Some(c)
             }
-            _ => None,
+            Seek::Empty | Seek::Vacant(..) => None,
         }
     }
 
@@ -696,16 +713,23 @@ impl<C: Copy + Eq + core::fmt::Debug, S: Shape> Bins<C, S> {
     }
 
     /// The smallest trie node of bin `b` with at least `need` granules, with its size.
+    ///
+    /// Branch-free but for the loops' ends and the exact hit: which child a level goes to,
+    /// whether a node is the best so far and which right subtree is the deepest passed by
+    /// follow the sizes' bits, a coin flip each, and as branches they were the compact
+    /// shape's most mispredicted (cachegrind's branch simulation, figures:
+    /// `docs/measurements.md`). Both children are read (one line: the link words are
+    /// side by side) and the wanted one selected.
     fn trie_best_fit<T: Tags<Chunk = C>>(
         &self,
         t: &T,
         b: usize,
         need: usize,
     ) -> Option<(C, usize)> {
-        // The best so far; `None` until a node fits (no size is a sentinel: a chunk may be
-        // `usize::MAX` granules long).
-        let mut best: Option<(C, usize)> = None;
-        let better = |best: Option<(C, usize)>, size: usize| best.is_none_or(|(_, s)| size < s);
+        // The best so far and its size; `None` until a node fits (no size is a sentinel: a
+        // chunk may be `usize::MAX` granules long).
+        let mut best: Option<C> = None;
+        let mut best_size = 0;
         // Follow `need`'s bits (the top bit of `bits` at each level; zeros once they run out).
         // A right subtree passed by while going left holds only sizes above `need`; the
         // deepest such subtree holds the smallest of them.
@@ -714,33 +738,30 @@ impl<C: Copy + Eq + core::fmt::Debug, S: Shape> Bins<C, S> {
         let mut bits = need << (usize::BITS - 1 - Self::top_bit(b));
         while let Some(n) = node {
             let size = t.size(n);
-            if size >= need && better(best, size) {
-                best = Some((n, size));
-                if size == need {
-                    return best;
-                }
+            if size == need {
+                // No size fits better; the node is the oldest of its size.
+                return Some((n, size));
             }
+            let better = (size > need) & (best.is_none() | (size < best_size));
+            best = select_unpredictable(better, Some(n), best);
+            best_size = select_unpredictable(better, size, best_size);
             let right = t.link(n, Link::Right);
-            node = if (bits as isize) < 0 {
-                right
-            } else {
-                t.link(n, Link::Left)
-            };
-            if right.is_some() && right != node {
-                larger = right;
-            }
+            let left = t.link(n, Link::Left);
+            let go_right = (bits as isize) < 0;
+            larger = select_unpredictable(!go_right & right.is_some(), right, larger);
+            node = select_unpredictable(go_right, right, left);
             bits <<= 1;
         }
         // The smallest size of a subtree lies on its leftmost path.
         let mut node = larger;
         while let Some(n) = node {
             let size = t.size(n);
-            if better(best, size) {
-                best = Some((n, size));
-            }
-            node = t.link(n, Link::Left).or_else(|| t.link(n, Link::Right));
+            let better = best.is_none() | (size < best_size);
+            best = select_unpredictable(better, Some(n), best);
+            best_size = select_unpredictable(better, size, best_size);
+            node = left_else_right(t, n);
         }
-        best
+        best.map(|c| (c, best_size))
     }
 
     /// Calls `each(chunk, size)` for every free chunk of at least `min` granules (`min ≥ 1`),
@@ -811,6 +832,16 @@ impl<C: Copy + Eq + core::fmt::Debug, S: Shape> Bins<C, S> {
     }
 }
 
+/// Where [`Bins::trie_seek`]'s walk for a size ended.
+enum Seek<C> {
+    /// The trie is empty.
+    Empty,
+    /// The node of the size.
+    Found(C),
+    /// No node of the size: this node's child slot on that side is free and on its path.
+    Vacant(C, Link),
+}
+
 /// Whether the trie root `c` is its bin's only chunk: no children, no ring.
 #[inline]
 fn is_lone_root<T: Tags>(t: &T, c: T::Chunk) -> bool {
@@ -820,19 +851,25 @@ fn is_lone_root<T: Tags>(t: &T, c: T::Chunk) -> bool {
 }
 
 /// The smallest node of the trie under `c` (the oldest of its size), with its size: it lies
-/// on the leftmost path.
+/// on the leftmost path. Branch-free but for the loop's end, as [`Bins::trie_best_fit`] is.
 #[inline]
 fn smallest<T: Tags>(t: &T, c: T::Chunk) -> (T::Chunk, usize) {
     let mut best = (c, t.size(c));
-    let mut node = t.link(c, Link::Left).or_else(|| t.link(c, Link::Right));
+    let mut node = left_else_right(t, c);
     while let Some(n) = node {
         let size = t.size(n);
-        if size < best.1 {
-            best = (n, size);
-        }
-        node = t.link(n, Link::Left).or_else(|| t.link(n, Link::Right));
+        best = select_unpredictable(size < best.1, (n, size), best);
+        node = left_else_right(t, n);
     }
     best
+}
+
+/// The left child of trie node `c`, else its right one: the next node of a leftmost path.
+/// Both read and one selected, with no branch on which is there.
+#[inline(always)]
+fn left_else_right<T: Tags>(t: &T, c: T::Chunk) -> Option<T::Chunk> {
+    let left = t.link(c, Link::Left);
+    select_unpredictable(left.is_some(), left, t.link(c, Link::Right))
 }
 
 /// The largest size in the trie under `c`: it lies on the rightmost path.
@@ -849,6 +886,31 @@ fn largest_size<T: Tags>(t: &T, c: T::Chunk) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compact_tries_reach_past_random_sizes_before_the_open_ended_bin() {
+        use crate::algo::bin_index::log_bin_min;
+        use crate::Compact;
+        type B = Bins<u32, Compact>;
+        assert_eq!(B::FIRST_TRIE_BIN, 64);
+        // 32 tree bins: the last, whose trie branches on every bit, from 14336 granules.
+        assert_eq!(<Compact as Shape>::LAST_BIN, 95);
+        assert_eq!(log_bin_min(95), 14336);
+        assert_eq!(B::bin(14335), 94);
+        assert_eq!(B::bin(14336), 95);
+        assert_eq!(B::bin(usize::MAX), 95);
+        assert_eq!(B::top_bit(94), 10);
+        assert_eq!(B::top_bit(95), usize::BITS - 1);
+    }
+
+    #[test]
+    fn only_compact_keeps_listed_sizes_in_tries() {
+        use crate::Compact;
+        for need in 1..=LIST_SIZES {
+            assert!(!Bins::<u32, Wide>::listed_in_tries(need));
+            assert_eq!(Bins::<u32, Compact>::listed_in_tries(need), need > 64);
+        }
+    }
 
     #[test]
     fn list_word_reports_the_map_and_which_ends_are_set() {

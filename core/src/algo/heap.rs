@@ -246,6 +246,12 @@ impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
     pub fn alloc_granules(&mut self, need: usize) -> Result<T::Chunk, Error> {
         self.tags.reserve(1)?;
         if need <= LIST_SIZES {
+            if Bins::<T::Chunk, S>::listed_in_tries(need) && self.victim.fitting(need).is_none() {
+                // In a trie, the oldest chunk of exactly `need` granules is also the best fit,
+                // so unless the victim comes between them, one search finds it, not an exact
+                // walk and then a best-fit walk of the same path.
+                return self.alloc_granules_slow(need).ok_or_else(out_of_memory);
+            }
             if let Some(c) = self.bins.pop_exact(&mut self.tags, need) {
                 self.carve_counted(c, need, need);
                 return Ok(c);

@@ -7,8 +7,8 @@
 //!   above (see `crate::algo::bins`): most of a heap's state is the two ends of each list, about
 //!   20 KiB on a 32-bit target.
 //! - [`Compact`]: a list for every size up to 64 granules (1 KiB at the host granule), and
-//!   tries for everything above, in 16 tree bins (the last open-ended, from 896 granules, 14 KiB
-//!   at the host granule), so that a `GlobalHeap` fits in 1 KiB on a 32-bit target. A size
+//!   tries for everything above, in 32 tree bins (the last open-ended, from 14336 granules,
+//!   224 KiB at the host granule), so that a `GlobalHeap` fits in 1 KiB on a 32-bit target. A size
 //!   above the lists is found by a walk of its bin's trie, one chunk per level, rather than in
 //!   a list. Sizes: `docs/small-machines.md`; speeds: `docs/measurements.md`.
 
@@ -27,8 +27,8 @@ pub trait BinShape: sealed::Shape {}
 pub enum Wide {}
 
 /// Bins for small machines: a list per size up to 64 granules (1 KiB at the host granule),
-/// tries above, in 16 tree bins. The same policy and addresses as [`Wide`]; a `GlobalHeap` of
-/// them is under 1 KiB on a 32-bit target (size: `docs/small-machines.md`).
+/// tries above, in 32 tree bins. The same policy and addresses as [`Wide`]; a `GlobalHeap` of
+/// them is at most 1 KiB on a 32-bit target (size: `docs/small-machines.md`).
 #[derive(Debug)]
 pub enum Compact {}
 
@@ -106,10 +106,13 @@ pub(crate) mod sealed {
     impl Shape for Compact {
         const LISTS: usize = 64;
         const TABLE_LAST: usize = 64;
-        const LAST_BIN: usize = crate::algo::bin_index::EXACT_BINS + 15;
+        // 32 tree bins rather than 16: the open-ended last one branches on every bit of a
+        // size, a spine of nodes on the zero bits above its sizes, so it starts at 14336
+        // granules rather than 896 (figures: `docs/measurements.md`), for 64 bytes of roots.
+        const LAST_BIN: usize = crate::algo::bin_index::EXACT_BINS + 31;
         type Map = [u64; 1];
         type Lists<C: Copy> = [Ends<C>; 64];
-        type Roots<C: Copy> = [Option<C>; 16];
+        type Roots<C: Copy> = [Option<C>; 32];
         type Table<C: Copy + Eq + Debug> = crate::algo::size_table::NoTable;
     }
 }

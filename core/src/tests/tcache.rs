@@ -375,6 +375,10 @@ fn a_spill_files_the_victim_so_holes_serve_first() {
 struct ModelCache {
     bins: BTreeMap<usize, Vec<usize>>,
     bytes: usize,
+    /// Whether the cache has learnt the pool's bypass threshold (at its first exchange: a
+    /// refill, a spill, a flush, or an uncached free above the exact classes): until then a
+    /// block above the exact classes is freed to the pool, not cached.
+    learnt: bool,
 }
 
 impl ModelCache {
@@ -390,6 +394,7 @@ impl ModelCache {
             self.bytes -= c.chunk_bytes();
             return Some(p);
         }
+        self.learnt = true;
         let first = m.alloc(c.usable(), 16).ok()?;
         let by_class = ThreadCache::limit(c)
             .saturating_sub(self.count(c))
@@ -411,8 +416,13 @@ impl ModelCache {
         let Some(c) = Class::of(size, 1) else {
             return m.free(p);
         };
-        // Above the exact classes the block's own chunk decides.
+        // Above the exact classes the block's own chunk decides, once the cache knows the
+        // pool's bypass threshold; before, the free teaches it and goes to the pool.
         let c = if c.is_coarse() {
+            if !self.learnt {
+                self.learnt = true;
+                return m.free(p);
+            }
             Class::holding(m.chunks()[&p].granules * 16)
         } else {
             c
@@ -438,6 +448,7 @@ impl ModelCache {
             }
             // A spill files the victim once its frees are done.
             m.file_victim();
+            self.learnt = true;
             return;
         }
         self.bins.entry(c.index()).or_default().push(p);
@@ -472,6 +483,7 @@ impl ModelCache {
         }
         m.file_victim();
         self.bytes = 0;
+        self.learnt = true;
     }
 }
 
@@ -512,7 +524,7 @@ proptest! {
         let (pool, (base, len)) = pool(512 << 10);
         let mut model = Model::new(Geometry::inline(16).unwrap());
         model.add_region(base, len).unwrap();
-        let mut mc = ModelCache { bins: BTreeMap::new(), bytes: 0 };
+        let mut mc = ModelCache { bins: BTreeMap::new(), bytes: 0, learnt: false };
         let mut cache = ThreadCache::new(KEY);
         let mut live: Vec<(NonNull<u8>, usize)> = Vec::new();
         for op in ops {

@@ -35,14 +35,13 @@ pub type HostPool<L = FutexLock> = SharedPool<InlineHeap, MmapSource, NoHooks, L
 /// static A: tagalloc_host::HostAllocator = tagalloc_host::HostAllocator::new();
 /// ```
 ///
-/// It is a [`HostPool`] with [`HostAllocator::POLICY`]: regions of 1 MiB doubling up to
-/// 64 MiB, requests above 1 MiB in regions of their own (returned to the system as soon as
-/// they are freed), a free of 128 KiB or more giving back the regions it leaves wholly free
-/// (as glibc trims its heap at a free), and
-/// [`HostAllocator::trim`] giving back wholly free regions, cutting free region ends and
-/// releasing the pages of free chunks of 64 KiB or more. Waiting threads sleep
-/// ([`FutexLock`]). Nothing is mapped until the first allocation. Requests of up to 8184
-/// bytes (alignment up to 16) go through the calling thread's cache in front of the pool,
+/// It is a [`HostPool`] with [`HostAllocator::POLICY`]: regions of 1 MiB doubling up to 64 MiB,
+/// requests above 1 MiB in regions of their own (returned to the system as soon as they are freed),
+/// a free of 128 KiB or more giving back the regions it leaves wholly free (as glibc trims its heap
+/// at a free), and [`HostAllocator::trim`] giving back wholly free regions, cutting free region
+/// ends and releasing the pages of free chunks of 64 KiB or more. Waiting threads sleep
+/// ([`FutexLock`]). Nothing is mapped until the first allocation. Requests of up to 8184 bytes
+/// (alignment up to 16) go through the calling thread's cache in front of the pool,
 /// without the lock (see `tagalloc::ThreadCache`): a thread's cache serves the first
 /// `HostAllocator` it uses and goes back to it at the thread's exit, on [`HostAllocator::trim`]
 /// and [`HostAllocator::flush_thread_cache`].
@@ -80,8 +79,7 @@ impl HostAllocator {
     /// The default policy: growth doubling from 1 MiB to 64 MiB regions (TensorFlow's
     /// `allow_growth`), requests above 1 MiB bypassing the shared regions, a free of 128 KiB or
     /// more giving back the regions it leaves wholly free (`Policy::trim_above`, after glibc's
-    /// `M_TRIM_THRESHOLD`), and trim
-    /// releasing free spans of 64 KiB or more.
+    /// `M_TRIM_THRESHOLD`), and trim releasing free spans of 64 KiB or more.
     pub const POLICY: Policy = Policy::new()
         .growth(Growth::Doubling {
             initial: 1 << 20,
@@ -197,6 +195,7 @@ unsafe impl SharedAlloc for HostAllocator {
     ) -> Result<NonNull<u8>, PoolError> {
         // A small block is kept, or moves to a block of the thread's cache, without the lock.
         let cached = tcache::with_cache(&self.pool, &self.cache_id, |cache| {
+            let cache = cache?;
             // SAFETY: `ptr` is a live block of this pool (the caller's contract), so its tag
             // reads soundly without the lock.
             let usable = unsafe { <InlineHeap>::unlocked_usable_size(ptr) }?;
@@ -205,7 +204,7 @@ unsafe impl SharedAlloc for HostAllocator {
             // it to the pool's path below.
             unsafe {
                 self.pool
-                    .realloc_with_cache(cache?, ptr, usable, align, new_size)
+                    .realloc_with_cache(cache, ptr, usable, align, new_size)
             }?
             .ok()
         });

@@ -571,16 +571,23 @@ fn try_registry<R>(f: impl FnOnce(&mut Table) -> R) -> Option<R> {
         .lock
         .compare_exchange(false, true, core::sync::atomic::Ordering::Acquire, Relaxed)
         .ok()?;
-    // SAFETY: the lock is held, so this is the only reference to the table.
-    let r = f(unsafe { &mut *REGISTRY.table.get() });
-    unlock_registry();
-    Some(r)
+    // SAFETY: the lock was just taken.
+    Some(unsafe { held_registry(f) })
 }
 
 /// Runs `f` with the table, under its lock.
 fn registry<R>(f: impl FnOnce(&mut Table) -> R) -> R {
     lock_registry();
-    // SAFETY: the lock is held, so this is the only reference to the table.
+    // SAFETY: the lock was just taken.
+    unsafe { held_registry(f) }
+}
+
+/// Runs `f` with the table, then gives the table's lock back.
+///
+/// # Safety
+/// This thread holds the table's lock.
+unsafe fn held_registry<R>(f: impl FnOnce(&mut Table) -> R) -> R {
+    // SAFETY: the caller holds the lock, so this is the only reference to the table.
     let r = f(unsafe { &mut *REGISTRY.table.get() });
     unlock_registry();
     r
@@ -616,11 +623,16 @@ mod tests {
     use crate::{HostAllocator, HostPool};
     use tagalloc::Pool;
 
-    static POOL: HostPool = SharedPool::new(Pool::new(
-        InlineHeap::new(),
-        MmapSource::new(),
-        HostAllocator::POLICY,
-    ));
+    /// A pool of its own for each test, as the host allocator's.
+    const fn host_pool() -> HostPool {
+        SharedPool::new(Pool::new(
+            InlineHeap::new(),
+            MmapSource::new(),
+            HostAllocator::POLICY,
+        ))
+    }
+
+    static POOL: HostPool = host_pool();
     static CACHES: CacheBinding = CacheBinding::new();
 
     /// Reports, when its thread exits, whether the initial-exec word was null by then.
@@ -664,11 +676,7 @@ mod tests {
         assert_eq!(s.cache.blocks, 0);
     }
 
-    static BUSY_POOL: HostPool = SharedPool::new(Pool::new(
-        InlineHeap::new(),
-        MmapSource::new(),
-        HostAllocator::POLICY,
-    ));
+    static BUSY_POOL: HostPool = host_pool();
     static BUSY: CacheBinding = CacheBinding::new();
 
     /// A thread whose first allocation finds the table's lock taken does not wait for it (its
@@ -706,11 +714,7 @@ mod tests {
         assert_eq!((s.heap.in_use, s.cache.blocks), (0, 0));
     }
 
-    static PROVEN_POOL: HostPool = SharedPool::new(Pool::new(
-        InlineHeap::new(),
-        MmapSource::new(),
-        HostAllocator::POLICY,
-    ));
+    static PROVEN_POOL: HostPool = host_pool();
     static PROVEN: CacheBinding = CacheBinding::new();
 
     /// `free_proven` leaves the block alone when its proof gives no size and frees it into the

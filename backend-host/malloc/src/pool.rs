@@ -22,26 +22,27 @@
 //! tags are reported with their address and the process aborts (`report::corruption`), as
 //! glibc does.
 //!
-//! **The per-thread cache.** Outside checked mode, small blocks (chunks up to 8 KiB) are
-//! allocated from and freed into the calling thread's cache (`tagalloc_host::CacheBinding`)
-//! without the lock, and a `realloc` of one is kept or moved to a block of the cache without it
-//! too (`CacheBinding::realloc_proven`, which proves the pointer as a cached free does). A cached free proves its pointer without the lock too, as far as that can
-//! be done soundly: its address must lie in one of the pool's regions as the hooks last
-//! published them ([`ranges::find_unlocked`]; a thread whose ranges have not changed since its
-//! last proofs uses the regions it found then, [`ranges::find_remembered`]), and only then is the tag word before it read,
-//! with a relaxed atomic load (`InlineHeap::unlocked_usable_size`), which is sound because the
-//! lock holder's only write to a live block's tag, its `PREV_IN_USE` bit, is a relaxed atomic
-//! store that keeps the size bits. The tag must say in use, with a size of a cached class that
-//! ends inside the region. Anything else (an address in no region, ranges changing meanwhile,
-//! a free or larger chunk) takes the locked path above, which proves and reports. A double free
-//! of a block sitting in a cache, this thread's or another's, is refused by the cache's key (see
-//! `tagalloc::ThreadCache`), and a `realloc` or size query of such a block too. Not made at a
-//! cached free: the neighbours' flags and footers of `usable_size_in` (the lock holder writes
-//! them as it carves and merges, so they cannot be read without the lock); they are checked
-//! when the block leaves its cache for the heap, under the lock (`Ranges`'s
-//! `free_cached_block`, which frees with the tags its proof read: `InlineHeap::free_in`), so
-//! damage after a small block is reported then, before the heap follows it. Checked mode bypasses the caches altogether: every allocation
-//! and free goes to the pool under the lock, and every free is proven by a walk.
+//! **The per-thread cache.** Outside checked mode, small blocks (chunks up to 8 KiB) are allocated
+//! from and freed into the calling thread's cache (`tagalloc_host::CacheBinding`) without the lock,
+//! and a `realloc` of one is kept or moved to a block of the cache without it too
+//! (`CacheBinding::realloc_proven`, which proves the pointer as a cached free does). A cached free
+//! proves its pointer without the lock too, as far as that can be done soundly: its address must
+//! lie in one of the pool's regions as the hooks last published them ([`ranges::find_unlocked`]; a
+//! thread whose ranges have not changed since its last proofs uses the regions it found then,
+//! [`ranges::find_remembered`]), and only then is the tag word before it read, with a relaxed
+//! atomic load (`InlineHeap::unlocked_usable_size`), which is sound because the lock holder's only
+//! write to a live block's tag, its `PREV_IN_USE` bit, is a relaxed atomic store that keeps the
+//! size bits. The tag must say in use, with a size of a cached class that ends inside the region.
+//! Anything else (an address in no region, ranges changing meanwhile, a free or larger chunk) takes
+//! the locked path above, which proves and reports. A double free of a block sitting in a cache,
+//! this thread's or another's, is refused by the cache's key (see `tagalloc::ThreadCache`), and a
+//! `realloc` or size query of such a block too. Not made at a cached free: the neighbours' flags
+//! and footers of `usable_size_in` (the lock holder writes them as it carves and merges, so they
+//! cannot be read without the lock); they are checked when the block leaves its cache for the heap,
+//! under the lock (`Ranges`'s `free_cached_block`, which frees with the tags its proof read:
+//! `InlineHeap::free_in`), so damage after a small block is reported then, before the heap follows
+//! it. Checked mode bypasses the caches altogether: every allocation and free goes to the pool
+//! under the lock, and every free is proven by a walk.
 
 use core::ptr::NonNull;
 
@@ -57,12 +58,12 @@ use crate::report;
 /// targets (`2 * sizeof(size_t)`), which is also the inline heap's granule.
 pub(crate) const MIN_ALIGN: usize = 16;
 
-/// The pool: the host pool (an inline heap over `mmap` regions) with the host allocator's
-/// policy: regions doubling from 1 MiB to 64 MiB, requests above 1 MiB in mappings of their
-/// own (unmapped on free), a free of 128 KiB or more unmapping the regions it leaves wholly
-/// free, `malloc_trim` unmapping wholly free regions
-/// and free region ends and releasing the pages of free chunks of 64 KiB or more. Its lock is [`PoolLock`], which
-/// the fork handlers can reach. Nothing is mapped until the first allocation.
+/// The pool: the host pool (an inline heap over `mmap` regions) with the host allocator's policy:
+/// regions doubling from 1 MiB to 64 MiB, requests above 1 MiB in mappings of their own (unmapped
+/// on free), a free of 128 KiB or more unmapping the regions it leaves wholly free, `malloc_trim`
+/// unmapping wholly free regions and free region ends and releasing the pages of free chunks of 64
+/// KiB or more. Its lock is [`PoolLock`], which the fork handlers can reach. Nothing is mapped
+/// until the first allocation.
 static POOL: SharedPool<InlineHeap, MmapSource, Ranges, PoolLock> =
     SharedPool::new(Pool::with_hooks(
         InlineHeap::new(),

@@ -451,8 +451,7 @@ where
                     }
                 }
                 cache.missed();
-                let bypass = pool.bypass_above();
-                cache.exchange(pool.cache_stats_mut(), bypass);
+                pool.exchange_cache(cache);
                 first
             }
             Err(e) => Err(unlocked_error(e, size)),
@@ -597,8 +596,7 @@ where
         match self.shared.lock() {
             Ok(mut st) => {
                 let pool = &mut st.heap;
-                let bypass = pool.bypass_above();
-                cache.exchange(pool.cache_stats_mut(), bypass);
+                pool.exchange_cache(cache);
                 // SAFETY: forwarded caller contract.
                 unsafe { pool.free(ptr, size) }
             }
@@ -663,8 +661,7 @@ where
         // The batch's holes, not the victim, serve the next listed requests (see `file_victim`).
         pool.heap_mut().file_victim();
         cache.spilled();
-        let bypass = pool.bypass_above();
-        cache.exchange(pool.cache_stats_mut(), bypass);
+        pool.exchange_cache(cache);
         Ok(())
     }
 
@@ -713,10 +710,8 @@ where
             unsafe { pool.free_from_cache(p, c.usable()) };
         });
         pool.heap_mut().file_victim();
-        let bypass = pool.bypass_above();
-        let s = pool.cache_stats_mut();
-        s.flushes += 1;
-        cache.exchange(s, bypass);
+        pool.cache_stats_mut().flushes += 1;
+        pool.exchange_cache(cache);
         Ok(())
     }
 }

@@ -115,11 +115,7 @@ impl Transfer {
         }
         h.batches[i][n] = Some(batch);
         h.lens[i] += 1;
-        self.count(
-            batch.len as usize,
-            batch.len as usize * c.chunk_bytes(),
-            true,
-        );
+        self.count(c, &batch, true);
         Ok(())
     }
 
@@ -135,11 +131,7 @@ impl Transfer {
         let n = usize::from(h.lens[i]);
         let batch = h.batches[i][n.checked_sub(1)?].take()?;
         h.lens[i] -= 1;
-        self.count(
-            batch.len as usize,
-            batch.len as usize * c.chunk_bytes(),
-            false,
-        );
+        self.count(c, &batch, false);
         Some(batch)
     }
 
@@ -155,11 +147,7 @@ impl Transfer {
                 h.lens[i] -= 1;
                 let n = usize::from(h.lens[i]);
                 if let Some(batch) = h.batches[i][n].take() {
-                    self.count(
-                        batch.len as usize,
-                        batch.len as usize * c.chunk_bytes(),
-                        false,
-                    );
+                    self.count(c, &batch, false);
                     each(c, batch);
                 }
             }
@@ -177,8 +165,10 @@ impl Transfer {
         self.bytes.load(Ordering::Relaxed)
     }
 
-    /// Adds or takes away `blocks` and `bytes` (the lock's holder only).
-    fn count(&self, blocks: usize, bytes: usize, add: bool) {
+    /// Adds `batch` of class `c` to the figures, or takes it away (the lock's holder only).
+    fn count(&self, c: Class, batch: &Batch, add: bool) {
+        let blocks = batch.len as usize;
+        let bytes = blocks * c.chunk_bytes();
         if add {
             self.blocks.fetch_add(blocks, Ordering::Relaxed);
             self.bytes.fetch_add(bytes, Ordering::Relaxed);

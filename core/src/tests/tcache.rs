@@ -38,6 +38,19 @@ fn pool(len: usize) -> (TestPool, (usize, usize)) {
 
 const KEY: usize = 0x5eed_0fca_5e00;
 
+/// Flushes `caches` into `pool`: then nothing is left in use, and the heap is sound.
+///
+/// # Safety
+/// Every cache belongs to `pool`.
+unsafe fn flush_all_back(pool: &TestPool, caches: &mut [&mut ThreadCache]) {
+    for cache in caches {
+        // SAFETY: the caller's promise.
+        unsafe { pool.flush_cache(cache).unwrap() };
+    }
+    assert_eq!(pool.stats().unwrap().heap.in_use, 0);
+    pool.with_pool(|p| p.check()).unwrap().unwrap();
+}
+
 #[test]
 fn a_freed_small_block_comes_back_from_the_cache() {
     let (pool, _) = pool(64 << 10);
@@ -106,9 +119,7 @@ fn a_full_class_spills_a_batch_and_stays_within_its_bounds() {
         assert!(pool.stats().unwrap().cache.spills >= 1);
     }
     // SAFETY: the cache belongs to this pool.
-    unsafe { pool.flush_cache(&mut cache).unwrap() };
-    assert_eq!(pool.stats().unwrap().heap.in_use, 0);
-    pool.with_pool(|p| p.check()).unwrap().unwrap();
+    unsafe { flush_all_back(&pool, &mut [&mut cache]) };
 }
 
 #[test]
@@ -127,8 +138,7 @@ fn the_total_bound_holds_across_classes() {
         assert!(cache.bytes() <= TOTAL_BYTES);
     }
     // SAFETY: the cache belongs to this pool.
-    unsafe { pool.flush_cache(&mut cache).unwrap() };
-    assert_eq!(pool.stats().unwrap().heap.in_use, 0);
+    unsafe { flush_all_back(&pool, &mut [&mut cache]) };
 }
 
 #[test]
@@ -153,12 +163,7 @@ fn a_double_free_through_a_cache_is_refused_and_writes_nothing() {
         "nothing was cached"
     );
     // SAFETY: both caches belong to this pool.
-    unsafe {
-        pool.flush_cache(&mut mine).unwrap();
-        pool.flush_cache(&mut other).unwrap();
-    }
-    assert_eq!(pool.stats().unwrap().heap.in_use, 0);
-    pool.with_pool(|p| p.check()).unwrap().unwrap();
+    unsafe { flush_all_back(&pool, &mut [&mut mine, &mut other]) };
 }
 
 #[test]
@@ -189,9 +194,8 @@ fn large_and_overaligned_requests_bypass_the_cache() {
     unsafe {
         pool.free_with_cache(&mut cache, big, 9000).unwrap();
         pool.free_with_cache(&mut cache, aligned, 64).unwrap();
-        pool.flush_cache(&mut cache).unwrap();
+        flush_all_back(&pool, &mut [&mut cache]);
     }
-    assert_eq!(pool.stats().unwrap().heap.in_use, 0);
 }
 
 #[test]
@@ -272,10 +276,8 @@ fn a_block_between_two_class_sizes_is_filed_by_its_own_chunk() {
     // SAFETY: as above; the cache belongs to this pool.
     unsafe {
         pool.free_with_cache(&mut cache, p, 1900).unwrap();
-        pool.flush_cache(&mut cache).unwrap();
+        flush_all_back(&pool, &mut [&mut cache]);
     }
-    assert_eq!(pool.stats().unwrap().heap.in_use, 0);
-    pool.with_pool(|p| p.check()).unwrap().unwrap();
 }
 
 #[test]
@@ -320,10 +322,8 @@ fn a_block_freed_by_another_cache_is_served_there() {
     // SAFETY: given up once; both caches belong to this pool.
     unsafe {
         pool.free_with_cache(&mut b, q, 200).unwrap();
-        pool.flush_cache(&mut a).unwrap();
-        pool.flush_cache(&mut b).unwrap();
+        flush_all_back(&pool, &mut [&mut a, &mut b]);
     }
-    assert_eq!(pool.stats().unwrap().heap.in_use, 0);
 }
 
 /// After a spill the victim is filed: the next listed request takes the smallest hole that
@@ -643,11 +643,8 @@ fn a_spill_that_finds_the_lock_taken_hands_its_batch_to_another_cache() {
     // SAFETY: `got` is live and given up once; the caches belong to this pool.
     unsafe {
         pool.free_with_cache(&mut b, got, 100).unwrap();
-        pool.flush_cache(&mut a).unwrap();
-        pool.flush_cache(&mut b).unwrap();
+        flush_all_back(&pool, &mut [&mut a, &mut b]);
     }
-    assert_eq!(pool.stats().unwrap().heap.in_use, 0);
-    pool.with_pool(|p| p.check()).unwrap().unwrap();
 }
 
 /// `flush_transfer` (what a trim does first) gives the transfer's batches to the heap.
@@ -682,6 +679,5 @@ fn flushing_the_transfer_gives_its_batches_to_the_heap() {
     );
     pool.with_pool(|p| p.check()).unwrap().unwrap();
     // SAFETY: the cache belongs to this pool.
-    unsafe { pool.flush_cache(&mut a).unwrap() };
-    assert_eq!(pool.stats().unwrap().heap.in_use, 0);
+    unsafe { flush_all_back(&pool, &mut [&mut a]) };
 }

@@ -6,7 +6,7 @@ use core::ptr::{self, NonNull};
 
 use cudarc::driver::sys;
 
-use crate::driver::{DevicePtr, Driver, Granularity, MemInfo, PinFlags};
+use crate::driver::{Capture, DevicePtr, Driver, Granularity, MemInfo, PinFlags};
 use crate::error::DriverError;
 
 /// The driver entry points this module calls, by the symbol names cudarc loads; checked by
@@ -41,6 +41,9 @@ pub(crate) const ENTRY_POINTS: &[&str] = &[
     "cuStreamCreate",
     "cuStreamDestroy_v2",
     "cuStreamSynchronize",
+    "cuStreamWaitEvent",
+    "cuStreamGetCaptureInfo_v2",
+    "cuThreadExchangeStreamCaptureMode",
     "cuEventCreate",
     "cuEventDestroy_v2",
     "cuEventRecord",
@@ -277,6 +280,36 @@ impl Drop for CudaDriver {
     }
 }
 
+/// This thread's stream-capture interaction mode set to relaxed until dropped, then put back.
+///
+/// While any thread captures a CUDA graph in the global mode (PyTorch's default), calls that
+/// might synchronise implicitly (`cuMemAlloc`, `cuMemCreate`, `cuMemMap`, …) fail on every
+/// thread unless that thread is relaxed. Growing or trimming a pool during a capture is safe
+/// (a graph keeps the addresses it captured; nothing is freed that the graph uses), so the
+/// memory calls run relaxed, as PyTorch's caching allocator runs its `cudaMalloc`.
+struct Relaxed {
+    previous: sys::CUstreamCaptureMode,
+}
+
+impl Relaxed {
+    fn new() -> Result<Relaxed, DriverError> {
+        let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: `mode` is a valid in/out pointer holding a valid mode.
+        check("cuThreadExchangeStreamCaptureMode", unsafe {
+            sys::cuThreadExchangeStreamCaptureMode(&mut mode)
+        })?;
+        Ok(Relaxed { previous: mode })
+    }
+}
+
+impl Drop for Relaxed {
+    fn drop(&mut self) {
+        let mut mode = self.previous;
+        // SAFETY: `mode` is a valid in/out pointer holding the mode read in `new`.
+        let _ = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
+    }
+}
+
 /// The driver's context, current on this thread until dropped (popped if it was pushed).
 struct Bound {
     pushed: bool,
@@ -359,6 +392,7 @@ impl Driver for CudaDriver {
 
     fn mem_alloc(&self, bytes: usize) -> Result<DevicePtr, DriverError> {
         let _bound = self.bind()?;
+        let _relaxed = Relaxed::new()?;
         let mut ptr: sys::CUdeviceptr = 0;
         // SAFETY: valid out-pointer; the driver checks the size.
         check("cuMemAlloc", unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes) })?;
@@ -392,6 +426,7 @@ impl Driver for CudaDriver {
 
     fn mem_address_reserve(&self, bytes: usize, align: usize) -> Result<DevicePtr, DriverError> {
         let _bound = self.bind()?;
+        let _relaxed = Relaxed::new()?;
         let mut ptr: sys::CUdeviceptr = 0;
         // SAFETY: valid out-pointer; no fixed address is asked for (0) and flags are 0.
         check("cuMemAddressReserve", unsafe {
@@ -410,6 +445,7 @@ impl Driver for CudaDriver {
 
     fn mem_create(&self, bytes: usize) -> Result<CuPhysical, DriverError> {
         let _bound = self.bind()?;
+        let _relaxed = Relaxed::new()?;
         let prop = self.allocation_prop();
         let mut handle: sys::CUmemGenericAllocationHandle = 0;
         // SAFETY: valid out-pointer and a fully initialised property struct; flags are 0.
@@ -421,6 +457,7 @@ impl Driver for CudaDriver {
 
     unsafe fn mem_release(&self, handle: CuPhysical) -> Result<(), DriverError> {
         let _bound = self.bind()?;
+        let _relaxed = Relaxed::new()?;
         // SAFETY: the caller guarantees the handle is theirs and not used again.
         check("cuMemRelease", unsafe { sys::cuMemRelease(handle.0) })
     }
@@ -432,6 +469,7 @@ impl Driver for CudaDriver {
         handle: CuPhysical,
     ) -> Result<(), DriverError> {
         let _bound = self.bind()?;
+        let _relaxed = Relaxed::new()?;
         // SAFETY: the caller guarantees the range and the handle are theirs; offset and flags
         // are 0.
         check("cuMemMap", unsafe {
@@ -441,6 +479,7 @@ impl Driver for CudaDriver {
 
     unsafe fn mem_set_access(&self, ptr: DevicePtr, bytes: usize) -> Result<(), DriverError> {
         let _bound = self.bind()?;
+        let _relaxed = Relaxed::new()?;
         let desc = sys::CUmemAccessDesc {
             location: self.location(),
             flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
@@ -453,6 +492,7 @@ impl Driver for CudaDriver {
 
     unsafe fn mem_unmap(&self, ptr: DevicePtr, bytes: usize) -> Result<(), DriverError> {
         let _bound = self.bind()?;
+        let _relaxed = Relaxed::new()?;
         // SAFETY: the caller guarantees the mappings are theirs and idle.
         check("cuMemUnmap", unsafe { sys::cuMemUnmap(ptr.0, bytes) })
     }
@@ -532,6 +572,41 @@ impl Driver for CudaDriver {
         // SAFETY: the caller guarantees the stream is live.
         check("cuStreamSynchronize", unsafe {
             sys::cuStreamSynchronize(stream.as_raw())
+        })
+    }
+
+    unsafe fn stream_wait_event(
+        &self,
+        stream: CuStream,
+        event: CuEvent,
+    ) -> Result<(), DriverError> {
+        let _bound = self.bind()?;
+        // SAFETY: the caller guarantees both handles are live; flags are 0.
+        check("cuStreamWaitEvent", unsafe {
+            sys::cuStreamWaitEvent(stream.as_raw(), event.as_raw(), 0)
+        })
+    }
+
+    unsafe fn stream_capture(&self, stream: CuStream) -> Result<Capture, DriverError> {
+        let _bound = self.bind()?;
+        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        let mut id: sys::cuuint64_t = 0;
+        // SAFETY: the caller guarantees the stream is live; `status` and `id` are valid
+        // out-pointers, and the graph and dependency outputs are optional (null).
+        check("cuStreamGetCaptureInfo", unsafe {
+            sys::cuStreamGetCaptureInfo_v2(
+                stream.as_raw(),
+                &mut status,
+                &mut id,
+                ptr::null_mut(),
+                ptr::null_mut(),
+                ptr::null_mut(),
+            )
+        })?;
+        Ok(match status {
+            sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE => Capture::None,
+            sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE => Capture::Active(id),
+            _ => Capture::Invalidated,
         })
     }
 

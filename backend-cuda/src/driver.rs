@@ -76,6 +76,30 @@ impl PinFlags {
     };
 }
 
+/// Whether a stream is being captured into a CUDA graph (`cuStreamGetCaptureInfo`).
+///
+/// While a stream captures, the work queued on it is recorded into a graph instead of run, so
+/// synchronising it, querying or synchronising an event recorded on it, or making it wait for an
+/// event recorded outside the capture is illegal (the driver refuses, and invalidates the
+/// capture). A device allocator asks before any such call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Capture {
+    /// Not capturing: every call is allowed.
+    None,
+    /// Capturing, in the capture sequence with this id (unique per process).
+    Active(u64),
+    /// In a capture sequence that an illegal call already invalidated; still capturing until
+    /// the capture ends.
+    Invalidated,
+}
+
+impl Capture {
+    /// Whether the stream is in a capture sequence, active or invalidated.
+    pub fn is_capturing(self) -> bool {
+        self != Capture::None
+    }
+}
+
 /// The CUDA driver calls a device allocator needs, for one device (the driver's
 /// [`device`](Driver::device)), whose context every call runs in.
 ///
@@ -291,12 +315,36 @@ pub trait Driver {
     unsafe fn stream_destroy(&self, stream: Self::Stream) -> Result<(), DriverError>;
 
     /// Blocks until all work queued on `stream` has completed (`cuStreamSynchronize`): every
-    /// event recorded on it before the call has completed after it.
+    /// event recorded on it before the call has completed after it. Illegal on a capturing
+    /// stream (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`).
     ///
     /// # Safety
     ///
     /// `stream` is live: the default stream, or one of this driver's not yet destroyed.
     unsafe fn stream_synchronize(&self, stream: Self::Stream) -> Result<(), DriverError>;
+
+    /// Makes all work queued on `stream` from now on wait, on the device, until the work
+    /// `event` recorded has completed (`cuStreamWaitEvent`, flags 0). The host does not wait:
+    /// the call returns at once. An event never recorded imposes no wait. A capturing stream
+    /// may wait only for an event recorded in the same capture
+    /// (`CUDA_ERROR_STREAM_CAPTURE_ISOLATION` otherwise).
+    ///
+    /// # Safety
+    ///
+    /// `stream` and `event` are live.
+    unsafe fn stream_wait_event(
+        &self,
+        stream: Self::Stream,
+        event: Self::Event,
+    ) -> Result<(), DriverError>;
+
+    /// Whether `stream` is being captured into a CUDA graph (`cuStreamGetCaptureInfo`), which
+    /// decides what may be called on it (see [`Capture`]). Legal at any time, capturing or not.
+    ///
+    /// # Safety
+    ///
+    /// `stream` is live.
+    unsafe fn stream_capture(&self, stream: Self::Stream) -> Result<Capture, DriverError>;
 
     // --- events -------------------------------------------------------------------------------
 
@@ -443,6 +491,18 @@ macro_rules! forward_driver {
         unsafe fn stream_synchronize(&self, stream: Self::Stream) -> Result<(), DriverError> {
             // SAFETY: the caller keeps the contract of `stream_synchronize`.
             unsafe { (**self).stream_synchronize(stream) }
+        }
+        unsafe fn stream_wait_event(
+            &self,
+            stream: Self::Stream,
+            event: Self::Event,
+        ) -> Result<(), DriverError> {
+            // SAFETY: the caller keeps the contract of `stream_wait_event`.
+            unsafe { (**self).stream_wait_event(stream, event) }
+        }
+        unsafe fn stream_capture(&self, stream: Self::Stream) -> Result<Capture, DriverError> {
+            // SAFETY: the caller keeps the contract of `stream_capture`.
+            unsafe { (**self).stream_capture(stream) }
         }
         fn event_create(&self) -> Result<Self::Event, DriverError> {
             (**self).event_create()

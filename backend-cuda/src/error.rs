@@ -35,6 +35,15 @@ pub mod code {
     pub const HOST_MEMORY_NOT_REGISTERED: u32 = 713;
     /// `CUDA_ERROR_NOT_SUPPORTED`: e.g. virtual memory management on a device without it.
     pub const NOT_SUPPORTED: u32 = 801;
+    /// `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`: a call that is illegal while a stream captures
+    /// a CUDA graph (synchronising it, or querying events while a capture is under way).
+    pub const STREAM_CAPTURE_UNSUPPORTED: u32 = 900;
+    /// `CUDA_ERROR_STREAM_CAPTURE_ISOLATION`: a capturing stream made to wait for work outside
+    /// its capture.
+    pub const STREAM_CAPTURE_ISOLATION: u32 = 905;
+    /// `CUDA_ERROR_CAPTURED_EVENT`: querying or synchronising an event last recorded on a
+    /// capturing stream.
+    pub const CAPTURED_EVENT: u32 = 907;
     /// `CUDA_ERROR_UNKNOWN`.
     pub const UNKNOWN: u32 = 999;
 }

@@ -113,7 +113,7 @@ pub use cudarc_buffer::CudaBuffer;
 pub use device_pool::{
     DeviceBlock, DeviceConfig, DeviceCounters, DeviceError, DeviceHeap, DevicePool, DeviceStats,
 };
-pub use driver::{DevicePtr, Driver, Granularity, MemInfo, PinFlags};
+pub use driver::{Capture, DevicePtr, Driver, Granularity, MemInfo, PinFlags};
 pub use error::{code, code_name, DriverError};
 pub use registry::PoolRegistry;
 pub use shared_device::SharedDevicePool;

@@ -29,6 +29,8 @@ pub enum Call {
     StreamCreate,
     StreamDestroy,
     StreamSynchronize,
+    StreamWaitEvent,
+    StreamGetCaptureInfo,
     EventCreate,
     EventDestroy,
     EventRecord,
@@ -38,7 +40,7 @@ pub enum Call {
 
 impl Call {
     /// Every kind, in declaration order.
-    pub const ALL: [Call; 26] = [
+    pub const ALL: [Call; 28] = [
         Call::DeviceCount,
         Call::MakeCurrent,
         Call::MemGetInfo,
@@ -60,6 +62,8 @@ impl Call {
         Call::StreamCreate,
         Call::StreamDestroy,
         Call::StreamSynchronize,
+        Call::StreamWaitEvent,
+        Call::StreamGetCaptureInfo,
         Call::EventCreate,
         Call::EventDestroy,
         Call::EventRecord,
@@ -91,6 +95,8 @@ impl Call {
             Call::StreamCreate => "cuStreamCreate",
             Call::StreamDestroy => "cuStreamDestroy",
             Call::StreamSynchronize => "cuStreamSynchronize",
+            Call::StreamWaitEvent => "cuStreamWaitEvent",
+            Call::StreamGetCaptureInfo => "cuStreamGetCaptureInfo",
             Call::EventCreate => "cuEventCreate",
             Call::EventDestroy => "cuEventDestroy",
             Call::EventRecord => "cuEventRecord",
@@ -104,6 +110,23 @@ impl Call {
         matches!(
             self,
             Call::CtxSynchronize | Call::StreamSynchronize | Call::EventSynchronize
+        )
+    }
+
+    /// Whether the call obtains, maps or gives back device memory (the slow kind, for the
+    /// fake's clock).
+    pub const fn changes_memory(self) -> bool {
+        matches!(
+            self,
+            Call::MemAlloc
+                | Call::MemFree
+                | Call::MemAddressReserve
+                | Call::MemAddressFree
+                | Call::MemCreate
+                | Call::MemRelease
+                | Call::MemMap
+                | Call::MemSetAccess
+                | Call::MemUnmap
         )
     }
 

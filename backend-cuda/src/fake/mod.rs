@@ -29,13 +29,13 @@ use std::ptr::NonNull;
 use std::sync::{Mutex, MutexGuard};
 
 pub use calls::{Call, CallCounts};
-pub use timeline::FakeMark;
+pub use timeline::{ClockReport, FakeClock, FakeMark, FakePoint};
 
-use crate::driver::{DevicePtr, Driver, Granularity, MemInfo, PinFlags};
+use crate::driver::{Capture, DevicePtr, Driver, Granularity, MemInfo, PinFlags};
 use crate::error::{code, DriverError};
 use calls::Injection;
 use space::DeviceSpace;
-use timeline::{BadHandle, Timeline};
+use timeline::{Refused, Timeline};
 
 /// What a [`FakeDriver`] pretends to be. The defaults are a 16 GiB card with 2 MiB pages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,6 +59,10 @@ pub struct FakeConfig {
     /// Whether [`Driver::mem_free`] completes all recorded work, as `cudaFree` waits for the
     /// device before it returns.
     pub free_synchronizes: bool,
+    /// `None`: work completes when the test says (or a synchronising call would have waited
+    /// for it). `Some`: a host clock and a device clock per stream decide (see
+    /// [`FakeClock`] and [`FakeDriver::launch`]).
+    pub clock: Option<FakeClock>,
 }
 
 impl Default for FakeConfig {
@@ -72,6 +76,7 @@ impl Default for FakeConfig {
             recommended_granularity: 2 << 20,
             host_memory_limit: 16 << 30,
             free_synchronizes: true,
+            clock: None,
         }
     }
 }
@@ -162,6 +167,7 @@ impl State {
     /// Counts a call, and fails it if a failure was injected for it.
     fn enter(&mut self, call: Call) -> Result<(), DriverError> {
         let n = self.calls.bump(call);
+        self.timeline.host_call(call.changes_memory());
         if let Some(i) = self
             .injections
             .iter()
@@ -253,7 +259,7 @@ impl FakeDriver {
                 host: HashMap::new(),
                 host_used: 0,
                 registered: BTreeMap::new(),
-                timeline: Timeline::new(),
+                timeline: Timeline::new(config.clock),
                 calls: CallCounts::default(),
                 injections: Vec::new(),
             }),
@@ -357,7 +363,7 @@ impl FakeDriver {
         self.lock()
             .timeline
             .complete(event.0)
-            .map_err(|BadHandle| DriverError::cuda("complete", code::INVALID_HANDLE))
+            .map_err(refused("complete"))
     }
 
     /// Completes everything recorded on `stream` (destroyed or not).
@@ -365,7 +371,7 @@ impl FakeDriver {
         self.lock()
             .timeline
             .complete_stream(stream.0)
-            .map_err(|BadHandle| DriverError::cuda("complete_stream", code::INVALID_HANDLE))
+            .map_err(refused("complete_stream"))
     }
 
     /// A point in time: everything recorded so far.
@@ -387,6 +393,83 @@ impl FakeDriver {
     pub fn pending_events(&self) -> usize {
         self.lock().timeline.pending_events()
     }
+
+    // --- the device's work and the clock ------------------------------------------------------
+
+    /// Queues work on `stream` that takes `ns` nanoseconds of device time (a kernel using the
+    /// memory just allocated, say), and returns its point. With a clock it starts once the host
+    /// has queued it and the stream is done with what came before; without one it completes
+    /// when the test says. `CUDA_ERROR_INVALID_HANDLE` for a destroyed or unknown stream.
+    pub fn launch(&self, stream: FakeStream, ns: u64) -> Result<FakePoint, DriverError> {
+        self.lock()
+            .timeline
+            .launch(stream.0, ns)
+            .map_err(refused("launch"))
+    }
+
+    /// The point of everything queued on `stream` so far (a block's last use, at its free).
+    pub fn point(&self, stream: FakeStream) -> Result<FakePoint, DriverError> {
+        self.lock()
+            .timeline
+            .point(stream.0)
+            .map_err(refused("point"))
+    }
+
+    /// Whether work queued on `stream` from now on runs after `point`'s work: on the same
+    /// stream, completed, or waited for on the device (directly, or through other streams'
+    /// waits). The oracle of stream-ordered reuse: a block may be handed to `stream` only if
+    /// this holds for every earlier use of its memory.
+    pub fn ordered_after(&self, stream: FakeStream, point: FakePoint) -> bool {
+        self.lock().timeline.ordered_after(stream.0, point)
+    }
+
+    /// Moves the host clock on by `ns` (the program's own work between driver calls).
+    pub fn advance_host(&self, ns: u64) {
+        self.lock().timeline.advance_host(ns);
+    }
+
+    /// The clock's figures: host time, host time stalled in synchronisations, and when the
+    /// device will have drained. All zero without a clock.
+    pub fn clock_report(&self) -> ClockReport {
+        self.lock().timeline.report()
+    }
+
+    // --- graph capture -------------------------------------------------------------------------
+
+    /// Starts capturing `stream` into a graph (`cuStreamBeginCapture`, global mode): until
+    /// [`FakeDriver::end_capture`], synchronisations and event queries fail on every thread
+    /// (and invalidate the capture), work queued on the stream takes no device time, and an
+    /// event recorded on it belongs to the graph. Returns the capture's id. The default
+    /// stream, or a stream capturing already, is `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`.
+    pub fn begin_capture(&self, stream: FakeStream) -> Result<u64, DriverError> {
+        self.lock()
+            .timeline
+            .begin_capture(stream.0)
+            .map_err(refused("cuStreamBeginCapture"))
+    }
+
+    /// Ends `stream`'s capture (`cuStreamEndCapture`): `Ok(true)`, or `Ok(false)` when an
+    /// illegal call invalidated it (the real driver then fails with
+    /// `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`).
+    pub fn end_capture(&self, stream: FakeStream) -> Result<bool, DriverError> {
+        self.lock()
+            .timeline
+            .end_capture(stream.0)
+            .map_err(refused("cuStreamEndCapture"))
+    }
+}
+
+/// The driver's error for a refused timeline operation of `call`.
+fn refused(call: &'static str) -> impl Fn(Refused) -> DriverError {
+    move |r| {
+        let code = match r {
+            Refused::BadHandle => code::INVALID_HANDLE,
+            Refused::Capturing => code::STREAM_CAPTURE_UNSUPPORTED,
+            Refused::Isolation => code::STREAM_CAPTURE_ISOLATION,
+            Refused::CapturedEvent => code::CAPTURED_EVENT,
+        };
+        DriverError::cuda(call, code)
+    }
 }
 
 fn granular(x: u64, g: u64) -> bool {
@@ -397,8 +480,8 @@ fn invalid(call: Call) -> DriverError {
     DriverError::cuda(call.entry_point(), code::INVALID_VALUE)
 }
 
-fn bad_handle(call: Call) -> impl Fn(BadHandle) -> DriverError {
-    move |BadHandle| DriverError::cuda(call.entry_point(), code::INVALID_HANDLE)
+fn bad_handle(call: Call) -> impl Fn(Refused) -> DriverError {
+    refused(call.entry_point())
 }
 
 fn out_of_memory(call: Call) -> DriverError {
@@ -433,10 +516,10 @@ impl Driver for FakeDriver {
     }
 
     fn ctx_synchronize(&self) -> Result<(), DriverError> {
+        const C: Call = Call::CtxSynchronize;
         let mut st = self.lock();
-        st.enter(Call::CtxSynchronize)?;
-        st.timeline.complete_all();
-        Ok(())
+        st.enter(C)?;
+        st.timeline.synchronize_all().map_err(bad_handle(C))
     }
 
     fn mem_alloc(&self, bytes: usize) -> Result<DevicePtr, DriverError> {
@@ -463,12 +546,16 @@ impl Driver for FakeDriver {
         const C: Call = Call::MemFree;
         let mut st = self.lock();
         st.enter(C)?;
+        if !st.allocs.contains_key(&ptr.0) {
+            return Err(invalid(C));
+        }
+        if self.config.free_synchronizes {
+            // `cudaFree` waits for the device: illegal while a graph is captured.
+            st.timeline.synchronize_all().map_err(bad_handle(C))?;
+        }
         let size = st.allocs.remove(&ptr.0).ok_or(invalid(C))?;
         st.space.give(ptr.0, size);
         st.used -= size;
-        if self.config.free_synchronizes {
-            st.timeline.complete_all();
-        }
         Ok(())
     }
 
@@ -731,6 +818,32 @@ impl Driver for FakeDriver {
             .map_err(bad_handle(C))
     }
 
+    unsafe fn stream_wait_event(
+        &self,
+        stream: FakeStream,
+        event: FakeEvent,
+    ) -> Result<(), DriverError> {
+        const C: Call = Call::StreamWaitEvent;
+        let mut st = self.lock();
+        st.enter(C)?;
+        st.timeline
+            .wait_event(stream.0, event.0)
+            .map_err(bad_handle(C))
+    }
+
+    unsafe fn stream_capture(&self, stream: FakeStream) -> Result<Capture, DriverError> {
+        const C: Call = Call::StreamGetCaptureInfo;
+        let mut st = self.lock();
+        st.enter(C)?;
+        Ok(
+            match st.timeline.capture(stream.0).map_err(bad_handle(C))? {
+                None => Capture::None,
+                Some((id, false)) => Capture::Active(id),
+                Some((_, true)) => Capture::Invalidated,
+            },
+        )
+    }
+
     fn event_create(&self) -> Result<FakeEvent, DriverError> {
         let mut st = self.lock();
         st.enter(Call::EventCreate)?;
@@ -762,8 +875,9 @@ impl Driver for FakeDriver {
         const C: Call = Call::EventSynchronize;
         let mut st = self.lock();
         st.enter(C)?;
-        // The host would wait until the event completed; here it completes now.
-        st.timeline.complete(event.0).map_err(bad_handle(C))
+        st.timeline
+            .synchronize_event(event.0)
+            .map_err(bad_handle(C))
     }
 }
 

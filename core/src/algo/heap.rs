@@ -789,6 +789,18 @@ impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
         Ok(Some(tail))
     }
 
+    /// Merges the in-use chunk `c` with its physical successor `n`, in use too: the inverse of
+    /// [`Heap::split_in_use`]. `false` (and nothing changed) when `n` is not `c`'s successor in
+    /// use. The successor counts as a chunk freed, with no bytes taken from those in use.
+    pub fn merge_in_use(&mut self, c: T::Chunk, n: T::Chunk) -> bool {
+        if self.tags.next(c) != Some(n) || self.tags.is_free(n) {
+            return false;
+        }
+        self.tags.absorb_next(c);
+        self.tally.freed(0);
+        true
+    }
+
     /// Shrinks the in-use chunk `c` of `have` granules to `need` (at most `have`), freeing
     /// the tail if it can stand alone.
     #[inline(never)]

@@ -340,6 +340,27 @@ impl<S: RecordStore> DetachedHeap<S> {
         Ok((head_block, Some(tail_block)))
     }
 
+    /// Merges the live `first` with the live `second` that starts where `first` ends (in the
+    /// same region): one live block of both their bytes, keeping `first`'s handle; `second`'s
+    /// handle names nothing from now on. The inverse of [`DetachedHeap::split`]. Errors: either
+    /// is not a live block of this heap (as for [`DetachedHeap::free`]), or `second` does not
+    /// follow `first` (`ForeignPointer`); nothing changes then.
+    ///
+    /// # Time Complexity
+    /// `O(1)`.
+    pub fn merge(&mut self, first: Block, second: Block) -> Result<Block, Error> {
+        let (a, _) = self.validate(&first)?;
+        let (b, _) = self.validate(&second)?;
+        if !self.heap.merge_in_use(a, b) {
+            return Err(Error::ForeignPointer);
+        }
+        let tags = self.heap.tags();
+        Ok(Block {
+            size: tags.rec(a).size << tags.layout.shift(),
+            ..first
+        })
+    }
+
     /// Bytes usable in `block` (at least its size), or the reason it is not a live block of
     /// this heap.
     ///

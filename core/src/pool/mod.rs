@@ -928,6 +928,16 @@ impl<R: RecordStore, S: RegionSource<Base = usize>, K: Hooks> Pool<DetachedHeap<
         }
         self.heap.split(block, head)
     }
+
+    /// Merges two live blocks, `second` starting where `first` ends, into one (see
+    /// [`DetachedHeap::merge`]); nothing is allocated or freed, so the pool's figures stay.
+    /// `Ok(None)` (nothing changed) when the merged block would be above the bypass threshold.
+    pub fn merge(&mut self, first: Block, second: Block) -> Result<Option<Block>, Error> {
+        if self.bypasses(first.size.saturating_add(second.size)) {
+            return Ok(None);
+        }
+        self.heap.merge(first, second).map(Some)
+    }
 }
 
 impl<S: RegionSource<Base = NonNull<u8>>, K: Hooks> Pool<InlineHeap, S, K> {

@@ -166,9 +166,12 @@ fn another_stream_takes_a_pending_block_by_a_device_side_wait() {
     assert_eq!(pool.stats().counters.reused_across, 1);
     pool.check().unwrap();
 
-    // Once the device has passed a free, the block comes back with no wait at all.
+    // Once the device has passed a free and a poll has seen it (a miss polls at most every
+    // few calls; the periodic poll, or `process_events`, at any time), the block comes back
+    // with no wait at all.
     pool.free(b).unwrap(); // pending on T now
     gpu.complete_all();
+    pool.process_events().unwrap();
     let before = gpu.calls();
     let c = pool.alloc(4 * MIB, s).unwrap();
     assert_eq!(c.ptr(), a.ptr(), "reused after the event completed");
@@ -526,6 +529,7 @@ fn out_of_memory_reuses_completed_frees_waits_on_the_device_then_synchronises_th
     // 1. A free on S whose event has completed: T reuses it, no wait of any kind.
     pool.free(on_s.pop().unwrap()).unwrap();
     gpu.complete_stream(s).unwrap();
+    pool.process_events().unwrap(); // the poll sees it
     let before = gpu.calls();
     let t1 = pool.alloc(2 * MIB, t).unwrap();
     assert_eq!(gpu.calls().since(&before).synchronizations(), 0);

@@ -80,6 +80,11 @@ struct Freeing {
     reusable: bool,
 }
 
+/// The fewest pool calls between two polls a miss makes: a poll queries an event per stream,
+/// and on a trace where misses come in runs (a stream's turn) polling each of them finds
+/// nothing new (figures: `docs/device-pool.md`).
+const MISS_POLL_GAP: u64 = 32;
+
 /// How many pending blocks, smallest first, a miss looks at for one it may take across
 /// streams (one may be unusable: recorded in another capture).
 const ACROSS_CANDIDATES: usize = 8;
@@ -223,7 +228,7 @@ impl<D: Driver> StreamOrder<D> {
             // A miss: what the device has passed goes back to the heap first (no wait at
             // all), then a pending block, taken by a device-side wait if another stream freed
             // it.
-            if self.captures == 0 {
+            if self.captures == 0 && self.clock - self.polled >= MISS_POLL_GAP {
                 self.poll_all(mem)?;
                 if let Some(b) = self.heap_block(mem, si, size, false)? {
                     return Ok(b);
@@ -240,9 +245,7 @@ impl<D: Driver> StreamOrder<D> {
             )
             .into()),
             Err(Miss::Fail(DeviceError::Pool { error, .. }))
-                if may_sync
-                    && error.is_exhaustion()
-                    && (self.slots.count > 0 || self.epoch.is_some()) =>
+                if may_sync && error.is_exhaustion() && self.slots.count > 0 =>
             {
                 self.counters.exhaustion_retries += 1;
                 Err(Miss::Sync)
@@ -337,11 +340,21 @@ impl<D: Driver> StreamOrder<D> {
             .take(ACROSS_CANDIDATES)
             .map(|&(_, slot)| slot)
             .collect();
-        for slot in candidates {
-            if !self.may_take(mem, si, slot, here)? {
-                continue;
+        // A fit that needs no new wait first (the stream waited for its batches already),
+        // else the smallest it may wait for.
+        let free_of_waits = candidates
+            .iter()
+            .copied()
+            .find(|&slot| self.waits_needed(si, slot).is_empty());
+        let mut chosen = None;
+        for slot in free_of_waits.into_iter().chain(candidates) {
+            if self.may_take(mem, si, slot, here)? {
+                chosen = Some(slot);
+                break;
             }
-            self.wait_for(mem, si, slot)?;
+        }
+        if let Some(slot) = chosen {
+            self.wait_for(mem, si, slot, here)?;
             let s = self.detach(slot);
             let across = s.stream as usize != si;
             let (head, tail) = if s.usable > need {
@@ -355,6 +368,38 @@ impl<D: Driver> StreamOrder<D> {
             return Ok(Some(self.hand_out(si, head, size, across)));
         }
         Ok(None)
+    }
+
+    /// Which batch of stream `t` stream `si` (in capture `here`) should wait for, to be
+    /// ordered after batch `q` of `t`: `t`'s newest (its open batch, fenced then, or its
+    /// last fenced one), which orders `si` after every block `t` freed so far at the price of
+    /// one wait, or else `q` itself; `None` when neither may be waited for (a capture's
+    /// boundary between them).
+    fn wait_target(
+        &self,
+        mem: &impl Seam<D>,
+        t: usize,
+        q: u64,
+        here: Option<u64>,
+    ) -> Result<Option<u64>, DeviceError> {
+        let st = &self.streams[t];
+        let newest = if !st.open.is_empty() && !st.gone {
+            Some((st.open_seq, self.capture_of(mem, t)?))
+        } else {
+            st.fenced.back().map(|b| (b.seq, b.capture))
+        };
+        if let Some((seq, capture)) = newest {
+            if seq >= q && capture == here {
+                return Ok(Some(seq));
+            }
+        }
+        let capture = match st.fenced_batch(q) {
+            Some(b) => b.capture,
+            // The open batch, fenced now if waited for.
+            None if st.gone => return Ok(None),
+            None => self.capture_of(mem, t)?,
+        };
+        Ok((capture == here).then_some(q))
     }
 
     /// The batches of `slot` stream `si` would have to wait for: those still waiting, of
@@ -381,37 +426,32 @@ impl<D: Driver> StreamOrder<D> {
         here: Option<u64>,
     ) -> Result<bool, DeviceError> {
         for (t, q) in self.waits_needed(si, slot) {
-            let t = t as usize;
-            let capture = match self.streams[t].fenced_batch(q) {
-                Some(b) => b.capture,
-                // The open batch, fenced now if taken.
-                None if self.streams[t].gone => return Ok(false),
-                None => self.capture_of(mem, t)?,
-            };
-            if capture != here {
+            if self.wait_target(mem, t as usize, q, here)?.is_none() {
                 return Ok(false);
             }
         }
         Ok(true)
     }
 
-    /// Makes stream `si` wait on the device for every batch of `slot` it needs (fencing an
-    /// open one first).
+    /// Makes stream `si` wait on the device for every batch of `slot` it needs (see
+    /// [`StreamOrder::wait_target`]; an open batch is fenced first).
     fn wait_for(
         &mut self,
         mem: &mut impl Seam<D>,
         si: usize,
         slot: u32,
+        here: Option<u64>,
     ) -> Result<(), DeviceError> {
         for (t, q) in self.waits_needed(si, slot) {
             let t = t as usize;
-            if q == self.streams[t].open_seq {
+            let seq = self.wait_target(mem, t, q, here)?.unwrap_or(q);
+            if seq == self.streams[t].open_seq {
                 self.fence(mem, t)?;
             }
-            if let Some(event) = self.streams[t].fenced_batch(q).map(|b| b.event) {
+            if let Some(event) = self.streams[t].fenced_batch(seq).map(|b| b.event) {
                 self.device_wait(mem, si, event)?;
             }
-            self.streams[si].note_wait(t, q);
+            self.streams[si].note_wait(t, seq);
         }
         Ok(())
     }

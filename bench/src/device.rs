@@ -226,7 +226,7 @@ pub struct Prepared {
     ops: Vec<Op>,
     slots: usize,
     streams: usize,
-    /// The index of each op's trace event, for the device's progress.
+    /// The index of each op's trace event: the host's own work comes once per event.
     event_of: Vec<u32>,
     /// Frees that carry `u=`.
     uses: usize,
@@ -882,9 +882,7 @@ pub fn run(trace: &Trace, opts: &Options, bar: &ProgressBar) -> Result<(String, 
     md.push_str(&m.model.describe());
     md.push_str("\n\n");
     md.push_str(&section(&m));
-    let mut j = trace_json(&m);
-    j["model"] = m.model.json();
-    Ok((md, j))
+    Ok((md, trace_json(&m)))
 }
 
 /// Replays every trace and adds a summary table of them all (`--all-multistream`).

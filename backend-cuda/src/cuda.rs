@@ -159,12 +159,33 @@ impl CuPhysical {
 /// crate reports come from its own table ([`code_name`](crate::code_name)), which covers
 /// CUDA 13.4.
 ///
-/// Invariant: `ctx` is the retained primary context of `device`, released on drop.
-#[derive(Debug)]
+/// # Clones
+///
+/// A clone is another handle on the same retained context (shared, released when the last
+/// handle goes): what a shared pool keeps to wait for the device without holding its lock.
+#[derive(Clone, Debug)]
 pub struct CudaDriver {
     ordinal: u32,
     device: sys::CUdevice,
     ctx: sys::CUcontext,
+    _retained: std::sync::Arc<Retained>,
+}
+
+/// The primary context of a device, retained while this lives.
+///
+/// Invariant: `ctx` is the retained primary context of `device`, released on drop.
+#[derive(Debug)]
+struct Retained {
+    device: sys::CUdevice,
+}
+
+impl Drop for Retained {
+    fn drop(&mut self) {
+        // SAFETY: the context was retained in `CudaDriver::new` and is released once, here,
+        // when the last handle on it goes. An error (the driver shutting down first) leaves
+        // nothing to do.
+        let _ = unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.device) };
+    }
 }
 
 // SAFETY: a `CUcontext` may be used from any thread (the driver API is thread-safe and every
@@ -209,6 +230,7 @@ impl CudaDriver {
             ordinal,
             device,
             ctx,
+            _retained: std::sync::Arc::new(Retained { device }),
         })
     }
 
@@ -269,14 +291,6 @@ impl CudaDriver {
                 reserved: [0; 4],
             },
         }
-    }
-}
-
-impl Drop for CudaDriver {
-    fn drop(&mut self) {
-        // SAFETY: the context was retained in `new` and is released once, here. An error
-        // (the driver shutting down first) leaves nothing to do.
-        let _ = unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.device) };
     }
 }
 

@@ -98,7 +98,6 @@ mod driver;
 mod error;
 #[cfg(feature = "fake")]
 pub mod fake;
-mod pending;
 mod registry;
 mod shared_device;
 mod snapshot;

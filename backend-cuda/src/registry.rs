@@ -23,8 +23,10 @@ type Open<D> = dyn Fn(u32) -> Result<D, DriverError> + Send + Sync;
 /// use tagalloc_cuda::fake::{FakeConfig, FakeDriver};
 /// use tagalloc_cuda::{DeviceConfig, DriverError, PoolRegistry, Driver};
 ///
+/// // A driver a shared pool can clone (to wait for the device without its lock).
 /// let devices = PoolRegistry::new(2, DeviceConfig::VMM, |device| {
-///     FakeDriver::new(FakeConfig { device, device_count: 2, ..FakeConfig::default() })
+///     let gpu = FakeDriver::new(FakeConfig { device, device_count: 2, ..FakeConfig::default() });
+///     gpu.map(std::sync::Arc::new)
 /// });
 /// let pool = devices.get(1)?;
 /// assert!(std::sync::Arc::ptr_eq(&pool, &devices.get(1)?), "one pool per device");
@@ -79,6 +81,13 @@ impl<D: Driver> PoolRegistry<D> {
         &self.config
     }
 
+    /// The pools created so far, by device.
+    pub fn created(&self) -> Vec<Arc<SharedDevicePool<D>>> {
+        self.pools.iter().filter_map(|p| p.get().cloned()).collect()
+    }
+}
+
+impl<D: Driver + Clone> PoolRegistry<D> {
     /// The pool of device `device`, created on first use. Errors: no such device
     /// ([`DriverError::NoDevice`]), or whatever opening its driver or building its pool met
     /// (the next call tries again).
@@ -113,11 +122,6 @@ impl<D: Driver> PoolRegistry<D> {
         };
         let pool = Arc::new(SharedDevicePool::new(device, pool));
         Ok(Arc::clone(slot.get_or_init(|| pool)))
-    }
-
-    /// The pools created so far, by device.
-    pub fn created(&self) -> Vec<Arc<SharedDevicePool<D>>> {
-        self.pools.iter().filter_map(|p| p.get().cloned()).collect()
     }
 }
 

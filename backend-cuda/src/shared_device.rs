@@ -8,13 +8,16 @@ use std::sync::{Mutex, MutexGuard};
 
 use tagalloc::Trimmed;
 
-use crate::device_pool::{DeviceBlock, DeviceError, DevicePool, DeviceStats};
+use crate::device_pool::{synchronize, DeviceBlock, DeviceError, DevicePool, DeviceStats, Miss};
 use crate::driver::Driver;
 
 /// A [`DevicePool`] behind a mutex, for one device, shared by every thread (and every buffer)
 /// that allocates there. The host work of an allocation is tens of nanoseconds, so one lock
-/// per device is not where time goes; a thread never holds it across a driver wait except
-/// when the pool itself must synchronise (switching to several streams, running out).
+/// per device is not where time goes, and no thread waits for the device while it holds the
+/// lock: the pool's one host wait of an allocation (the device out of memory while frees are
+/// pending) and that of a trim happen with the lock released, through a handle on the driver
+/// kept here for that (a clone of the pool's), so another thread's allocation on a stream
+/// whose memory is at hand goes on meanwhile.
 ///
 /// Why not the core's sharing layer (`tagalloc::SharedAlloc`, and the lock with queued frees
 /// behind `GlobalHeap` and `SharedPool`): that layer hands out host memory by size and writes
@@ -22,12 +25,13 @@ use crate::driver::Driver;
 /// stream; a device block is neither addressable from the host nor free of its stream. What
 /// is left of it, the lock with queued frees, would defer a free that finds the lock taken to
 /// the next holder and drop its result, while a device free makes driver calls (an event on
-/// its stream) whose errors its caller gets back; and this pool's holder may wait for the
-/// device (`cuStreamSynchronize`), so waiters must sleep, which `std`'s mutex does with no
-/// lock crate added.
+/// its stream) whose errors its caller gets back; and a thread of this pool may wait for the
+/// device, so waiters must sleep, which `std`'s mutex does with no lock crate added.
 pub struct SharedDevicePool<D: Driver> {
     device: u32,
     pool: Mutex<DevicePool<D>>,
+    /// The pool's driver, to wait for the device without holding the pool's lock.
+    waiter: D,
     /// Whatever must live as long as the pool, by key: the streams (cudarc's
     /// `Arc<CudaStream>`, keyed by their handle) whose handles the pool holds, so none is
     /// destroyed while the pool may still record an event on it.
@@ -42,16 +46,19 @@ impl<D: Driver> std::fmt::Debug for SharedDevicePool<D> {
     }
 }
 
-impl<D: Driver> SharedDevicePool<D> {
+impl<D: Driver + Clone> SharedDevicePool<D> {
     /// Shares `pool`, the pool of device `device`.
     pub fn new(device: u32, pool: DevicePool<D>) -> SharedDevicePool<D> {
         SharedDevicePool {
             device,
+            waiter: pool.driver().clone(),
             pool: Mutex::new(pool),
             keep: Mutex::new(Vec::new()),
         }
     }
+}
 
+impl<D: Driver> SharedDevicePool<D> {
     /// The device's ordinal.
     pub fn device(&self) -> u32 {
         self.device
@@ -68,13 +75,35 @@ impl<D: Driver> SharedDevicePool<D> {
         f(&mut self.lock())
     }
 
-    /// Allocates `size` bytes on `stream` (see [`DevicePool::alloc`]).
+    /// Allocates `size` bytes on `stream` (see [`DevicePool::alloc`]); when that needs the
+    /// host to wait for the device, it waits with the lock released.
     pub fn alloc(
         &self,
         size: usize,
         stream: D::Stream,
     ) -> Result<DeviceBlock<D::Stream>, DeviceError> {
-        self.lock().alloc(size, stream)
+        let mut pool = self.lock();
+        match pool.try_alloc(size, stream) {
+            Ok(b) => Ok(b),
+            Err(Miss::Fail(e)) => Err(e),
+            Err(Miss::Sync) => {
+                drop(pool);
+                self.wait_for_device()?;
+                self.lock().alloc_without_sync(size, stream)
+            }
+        }
+    }
+
+    /// Synchronises the context with the pool's lock released, then returns what the
+    /// synchronisation covered to the heap.
+    #[cold]
+    fn wait_for_device(&self) -> Result<(), DeviceError> {
+        let ticket = self.lock().prepare_sync()?;
+        if let Some(ticket) = ticket {
+            let ns = synchronize(&self.waiter)?;
+            self.lock().synced(ticket, ns);
+        }
+        Ok(())
     }
 
     /// Frees a block on its stream (see [`DevicePool::free`]).
@@ -91,9 +120,18 @@ impl<D: Driver> SharedDevicePool<D> {
         self.lock().record_stream(block, other)
     }
 
-    /// Empties the cache (see [`DevicePool::trim`]).
+    /// Stops using a stream (see [`DevicePool::forget_stream`]).
+    pub fn forget_stream(&self, stream: D::Stream) -> Result<(), DeviceError> {
+        self.lock().forget_stream(stream)
+    }
+
+    /// Empties the cache (see [`DevicePool::trim`]), waiting for the device with the lock
+    /// released.
     pub fn trim(&self) -> Result<Trimmed, DeviceError> {
-        self.lock().trim()
+        self.wait_for_device()?;
+        // Frees that came in while the lock was released stay pending: their chunks are
+        // live, so the trim leaves them, as it leaves blocks in use.
+        Ok(self.lock().trim_synced())
     }
 
     /// The pool's statistics.

@@ -57,7 +57,7 @@ fn one_pool_per_device_created_on_first_use() {
 
 #[test]
 fn a_failing_open_is_an_error_and_is_tried_again() {
-    let reg: PoolRegistry<FakeDriver> =
+    let reg: PoolRegistry<std::sync::Arc<FakeDriver>> =
         PoolRegistry::new(1, DeviceConfig::PLAIN, |_| Err(DriverError::NoDriver));
     assert_eq!(
         reg.get(0).unwrap_err(),

@@ -772,6 +772,35 @@ impl<T: Tags, K: Tally, S: Shape> Heap<T, K, S> {
         Ok(true)
     }
 
+    /// Splits the in-use chunk `c` after `keep` granules into two in-use chunks and returns
+    /// the tail; `None` (and `c` unchanged) when either part would be smaller than the minimum
+    /// chunk. The tail counts as a chunk handed out, with no bytes added to those in use: what
+    /// a caller does that hands out part of a chunk it holds and keeps the rest (a device pool
+    /// taking part of a block that still waits for another stream).
+    pub fn split_in_use(&mut self, c: T::Chunk, keep: usize) -> Result<Option<T::Chunk>, Error> {
+        self.tags.reserve(1)?;
+        let have = self.tags.size(c);
+        let min = self.geometry().min_chunk();
+        if keep < min || have < keep + min {
+            return Ok(None);
+        }
+        let tail = self.tags.split(c, keep);
+        self.tally.handed_out(0);
+        Ok(Some(tail))
+    }
+
+    /// Merges the in-use chunk `c` with its physical successor `n`, in use too: the inverse of
+    /// [`Heap::split_in_use`]. `false` (and nothing changed) when `n` is not `c`'s successor in
+    /// use. The successor counts as a chunk freed, with no bytes taken from those in use.
+    pub fn merge_in_use(&mut self, c: T::Chunk, n: T::Chunk) -> bool {
+        if self.tags.next(c) != Some(n) || self.tags.is_free(n) {
+            return false;
+        }
+        self.tags.absorb_next(c);
+        self.tally.freed(0);
+        true
+    }
+
     /// Shrinks the in-use chunk `c` of `have` granules to `need` (at most `have`), freeing
     /// the tail if it can stand alone.
     #[inline(never)]

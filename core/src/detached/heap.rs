@@ -304,6 +304,63 @@ impl<S: RecordStore> DetachedHeap<S> {
         })
     }
 
+    /// Splits the live `block` in two live blocks: the first `head` bytes (rounded up to the
+    /// granule) keep `block`'s record, the rest becomes a block of its own, with a fresh
+    /// handle. Returns both; the tail is `None` (and `block` unchanged) when either part would
+    /// be empty. Errors: `block` is not a live block of this heap (as for
+    /// [`DetachedHeap::free`]), `head` overflows, or no record is left for the tail.
+    ///
+    /// # Time Complexity
+    /// `O(1)`.
+    pub fn split(&mut self, block: Block, head: usize) -> Result<(Block, Option<Block>), Error> {
+        let (c, _) = self.validate(&block)?;
+        if head == 0 {
+            return Ok((block, None));
+        }
+        let keep = self.heap.tags().layout.granules_for(head)?;
+        let Some(t) = self.heap.split_in_use(c, keep)? else {
+            return Ok((block, None));
+        };
+        let gen = self.heap.tags_mut().renew(t);
+        let tags = self.heap.tags();
+        let (head_rec, tail_rec) = (tags.rec(c), tags.rec(t));
+        let head_block = Block {
+            size: head_rec.size << tags.layout.shift(),
+            ..block
+        };
+        let tail_block = Block {
+            addr: tail_rec.addr,
+            size: tail_rec.size << tags.layout.shift(),
+            handle: Handle {
+                record: t,
+                gen,
+                ..block.handle
+            },
+        };
+        Ok((head_block, Some(tail_block)))
+    }
+
+    /// Merges the live `first` with the live `second` that starts where `first` ends (in the
+    /// same region): one live block of both their bytes, keeping `first`'s handle; `second`'s
+    /// handle names nothing from now on. The inverse of [`DetachedHeap::split`]. Errors: either
+    /// is not a live block of this heap (as for [`DetachedHeap::free`]), or `second` does not
+    /// follow `first` (`ForeignPointer`); nothing changes then.
+    ///
+    /// # Time Complexity
+    /// `O(1)`.
+    pub fn merge(&mut self, first: Block, second: Block) -> Result<Block, Error> {
+        let (a, _) = self.validate(&first)?;
+        let (b, _) = self.validate(&second)?;
+        if !self.heap.merge_in_use(a, b) {
+            return Err(Error::ForeignPointer);
+        }
+        let tags = self.heap.tags();
+        Ok(Block {
+            size: tags.rec(a).size << tags.layout.shift(),
+            ..first
+        })
+    }
+
     /// Bytes usable in `block` (at least its size), or the reason it is not a live block of
     /// this heap.
     ///

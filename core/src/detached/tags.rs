@@ -36,6 +36,14 @@ impl<S: RecordStore> DetachedTags<S> {
     }
 
     #[inline]
+    /// Gives record `i` a new generation (a chunk handed out anew), returned: handles of its
+    /// earlier lives no longer name it.
+    pub(super) fn renew(&mut self, i: Idx) -> u64 {
+        let r = self.rec_mut(i);
+        r.gen = r.gen.wrapping_add(1);
+        r.gen
+    }
+
     fn rec_mut(&mut self, i: Idx) -> &mut Record {
         &mut self.store.records_mut()[i.get()]
     }

@@ -18,6 +18,8 @@ use core::fmt;
 use core::ptr::NonNull;
 
 use crate::algo::stats::Stats;
+use crate::detached::heap::{Block, DetachedHeap};
+use crate::detached::records::RecordStore;
 use crate::error::{Error, PolicyError};
 use crate::inline::heap::InlineHeap;
 use crate::pool::heap::PoolHeap;
@@ -912,6 +914,29 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
                 self.top = None;
             }
         }
+    }
+}
+
+impl<R: RecordStore, S: RegionSource<Base = usize>, K: Hooks> Pool<DetachedHeap<R>, S, K> {
+    /// Splits a live block in two live blocks, the first `head` bytes and the rest (see
+    /// [`DetachedHeap::split`]); nothing is allocated or freed, so the pool's figures stay.
+    /// A block above the bypass threshold (a region of its own) is never split: `(block,
+    /// None)`.
+    pub fn split(&mut self, block: Block, head: usize) -> Result<(Block, Option<Block>), Error> {
+        if self.bypasses(block.size) {
+            return Ok((block, None));
+        }
+        self.heap.split(block, head)
+    }
+
+    /// Merges two live blocks, `second` starting where `first` ends, into one (see
+    /// [`DetachedHeap::merge`]); nothing is allocated or freed, so the pool's figures stay.
+    /// `Ok(None)` (nothing changed) when the merged block would be above the bypass threshold.
+    pub fn merge(&mut self, first: Block, second: Block) -> Result<Option<Block>, Error> {
+        if self.bypasses(first.size.saturating_add(second.size)) {
+            return Ok(None);
+        }
+        self.heap.merge(first, second).map(Some)
     }
 }
 

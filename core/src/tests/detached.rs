@@ -116,3 +116,48 @@ fn stale_block_never_matches_a_reused_record() {
     h.free(b).unwrap();
     h.check().unwrap();
 }
+
+/// A live block split in two gives two live blocks that free separately and merge back; a
+/// stale handle of the whole block is refused, and a split that would leave an empty part is
+/// no split.
+#[test]
+fn a_live_block_splits_in_two_live_blocks() {
+    let mut recs = [Record::VACANT; 8];
+    let mut h = DetachedHeap::new(&mut recs[..], 256).unwrap();
+    h.add_region(0, 1 << 16).unwrap();
+    let whole = h.alloc(4096, 1).unwrap();
+    let in_use = h.stats().in_use;
+    let (head, tail) = h.split(whole, 1000).unwrap();
+    let tail = tail.expect("a tail of 3 KiB");
+    assert_eq!((head.addr, head.size), (whole.addr, 1024));
+    assert_eq!((tail.addr, tail.size), (whole.addr + 1024, 3072));
+    assert_eq!(h.stats().in_use, in_use, "a split allocates nothing");
+    assert_eq!(h.stats().live, 2);
+    h.check().unwrap();
+    assert_eq!(
+        h.split(head, 1024).unwrap(),
+        (head, None),
+        "nothing left over"
+    );
+    assert_eq!(h.split(head, 0).unwrap(), (head, None), "nothing kept");
+    // Merged back: one live block of 4 KiB with the head's handle.
+    assert_eq!(h.merge(tail, head), Err(Error::ForeignPointer), "not in that order");
+    let merged = h.merge(head, tail).unwrap();
+    assert_eq!((merged.addr, merged.size), (whole.addr, 4096));
+    assert_eq!(h.stats().live, 1);
+    assert_eq!(h.stats().in_use, in_use);
+    assert_eq!(h.free(tail), Err(Error::DoubleFree), "the tail's handle is stale");
+    h.check().unwrap();
+    let (head, tail) = h.split(merged, 1000).unwrap();
+    let tail = tail.unwrap();
+    h.free(tail).unwrap();
+    assert_eq!(h.free(tail), Err(Error::DoubleFree));
+    h.check().unwrap();
+    assert_eq!(h.merge(head, tail), Err(Error::DoubleFree), "a freed neighbour");
+    h.free(head).unwrap();
+    assert_eq!(h.free(whole), Err(Error::DoubleFree));
+    assert_eq!(h.split(whole, 256), Err(Error::DoubleFree));
+    h.check().unwrap();
+    assert_eq!(h.stats().free_chunks, 1);
+    assert_eq!(h.remove_region(0), Ok((0, 1 << 16)));
+}

@@ -365,12 +365,13 @@ impl Subject for Tagalloc {
         (
             s.pool.peak_reserved as u64,
             format!(
-                "{} region(s) obtained, {} growths; {} events recorded, {} blocks reused on \
-                 their stream; peak pending {}",
+                "{} region(s) obtained, {} growths; {} events recorded, {} pending blocks \
+                 reused, {} of them freed on another stream; peak pending {}",
                 s.pool.regions_obtained,
                 s.pool.grown,
                 s.counters.events_recorded,
                 s.counters.reused_pending,
+                s.counters.reused_across,
                 report::bytes(s.peak_pending_bytes as u64)
             ),
         )

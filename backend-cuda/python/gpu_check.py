@@ -10,6 +10,12 @@ Workloads (synthetic data, random weights: nothing is downloaded):
 - ``multistream``: four side streams taking turns; each allocates, multiplies, frees its
   temporaries on its own stream, and hands its result to the main stream with
   ``Tensor.record_stream``; a step is two turns of each stream.
+- ``graph``: a small MLP's training step (forward, backward, SGD) captured once into a CUDA
+  graph with ``torch.cuda.graph`` after warm-up steps on a side stream, as PyTorch's
+  documentation requires; a step copies new inputs into the graph's static ones and replays
+  it. Afterwards the same steps run eagerly, from the same initial weights and inputs, in the
+  same process, and the losses are compared. Under tagalloc the capture goes through the
+  library's graph-pool hooks (``tagalloc_torch.graphs_supported()``).
 
 Allocators, each in a process of its own (PyTorch's allocator is chosen once per process):
 ``default`` (PyTorch's caching allocator), ``expandable``
@@ -21,13 +27,27 @@ Allocators, each in a process of its own (PyTorch's allocator is chosen once per
 Figures, per workload and allocator:
 
 - peak reserved: ``torch.cuda.max_memory_reserved()``; for tagalloc the pool's
-  ``reserved_bytes.all.peak``. Also the largest reserved figure seen at a step's end.
+  ``reserved_bytes.all.peak``. Also the largest reserved figure seen at a step's end (read on
+  the host once the step has been issued).
 - live peak: ``torch.cuda.max_memory_allocated()``; for tagalloc the pool's peak of bytes in
   blocks handed out, frees waiting for their stream included (``active_bytes.all.peak``).
-- median step time, after the warm-up steps, each step ended by ``torch.cuda.synchronize()``.
+- mean step time: the warm-up steps run, ``torch.cuda.synchronize()``, the clock starts, the
+  remaining steps run with no synchronisation between them, one ``torch.cuda.synchronize()``,
+  the clock stops: elapsed time over the steps timed. A synchronisation per step would let
+  the device go idle at every step's end and hide host work that no longer overlaps the
+  device's (an allocator making the host wait shows here). So no step reads a value back:
+  each returns its loss (or checksum) as a device tensor, copied into a device buffer read
+  once the clock has stopped.
+- pool figures, tagalloc only (``tagalloc_torch.memory_stats()`` at the end of the timed
+  steps, counted over the whole run): ``stream waits``, the device-side waits the pool queued
+  (an allocating stream made to wait for another stream's frees), and the host time spent
+  issuing them; ``host syncs``, the pool's host synchronisations, and the host time blocked in
+  them.
 - results: each step's loss (or, multistream, a checksum of the results) against the default
   allocator's run with the same seed: ``bitwise`` when every value is the same float,
   ``within 1e-5`` when the largest relative difference is at most that, else the difference.
+  For ``graph``, first the replays' losses against the eager run's in the same process
+  (``graph = eager bitwise``, ``graph = eager within 1e-5``, or the difference).
   Deterministic flags are set (cuDNN deterministic, no benchmarking,
   ``torch.use_deterministic_algorithms(True, warn_only=True)``, ``CUBLAS_WORKSPACE_CONFIG``).
 
@@ -37,9 +57,9 @@ Prints a markdown table. Exits 2, having run nothing, without PyTorch or a GPU.
 """
 
 import argparse
+import gc
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -51,9 +71,14 @@ MODES = {
     "async": "backend:cudaMallocAsync",
     "tagalloc": None,
 }
-WORKLOADS = ("resnet50", "transformer", "multistream")
-DEFAULT_STEPS = {"resnet50": 60, "transformer": 60, "multistream": 300}
+WORKLOADS = ("resnet50", "transformer", "multistream", "graph")
+DEFAULT_STEPS = {"resnet50": 60, "transformer": 60, "multistream": 300, "graph": 300}
 WARMUP = 5
+# The graph workload's eager warm-up steps on a side stream before its capture.
+GRAPH_WARMUP = 3
+# The pool's figures reported for tagalloc runs, under the names of memory_stats()'s keys
+# without their "tagalloc." prefix.
+POOL_FIGURES = ("stream_waits", "stream_wait_ns", "synchronizations", "host_sync_ns")
 MARK = "GPU_CHECK_RESULT "
 GB = 1e9
 
@@ -82,11 +107,7 @@ def parse_args(argv):
 
 
 def child(mode, workload, steps, library):
-    if mode == "tagalloc":
-        sys.path.insert(0, HERE)
-        import tagalloc_torch
-
-        tagalloc_torch.enable(library)  # before anything touches CUDA
+    tagalloc_torch = enable_tagalloc(library, workload) if mode == "tagalloc" else None
     import torch
 
     torch.manual_seed(0)
@@ -96,7 +117,7 @@ def child(mode, workload, steps, library):
     dev = torch.device("cuda", 0)
     torch.cuda.set_device(dev)
 
-    if mode == "tagalloc":
+    if tagalloc_torch is not None:
 
         def reserved_now():
             return tagalloc_torch.memory_stats(0)["reserved_bytes.all.current"]
@@ -106,45 +127,89 @@ def child(mode, workload, steps, library):
         def reserved_now():
             return torch.cuda.memory_reserved(dev)
 
-    step = {"resnet50": resnet50, "transformer": transformer, "multistream": multistream}[
-        workload
-    ](torch, dev)
-    times, values, at_step_end = [], [], None
-    for i in range(steps):
-        t0 = time.perf_counter()
-        v = step(i)
-        torch.cuda.synchronize(dev)
-        t = time.perf_counter() - t0
-        values.append(float(v))
+    step = WORKLOAD_FACTORIES[workload](torch, dev)
+    row = {"mode": mode, "workload": workload, "steps": steps}
+    row.update(run_steps(torch, dev, step, steps, reserved_now))
+    row.update(memory_figures(torch, dev, tagalloc_torch))
+    check = getattr(step, "check", None)
+    if check is not None:
+        row.update(check(row["values"]))
+        if tagalloc_torch is not None:
+            row["pool"]["graph_pools_after_release"] = graph_pools(tagalloc_torch)
+    row["values"] = [v.hex() for v in row["values"]]
+    row["torch"] = torch.__version__
+    row["device"] = torch.cuda.get_device_name(dev)
+    return row
+
+
+def enable_tagalloc(library, workload):
+    """tagalloc made PyTorch's allocator, before anything touches CUDA; the module."""
+    sys.path.insert(0, HERE)
+    import tagalloc_torch
+
+    tagalloc_torch.enable(library)
+    if workload == "graph" and not tagalloc_torch.graphs_supported():
+        raise SystemExit(
+            "gpu_check: this PyTorch's pluggable allocator has no graph-pool hooks "
+            "(PyTorch 2.3 or later has them), so tagalloc cannot serve a CUDA graph's capture"
+        )
+    return tagalloc_torch
+
+
+def run_steps(torch, dev, step, steps, reserved_now):
+    """Runs the warm-up steps, synchronises, then times the remaining ones with a single
+    synchronisation at the end. Each step's value stays on the device (in ``record``) until the
+    clock has stopped, so that no step waits for the device."""
+    record = torch.zeros(steps, device=dev)
+    at_step_end = None
+
+    def one(i):
+        nonlocal at_step_end
+        record[i] = step(i).detach()
         r = optional(reserved_now)
         if r is not None:
             at_step_end = r if at_step_end is None else max(at_step_end, r)
-        if i >= WARMUP:
-            times.append(t)
 
-    if mode == "tagalloc":
-        s = tagalloc_torch.memory_stats(0)
-        peak_reserved, live_peak = s["reserved_bytes.all.peak"], s["active_bytes.all.peak"]
-        extra = {k: v for k, v in s.items() if k.startswith("tagalloc.") or k.startswith("num_")}
-    else:
-        # Every PyTorch backend is meant to answer these; a None says one did not.
-        stats = optional(lambda: torch.cuda.memory_stats(dev)) or {}
-        peak_reserved = optional(lambda: torch.cuda.max_memory_reserved(dev))
-        live_peak = optional(lambda: torch.cuda.max_memory_allocated(dev))
-        extra = {"num_alloc_retries": stats.get("num_alloc_retries")}
+    for i in range(WARMUP):
+        one(i)
+    torch.cuda.synchronize(dev)
+    t0 = time.perf_counter()
+    for i in range(WARMUP, steps):
+        one(i)
+    torch.cuda.synchronize(dev)
+    elapsed = time.perf_counter() - t0
     return {
-        "mode": mode,
-        "workload": workload,
-        "steps": steps,
-        "peak_reserved": peak_reserved,
+        "timed_steps": steps - WARMUP,
+        "elapsed_s": elapsed,
+        "mean_step_s": elapsed / (steps - WARMUP),
         "reserved_at_step_end_max": at_step_end,
-        "live_peak": live_peak,
-        "median_step_s": statistics.median(times),
-        "values": [v.hex() for v in values],
-        "extra": extra,
-        "torch": torch.__version__,
-        "device": torch.cuda.get_device_name(dev),
+        "values": record.tolist(),
     }
+
+
+def memory_figures(torch, dev, tagalloc_torch):
+    """Peak reserved, live peak and the allocator's own counters; for tagalloc also the pool
+    figures of ``POOL_FIGURES`` (None for PyTorch's allocators)."""
+    if tagalloc_torch is not None:
+        s = tagalloc_torch.memory_stats(0)
+        return {
+            "peak_reserved": s["reserved_bytes.all.peak"],
+            "live_peak": s["active_bytes.all.peak"],
+            "pool": {k: s["tagalloc." + k] for k in POOL_FIGURES},
+            "extra": {k: v for k, v in s.items() if k.startswith(("tagalloc.", "num_"))},
+        }
+    # Every PyTorch backend is meant to answer these; a None says one did not.
+    stats = optional(lambda: torch.cuda.memory_stats(dev)) or {}
+    return {
+        "peak_reserved": optional(lambda: torch.cuda.max_memory_reserved(dev)),
+        "live_peak": optional(lambda: torch.cuda.max_memory_allocated(dev)),
+        "pool": None,
+        "extra": {"num_alloc_retries": stats.get("num_alloc_retries")},
+    }
+
+
+def graph_pools(tagalloc_torch):
+    return tagalloc_torch.memory_stats(0)["tagalloc.graph_pools"]
 
 
 def optional(f):
@@ -170,7 +235,7 @@ def resnet50(torch, dev):
         loss = torch.nn.functional.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
-        return loss.item()
+        return loss
 
     return step
 
@@ -199,13 +264,17 @@ def transformer(torch, dev):
         n = lengths.randint(64, 1024)
         tokens = torch.randint(0, vocab, (16, n + 1), device=dev, generator=gen)
         mask = torch.triu(torch.full((n, n), float("-inf"), device=dev), diagonal=1)
-        h = model["encoder"](model["embed"](tokens[:, :-1]), mask=mask)
+        # The mask is causal. Saying so spares TransformerEncoder comparing it on the device
+        # with the causal mask it would build, and reading the answer back (a host
+        # synchronisation per step); that comparison would find it causal and pass
+        # is_causal=True to the layers, as this does, so the computation is the same.
+        h = model["encoder"](model["embed"](tokens[:, :-1]), mask=mask, is_causal=True)
         logits = model["head"](h)
         loss = nn.functional.cross_entropy(logits.reshape(-1, vocab), tokens[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        return loss.item()
+        return loss
 
     return step
 
@@ -240,9 +309,110 @@ def multistream(torch, dev):
                 c = turn(side)
                 acc = acc + c.mean()
                 del c
-        return acc.item()
+        return acc
 
     return step
+
+
+def graph(torch, dev):
+    """The ``graph`` workload: the step replays a captured training step; ``step.check(values)``
+    reruns the same steps eagerly and compares."""
+    nn = torch.nn
+    batch, width, classes = 256, 2048, 1000
+
+    def make():
+        torch.manual_seed(4)  # the same initial weights for the captured model and its twin
+        model = nn.Sequential(
+            nn.Linear(width, width), nn.ReLU(),
+            nn.Linear(width, width), nn.ReLU(),
+            nn.Linear(width, classes),
+        ).to(dev)
+        return model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def inputs(gen):
+        x = torch.randn(batch, width, device=dev, generator=gen)
+        return x, torch.randint(0, classes, (batch,), device=dev, generator=gen)
+
+    def train(model, opt, x, y):
+        # The caller sets the gradients to None first, so that backward allocates them anew
+        # (inside a capture: from the graph's pool) rather than adding to old ones.
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    def generator():
+        gen = torch.Generator(device=dev)
+        gen.manual_seed(5)
+        return gen
+
+    live = capture(torch, dev, make, inputs, train, generator(), batch, width)
+
+    def step(_):
+        x, y = inputs(live["gen"])
+        live["x"].copy_(x)
+        live["y"].copy_(y)
+        live["graph"].replay()
+        return live["loss"]
+
+    def check(values):
+        live.clear()  # the graph, its model and its static tensors: the graph's pool goes
+        gc.collect()
+        torch.cuda.synchronize(dev)
+        eager = eager_losses(torch, dev, make, inputs, train, generator(), len(values))
+        return {
+            "eager_values": [v.hex() for v in eager],
+            "graph_vs_eager": compare(values, eager),
+        }
+
+    step.check = check
+    return step
+
+
+def capture(torch, dev, make, inputs, train, gen, batch, width):
+    """The model, warmed up on a side stream and its training step captured into a CUDA graph,
+    as PyTorch's documentation does it; the graph, its static inputs and loss, and ``gen``,
+    which has drawn the warm-up steps' inputs."""
+    model, opt = make()
+    x = torch.zeros(batch, width, device=dev)
+    y = torch.zeros(batch, dtype=torch.long, device=dev)
+    side = torch.cuda.Stream(dev)
+    side.wait_stream(torch.cuda.current_stream(dev))
+    with torch.cuda.stream(side):
+        for _ in range(GRAPH_WARMUP):
+            wx, wy = inputs(gen)
+            x.copy_(wx)
+            y.copy_(wy)
+            opt.zero_grad(set_to_none=True)
+            train(model, opt, x, y)
+    torch.cuda.current_stream(dev).wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    opt.zero_grad(set_to_none=True)
+    with torch.cuda.graph(g):
+        loss = train(model, opt, x, y)
+    return {"graph": g, "model": model, "opt": opt, "x": x, "y": y, "loss": loss, "gen": gen}
+
+
+def eager_losses(torch, dev, make, inputs, train, gen, steps):
+    """The losses of ``steps`` training steps run eagerly after the warm-up ones, from the
+    initial weights and the inputs the captured run had (``gen`` seeded as its was)."""
+    model, opt = make()
+    losses = torch.zeros(steps, device=dev)
+    for i in range(GRAPH_WARMUP + steps):
+        x, y = inputs(gen)
+        opt.zero_grad(set_to_none=True)
+        loss = train(model, opt, x, y)
+        if i >= GRAPH_WARMUP:
+            losses[i - GRAPH_WARMUP] = loss
+    return losses.tolist()
+
+
+WORKLOAD_FACTORIES = {
+    "resnet50": resnet50,
+    "transformer": transformer,
+    "multistream": multistream,
+    "graph": graph,
+}
 
 
 # --- the parent: one process per allocator and workload, and the table ---------------------
@@ -291,41 +461,94 @@ def run_one(args, mode, workload):
     return {"mode": mode, "workload": workload, "error": f"exit {p.returncode}: {tail}"}
 
 
+def compare(a, b):
+    """How the floats of ``a`` agree with those of ``b``: ``bitwise`` when every one is the
+    same float, ``within 1e-5`` when the largest relative difference is at most that, else how
+    far off."""
+    if a == b:
+        return "bitwise"
+    if len(a) != len(b):
+        return f"differs ({len(a)} values against {len(b)})"
+    worst = max(abs(x - y) / max(abs(y), 1e-30) for x, y in zip(a, b))
+    return "within 1e-5" if worst <= 1e-5 else f"differs (max rel. diff {worst:.2e})"
+
+
 def agreement(row, reference):
+    """The results column: ``row``'s values against the default allocator's run
+    (``reference``); for the graph workload, first its replays against its eager run."""
     if "error" in row:
         return "—"
     if reference is None or "error" in reference:
-        return "n/a (default not run)"
-    if row is reference:
-        return "reference"
-    a = [float.fromhex(v) for v in row["values"]]
-    b = [float.fromhex(v) for v in reference["values"]]
-    if a == b:
-        return "bitwise"
-    worst = max(abs(x - y) / max(abs(y), 1e-30) for x, y in zip(a, b))
-    return "within 1e-5" if worst <= 1e-5 else f"differs (max rel. diff {worst:.2e})"
+        vs_default = "n/a (default not run)"
+    elif row is reference:
+        vs_default = "reference"
+    else:
+        a = [float.fromhex(v) for v in row["values"]]
+        vs_default = compare(a, [float.fromhex(v) for v in reference["values"]])
+    if "graph_vs_eager" in row:
+        return f"graph = eager {row['graph_vs_eager']}; {vs_default}"
+    return vs_default
 
 
 def gb(n):
     return "n/a" if n is None else f"{n / GB:.2f}"
 
 
+def ms(seconds):
+    """Milliseconds, with three decimals below one (a graph replay can take less)."""
+    v = seconds * 1e3
+    return f"{v:.1f}" if v >= 1 else f"{v:.3f}"
+
+
+def pool_cells(pool):
+    """The pool's figures as table cells: stream waits, the host milliseconds issuing them,
+    host synchronisations, the host milliseconds blocked in them; n/a without a pool."""
+    if pool is None:
+        return ["n/a"] * 4
+    return [
+        str(pool["stream_waits"]),
+        ms(pool["stream_wait_ns"] / 1e9),
+        str(pool["synchronizations"]),
+        ms(pool["host_sync_ns"] / 1e9),
+    ]
+
+
+COLUMNS = (
+    ("workload", "---"),
+    ("allocator", "---"),
+    ("peak reserved (GB)", "---:"),
+    ("max reserved at step ends (GB)", "---:"),
+    ("live peak (GB)", "---:"),
+    ("mean step (ms)", "---:"),
+    ("stream waits", "---:"),
+    ("issuing them (ms)", "---:"),
+    ("host syncs", "---:"),
+    ("blocked in them (ms)", "---:"),
+    ("results vs default", "---"),
+)
+
+
 def table(rows):
     out = [
-        "| workload | allocator | peak reserved (GB) | max reserved at step ends (GB) "
-        "| live peak (GB) | median step (ms) | results vs default |",
-        "| --- | --- | ---: | ---: | ---: | ---: | --- |",
+        "| " + " | ".join(name for name, _ in COLUMNS) + " |",
+        "| " + " | ".join(align for _, align in COLUMNS) + " |",
     ]
     for r in rows:
         if "error" in r:
-            dashes = " — |" * 4
+            dashes = " — |" * (len(COLUMNS) - 3)
             out.append(f"| {r['workload']} | {r['mode']} |{dashes} error: {r['error']} |")
             continue
-        out.append(
-            f"| {r['workload']} | {r['mode']} | {gb(r['peak_reserved'])} "
-            f"| {gb(r['reserved_at_step_end_max'])} | {gb(r['live_peak'])} "
-            f"| {r['median_step_s'] * 1e3:.1f} | {r['agreement']} |"
-        )
+        cells = [
+            r["workload"],
+            r["mode"],
+            gb(r["peak_reserved"]),
+            gb(r["reserved_at_step_end_max"]),
+            gb(r["live_peak"]),
+            ms(r["mean_step_s"]),
+            *pool_cells(r.get("pool")),
+            r["agreement"],
+        ]
+        out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
 
 
@@ -352,7 +575,10 @@ def main(argv):
     print(
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {first.get('device', '?')}, "
         f"PyTorch {first.get('torch', '?')}; live peak for tagalloc includes frees waiting for "
-        "their stream; GB = 10^9 bytes\n"
+        "their stream; mean step: the steps after the warm-up run back to back, one "
+        "synchronisation at the end; stream waits (device-side waits the pool queued, and the "
+        "host time issuing them) and host syncs (the pool's host synchronisations, and the "
+        "time blocked in them): tagalloc only; GB = 10^9 bytes\n"
     )
     print(table(rows))
     if args.json_out:

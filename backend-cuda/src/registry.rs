@@ -106,6 +106,14 @@ impl<D: Driver + Clone> PoolRegistry<D> {
         if let Some(p) = slot.get() {
             return Ok(Arc::clone(p));
         }
+        let pool = Arc::new(self.new_pool(device)?);
+        Ok(Arc::clone(slot.get_or_init(|| pool)))
+    }
+
+    /// A new pool for `device` (an ordinal below the count) as the configuration says, not
+    /// the registry's: a private pool, such as a CUDA graph's. Errors as for
+    /// [`PoolRegistry::get`].
+    pub fn new_pool(&self, device: u32) -> Result<SharedDevicePool<D>, DeviceError> {
         let pool = match DevicePool::new((self.open)(device)?, self.config) {
             // A device without virtual memory management: plain regions, same policy.
             Err(DeviceError::Driver(e))
@@ -120,8 +128,7 @@ impl<D: Driver + Clone> PoolRegistry<D> {
             }
             other => other?,
         };
-        let pool = Arc::new(SharedDevicePool::new(device, pool));
-        Ok(Arc::clone(slot.get_or_init(|| pool)))
+        Ok(SharedDevicePool::new(device, pool))
     }
 }
 

@@ -59,6 +59,23 @@ impl<D: Driver + Clone> SharedDevicePool<D> {
 }
 
 impl<D: Driver> SharedDevicePool<D> {
+    /// A handle on the pool's driver, for calls that need none of the pool's state (asking
+    /// which capture a stream is in), made without its lock.
+    pub fn driver(&self) -> &D {
+        &self.waiter
+    }
+
+    /// Tells the pool a CUDA graph capture began on its device (see
+    /// [`DevicePool::capture_begun`]).
+    pub fn capture_begun(&self) {
+        self.lock().capture_begun();
+    }
+
+    /// Tells the pool a capture on its device ended (see [`DevicePool::capture_ended`]).
+    pub fn capture_ended(&self) -> Result<(), DeviceError> {
+        self.lock().capture_ended()
+    }
+
     /// The device's ordinal.
     pub fn device(&self) -> u32 {
         self.device

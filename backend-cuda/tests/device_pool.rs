@@ -1,10 +1,12 @@
 //! The device pool on the fake driver: stream-ordered reuse (same stream at once, another
-//! stream only after an event, `record_stream`, one event per batch), virtual-memory growth
-//! and trimming, plain device regions, the out-of-memory path, and a randomised run on three
-//! streams that checks, after every step, the pool's invariants, that no two live blocks
-//! overlap, that every block lies in accessible device memory, and that no stream ever gets
-//! memory another stream may still be using. Device memory is the fake's `PROT_NONE` space:
-//! any CPU access to it would crash the test.
+//! stream by a device-side wait or once the event completed, `record_stream`, one event per
+//! batch, splits and merges of pending blocks), virtual-memory growth and trimming, plain
+//! device regions, the out-of-memory path (the one host wait, made without the shared pool's
+//! lock), forgotten streams, graph captures, and a randomised run on three streams that
+//! checks, after every step, the pool's invariants, that no two live blocks overlap, that
+//! every block lies in accessible device memory, and that no stream ever gets memory unless
+//! its later work is ordered after every earlier use of it (the fake's `ordered_after`).
+//! Device memory is the fake's `PROT_NONE` space: any CPU access to it would crash the test.
 
 use tagalloc::{Error, Growth, Policy};
 use tagalloc_cuda::fake::{
@@ -149,10 +151,17 @@ fn another_stream_takes_a_pending_block_by_a_device_side_wait() {
     // Before the event completes, T takes the block: T waits for S's batch on the device.
     assert!(!gpu.ordered_after(t, used));
     let b = pool.alloc(4 * MIB, t).unwrap();
-    assert_eq!(b.ptr(), a.ptr(), "taken across streams, the pool did not grow");
+    assert_eq!(
+        b.ptr(),
+        a.ptr(),
+        "taken across streams, the pool did not grow"
+    );
     assert_eq!(pool.stats().pool.reserved, 8 * MIB);
     assert_eq!(calls(&gpu, &before, Call::StreamWaitEvent), 1);
-    assert!(gpu.ordered_after(t, used), "T's later work runs after S's use");
+    assert!(
+        gpu.ordered_after(t, used),
+        "T's later work runs after S's use"
+    );
     assert_eq!(gpu.calls().since(&before).synchronizations(), 0);
     assert_eq!(pool.stats().counters.reused_across, 1);
     pool.check().unwrap();
@@ -188,16 +197,28 @@ fn a_split_leaves_the_rest_pending_and_a_stream_never_waits_twice_for_one_batch(
     let before = gpu.calls();
     let a = pool.alloc(2 * MIB, t).unwrap();
     assert_eq!(a.ptr(), big.ptr(), "the head of S's block");
-    assert_eq!(calls(&gpu, &before, Call::EventRecord), 1, "S's open batch fenced");
+    assert_eq!(
+        calls(&gpu, &before, Call::EventRecord),
+        1,
+        "S's open batch fenced"
+    );
     assert_eq!(calls(&gpu, &before, Call::StreamWaitEvent), 1);
     assert!(gpu.ordered_after(t, used));
     let st_ = pool.stats();
-    assert_eq!((st_.pending_blocks, st_.pending_bytes), (1, 6 * MIB), "the rest waits");
+    assert_eq!(
+        (st_.pending_blocks, st_.pending_bytes),
+        (1, 6 * MIB),
+        "the rest waits"
+    );
     pool.check().unwrap();
     // T takes more of the rest: it waited for that batch already.
     let b = pool.alloc(2 * MIB, t).unwrap();
     assert_eq!(b.ptr().0, big.ptr().0 + 2 * MIB as u64);
-    assert_eq!(calls(&gpu, &before, Call::StreamWaitEvent), 1, "no second wait");
+    assert_eq!(
+        calls(&gpu, &before, Call::StreamWaitEvent),
+        1,
+        "no second wait"
+    );
     // U has not: it waits, once.
     let c = pool.alloc(2 * MIB, u).unwrap();
     assert_eq!(c.ptr().0, big.ptr().0 + 4 * MIB as u64);
@@ -819,6 +840,210 @@ fn a_stream_that_frees_and_never_allocates_again_gives_its_memory_back() {
     for b in [t0, big] {
         pool.free(b).unwrap();
     }
+    drop(pool);
+    destroy(&gpu, st);
+    assert_eq!(gpu.outstanding(), Outstanding::default());
+}
+
+/// One thread's exhaustion wait (the host synchronisation of a miss that ran out) is made with
+/// the pool's lock released: another thread's allocation on a stream whose memory is at hand
+/// goes through while the first is still waiting for the device.
+#[test]
+fn an_exhaustion_wait_does_not_block_another_threads_allocation() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{mpsc, Arc};
+    use std::time::Duration;
+    use tagalloc_cuda::SharedDevicePool;
+
+    let gpu = Arc::new(fake(8 * MIB));
+    let st = streams(&gpu, 3);
+    let (s, t, u) = (st[0], st[1], st[2]);
+    let pool = Arc::new(SharedDevicePool::new(
+        0,
+        DevicePool::new(Arc::clone(&gpu), plain(2 * MIB, None, 1)).unwrap(),
+    ));
+    let h1 = pool.alloc(MIB, s).unwrap();
+    let h2 = pool.alloc(MIB, s).unwrap();
+    let ub = pool.alloc(3 * MIB / 2, u).unwrap();
+    let filler = pool.alloc(MIB / 2, u).unwrap();
+    let x = pool.alloc(2 * MIB, s).unwrap();
+    let y = pool.alloc(2 * MIB, t).unwrap();
+    assert_eq!(gpu.outstanding().device_bytes, 8 * MIB);
+    // h2 free in the heap; h1 and U's block pending, not yet passed by the device.
+    pool.free(h2).unwrap();
+    for _ in 0..2 {
+        gpu.complete_all();
+        pool.with(|p| p.process_events()).unwrap();
+    }
+    pool.free(ub).unwrap();
+    pool.free(h1).unwrap();
+
+    // The host synchronisation blocks until the test lets it go.
+    let (entered_tx, entered_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let go_rx = std::sync::Mutex::new(go_rx);
+    gpu.on_synchronize(Some(Arc::new(move || {
+        let _ = entered_tx.send(());
+        let _ = go_rx.lock().unwrap().recv_timeout(Duration::from_secs(30));
+    })));
+    let waiting = Arc::new(AtomicBool::new(true));
+    let a = {
+        let (pool, waiting) = (Arc::clone(&pool), Arc::clone(&waiting));
+        std::thread::spawn(move || {
+            let b = pool.alloc(2 * MIB, t); // runs out: waits for the device
+            waiting.store(false, Ordering::SeqCst);
+            b
+        })
+    };
+    entered_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the first thread synchronises");
+    // Meanwhile, U's own pending block serves U, from another thread.
+    let (done_tx, done_rx) = mpsc::channel();
+    let b = {
+        let pool = Arc::clone(&pool);
+        std::thread::spawn(move || {
+            let b = pool.alloc(3 * MIB / 2, u);
+            let _ = done_tx.send(());
+            b
+        })
+    };
+    let served = done_rx.recv_timeout(Duration::from_secs(10)).is_ok();
+    let still_waiting = waiting.load(Ordering::SeqCst);
+    go_tx.send(()).unwrap(); // let the synchronisation end whatever happened
+    assert!(
+        served,
+        "the second thread's allocation waited for the first's synchronisation"
+    );
+    assert!(
+        still_waiting,
+        "the first thread was still waiting for the device"
+    );
+    let ub2 = b.join().unwrap().unwrap();
+    assert_eq!(ub2.ptr(), ub.ptr(), "U's own block, at once");
+    let a2 = a.join().unwrap().unwrap();
+    assert_eq!(
+        a2.ptr(),
+        h1.ptr(),
+        "the halves merged once the device was waited for"
+    );
+    gpu.on_synchronize(None);
+    pool.with(|p| p.check()).unwrap();
+    assert_eq!(pool.stats().counters.synchronizations, 1);
+    for blk in [ub2, filler, x, y, a2] {
+        pool.free(blk).unwrap();
+    }
+    pool.trim().unwrap();
+    drop(pool);
+    destroy(&gpu, st);
+    assert_eq!(gpu.outstanding(), Outstanding::default());
+}
+
+/// A stream the pool was told to forget is never named to the driver again: destroyed, the
+/// fake refuses any call on it, and the pool goes on (allocating, polling, trimming) without
+/// one failing.
+#[test]
+fn a_forgotten_stream_may_be_destroyed() {
+    let gpu = fake(1 << 30);
+    let st = streams(&gpu, 2);
+    let (s, t) = (st[0], st[1]);
+    let mut pool = DevicePool::new(&gpu, plain(16 * MIB, None, 64)).unwrap();
+    let a = pool.alloc(8 * MIB, s).unwrap();
+    let b = pool.alloc(8 * MIB, t).unwrap();
+    pool.free(a).unwrap(); // pending on S, in its open batch
+    let before = gpu.calls();
+    pool.forget_stream(s).unwrap();
+    assert_eq!(
+        calls(&gpu, &before, Call::EventRecord),
+        1,
+        "S's batch fenced"
+    );
+    assert_eq!(pool.stats().streams, 1);
+    pool.forget_stream(s).unwrap(); // forgotten already: nothing to do
+                                    // SAFETY: the test created S and the pool no longer uses it.
+    unsafe { gpu.stream_destroy(s).unwrap() };
+    // T takes S's block by waiting on S's batch's event (an event, not the stream), polls,
+    // and trims: no call names S.
+    let c = pool.alloc(8 * MIB, t).unwrap();
+    assert_eq!(c.ptr(), a.ptr());
+    for _ in 0..300 {
+        let x = pool.alloc(4096, t).unwrap();
+        pool.free(x).unwrap();
+        gpu.complete_all();
+    }
+    pool.free(b).unwrap();
+    pool.free(c).unwrap();
+    pool.trim().unwrap();
+    pool.check().unwrap();
+    // A new stream reusing the forgotten entry starts afresh.
+    let s2 = gpu.stream_create().unwrap();
+    let d = pool.alloc(MIB, s2).unwrap();
+    pool.free(d).unwrap();
+    pool.forget_stream(s2).unwrap();
+    pool.check().unwrap();
+    drop(pool);
+    // SAFETY: the test's streams, used no more.
+    unsafe { gpu.stream_destroy(s2).unwrap() };
+    destroy(&gpu, vec![t]);
+    assert_eq!(gpu.outstanding(), Outstanding::default());
+}
+
+/// While the pool is told a capture is under way it makes no call the driver refuses then
+/// (the fake's capture would be invalidated), takes nothing across the capture's boundary,
+/// and refuses what needs the host to wait; once told the capture ended, it records the
+/// captured batches' events again and goes on as before.
+#[test]
+fn a_capture_is_never_broken_by_the_pool() {
+    let gpu = fake(64 * MIB);
+    let st = streams(&gpu, 2);
+    let (s, c) = (st[0], st[1]);
+    let mut pool = DevicePool::new(&gpu, plain(16 * MIB, None, 1)).unwrap();
+    let a = pool.alloc(8 * MIB, s).unwrap();
+    let keep = pool.alloc(8 * MIB, c).unwrap();
+    pool.free(a).unwrap(); // pending on S, fenced outside the capture
+    pool.capture_begun();
+    gpu.begin_capture(c).unwrap();
+    // C captures: it may not wait for S's batch (recorded outside the capture): the pool grows.
+    let x = pool.alloc(8 * MIB, c).unwrap();
+    assert_ne!(x.ptr(), a.ptr());
+    // Frees on the capturing stream are fenced in the capture; C takes its own back.
+    pool.free(x).unwrap();
+    let y = pool.alloc(8 * MIB, c).unwrap();
+    assert_eq!(y.ptr(), x.ptr());
+    // Running out needs a host wait: refused, not made.
+    let mut held = Vec::new();
+    let err = loop {
+        match pool.alloc(16 * MIB, c) {
+            Ok(b) => held.push(b),
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        matches!(err, DeviceError::Capturing(_) | DeviceError::Pool { .. }),
+        "{err}"
+    );
+    assert!(matches!(pool.trim(), Err(DeviceError::Capturing(_))));
+    assert!(matches!(
+        pool.forget_stream(c),
+        Err(DeviceError::Capturing(_))
+    ));
+    pool.check().unwrap();
+    assert!(
+        gpu.end_capture(c).unwrap(),
+        "the pool never invalidated the capture"
+    );
+    pool.capture_ended().unwrap();
+    // Outside the capture again: polls, waits and trims work; nothing is lost.
+    for b in held.into_iter().chain([y, keep]) {
+        pool.free(b).unwrap();
+    }
+    gpu.complete_all();
+    pool.process_events().unwrap();
+    gpu.complete_all();
+    pool.process_events().unwrap();
+    pool.trim().unwrap();
+    pool.check().unwrap();
+    assert_eq!(pool.stats().pending_blocks, 0);
     drop(pool);
     destroy(&gpu, st);
     assert_eq!(gpu.outstanding(), Outstanding::default());

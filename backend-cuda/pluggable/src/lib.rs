@@ -15,6 +15,11 @@
 //! void  tagalloc_free(void* ptr, ssize_t size, int device, cudaStream_t stream);
 //! void  tagalloc_record_stream(void* ptr, cudaStream_t stream);  /* set_record_stream_fn */
 //! void  tagalloc_empty_cache(void);                              /* set_reset_fn */
+//! void  tagalloc_begin_allocate_to_pool(int device, MempoolId pool, void* filter);
+//!                                                  /* set_begin_allocate_to_pool */
+//! void  tagalloc_end_allocate_to_pool(int device, MempoolId pool);  /* set_end_allocate_to_pool_fn */
+//! void  tagalloc_release_pool(int device, MempoolId pool);      /* set_release_pool */
+//! int   tagalloc_forget_stream(cudaStream_t stream);  /* before destroying a stream: 0 or -1 */
 //! int   tagalloc_trim(int device);          /* empty_cache of one device, or all for -1: 0 or -1 */
 //! int   tagalloc_stats(int device, TagallocStats* out);
 //! size_t tagalloc_stats_size(void);                    /* sizeof(TagallocStats) */
@@ -54,6 +59,17 @@
 //! (a radix tree over granules, updated on every split and merge) would cost every user of
 //! the heap for the sake of callers that lose the handle.
 //!
+//! **No wait under a lock another thread needs.** A free takes its block out of the address
+//! map and lets the map's lock go before it calls the pool; the pool waits for the device (out
+//! of memory with frees pending, `empty_cache`) only with its own lock released. A stall of
+//! one thread stops no other thread's allocations and frees.
+//!
+//! **CUDA graphs.** With PyTorch's graph-pool hooks installed (`set_begin_allocate_to_pool`,
+//! `set_end_allocate_to_pool_fn`, `set_release_pool`; `tagalloc_torch.enable()` does it), a
+//! capture's allocations come from a private pool of its graph, whose memory serves nothing
+//! else until PyTorch releases it, and every pool of the device is told a capture is under way
+//! (it then makes no call that is illegal during a capture). See the `graphs` module.
+//!
 //! **Errors never unwind into C.** Every entry point catches panics; a failed allocation
 //! returns null (PyTorch then raises its out-of-memory error), and
 //! [`tagalloc_last_error`] says why: the pool's message with its figures, or, with no driver
@@ -63,246 +79,22 @@
 //! over the real driver, and the tests over the fake one.
 
 use core::ffi::{c_char, c_int, c_void};
-use std::collections::HashMap;
 use std::ffi::CString;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
+mod allocator;
+mod graphs;
 pub mod snapshot_json;
+mod stats;
+
+pub use allocator::Allocator;
+pub use graphs::MempoolId;
+pub use stats::TagallocStats;
 
 use tagalloc_cuda::{
-    AddrHash, BlockState, CuStream, CudaDriver, DeviceBlock, DeviceConfig, DeviceError, DevicePtr,
-    Driver, DriverError, PoolRegistry, Regions,
+    CuStream, CudaDriver, DeviceConfig, DevicePtr, DriverError, PoolRegistry, Regions,
 };
-
-/// What [`tagalloc_stats`] fills in: bytes, counts, and whether the pool works.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TagallocStats {
-    /// 0: the figures below are the device's pool's; otherwise no pool could be had (see
-    /// [`tagalloc_last_error`]): -1 no driver, no device, or a bad ordinal; -2 a null `out`.
-    pub status: i32,
-    /// Bytes in blocks handed out (rounded to the 256-byte granule), pending frees included.
-    pub in_use: u64,
-    /// The most bytes in use at once.
-    pub peak_in_use: u64,
-    /// Bytes held from the driver.
-    pub reserved: u64,
-    /// The most bytes held at once.
-    pub peak_reserved: u64,
-    /// Bytes freed on one stream that other streams wait for (their events).
-    pub pending: u64,
-    /// Allocations and frees so far.
-    pub allocations: u64,
-    /// Frees so far (stream-ordered frees counted when they reach the heap).
-    pub frees: u64,
-    /// Regions held from the driver (1 with virtual-memory growth).
-    pub regions: u64,
-    // Appended later: new fields only ever go at the end, so existing offsets stay put.
-    /// Chunks handed out now, pending frees included.
-    pub live_blocks: u64,
-    /// Blocks pending (freed on their stream, waiting for their events).
-    pub pending_blocks: u64,
-    /// Allocations that ran out while frees were pending, waited for the device, and tried
-    /// again (the device pool's `exhaustion_retries`).
-    pub exhaustion_retries: u64,
-    /// Allocations that failed, gave back every wholly free region, and tried again (the core
-    /// pool's `retries`). One request can count here and in `exhaustion_retries`.
-    pub pool_retries: u64,
-    /// Regions obtained from the driver.
-    pub regions_obtained: u64,
-    /// Regions given back whole.
-    pub regions_given_back: u64,
-    /// Times a region grew in place (with virtual-memory growth: one more mapping).
-    pub grown: u64,
-    /// Times a region's free end was given back (unmapped).
-    pub shrunk: u64,
-    /// Host synchronisations (switching to several streams, running out of memory).
-    pub synchronizations: u64,
-    /// Events recorded.
-    pub events_recorded: u64,
-    /// Events queried.
-    pub event_queries: u64,
-    /// Waits for a stream instead of growing, when pending frees held more than their share
-    /// of the pool.
-    pub stream_waits: u64,
-}
-
-/// The blocks handed out on one device, by address.
-type Blocks<S> = HashMap<usize, DeviceBlock<S>, AddrHash>;
-
-/// The allocator over driver `D`: a registry of pools, one per device, and for each device the
-/// blocks handed out there, by address, since a C caller frees by address.
-///
-/// Invariant: every block in `blocks[d]` was allocated from device `d`'s pool and is not
-/// freed. Lock order: a device's map, then its pool (never the other way round).
-pub struct Allocator<D: Driver> {
-    registry: PoolRegistry<D>,
-    blocks: Box<[Mutex<Blocks<D::Stream>>]>,
-}
-
-impl<D: Driver> Allocator<D> {
-    /// An allocator over `registry`.
-    pub fn new(registry: PoolRegistry<D>) -> Allocator<D> {
-        let blocks = (0..registry.device_count())
-            .map(|_| Mutex::new(Blocks::default()))
-            .collect();
-        Allocator { registry, blocks }
-    }
-
-    fn device(&self, device: c_int) -> Result<u32, String> {
-        u32::try_from(device).map_err(|_| format!("bad device ordinal {device}"))
-    }
-
-    /// The map of the blocks handed out on `device` (a valid ordinal: its pool exists). A
-    /// panic while it was held leaves no half-made change: carry on.
-    fn blocks(&self, device: u32) -> MutexGuard<'_, Blocks<D::Stream>> {
-        self.blocks[device as usize]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// `size` bytes on `device`, on `stream`; `None` for a size of 0 (nothing to allocate).
-    pub fn malloc(
-        &self,
-        size: isize,
-        device: c_int,
-        stream: D::Stream,
-    ) -> Result<Option<DevicePtr>, String> {
-        let size = usize::try_from(size).map_err(|_| format!("bad size {size}"))?;
-        if size == 0 {
-            return Ok(None);
-        }
-        let device = self.device(device)?;
-        let pool = self.registry.get(device).map_err(message)?;
-        let block = pool.alloc(size, stream).map_err(message)?;
-        self.blocks(device).insert(block.ptr().0 as usize, block);
-        Ok(Some(block.ptr()))
-    }
-
-    /// Frees the block at `ptr` on its stream. `size` (when not negative) must be the size
-    /// it was allocated with: a mismatch is refused, the block kept.
-    pub fn free(&self, ptr: DevicePtr, size: isize, device: c_int) -> Result<(), String> {
-        let device = self.device(device)?;
-        let pool = self.registry.get(device).map_err(message)?;
-        let mut blocks = self.blocks(device);
-        let block = *blocks.get(&(ptr.0 as usize)).ok_or_else(|| unknown(ptr))?;
-        if size >= 0 && size as usize != block.size() {
-            return Err(format!(
-                "free of {:#x} with size {size}; it was allocated with {}",
-                ptr.0,
-                block.size()
-            ));
-        }
-        blocks.remove(&(ptr.0 as usize));
-        pool.free(block).map_err(message)
-    }
-
-    /// Verifies every invariant: each created pool's (see `DevicePool::check`), and that
-    /// every block in the maps is live in its device's pool at its address.
-    pub fn check(&self) -> Result<(), String> {
-        for pool in self.registry.created() {
-            let blocks = self.blocks(pool.device());
-            pool.with(|p| {
-                p.check()?;
-                for (&at, b) in blocks.iter() {
-                    if b.ptr().0 as usize != at || !p.chunk_is_live(b) {
-                        return Err(format!("address map entry {at:#x} is not a live block"));
-                    }
-                }
-                Ok(())
-            })?;
-        }
-        Ok(())
-    }
-
-    /// Marks the block at `ptr` (on whichever device holds it) as used on `stream` too.
-    pub fn record_stream(&self, ptr: DevicePtr, stream: D::Stream) -> Result<(), String> {
-        for pool in self.registry.created() {
-            let blocks = self.blocks(pool.device());
-            if let Some(block) = blocks.get(&(ptr.0 as usize)) {
-                return pool.record_stream(block, stream).map_err(message);
-            }
-        }
-        Err(unknown(ptr))
-    }
-
-    /// Empties the cache of `device`, or of every device created so far for -1.
-    pub fn empty_cache(&self, device: c_int) -> Result<(), String> {
-        let pools = if device == -1 {
-            self.registry.created()
-        } else {
-            vec![self.registry.get(self.device(device)?).map_err(message)?]
-        };
-        for pool in pools {
-            pool.trim().map_err(message)?;
-        }
-        Ok(())
-    }
-
-    /// The statistics of `device`'s pool.
-    pub fn stats(&self, device: c_int) -> Result<TagallocStats, String> {
-        let pool = self.registry.get(self.device(device)?).map_err(message)?;
-        let s = pool.stats();
-        Ok(TagallocStats {
-            status: 0,
-            in_use: s.pool.heap.in_use as u64,
-            peak_in_use: s.pool.heap.peak_in_use as u64,
-            reserved: s.pool.reserved as u64,
-            peak_reserved: s.pool.peak_reserved as u64,
-            pending: s.pending_bytes as u64,
-            allocations: s.pool.heap.allocs,
-            frees: s.pool.heap.frees,
-            regions: s.pool.heap.regions as u64,
-            live_blocks: s.pool.heap.live as u64,
-            pending_blocks: s.pending_blocks as u64,
-            exhaustion_retries: s.counters.exhaustion_retries,
-            pool_retries: s.pool.retries,
-            regions_obtained: s.pool.regions_obtained,
-            regions_given_back: s.pool.regions_given_back,
-            grown: s.pool.grown,
-            shrunk: s.pool.shrunk,
-            synchronizations: s.counters.synchronizations,
-            events_recorded: s.counters.events_recorded,
-            event_queries: s.counters.event_queries,
-            stream_waits: s.counters.stream_waits,
-        })
-    }
-
-    /// The pool of `device` as JSON in the shape of PyTorch's snapshot segments (see
-    /// [`snapshot_json`]); `stream_number` gives the integer written for a stream.
-    pub fn snapshot_json(
-        &self,
-        device: c_int,
-        stream_number: impl Fn(D::Stream) -> u64,
-    ) -> Result<String, String> {
-        let ordinal = self.device(device)?;
-        let pool = self.registry.get(ordinal).map_err(message)?;
-        let blocks = self.blocks(ordinal);
-        let mut regions = pool.lock().snapshot();
-        for b in regions.iter_mut().flat_map(|r| &mut r.blocks) {
-            if let (BlockState::Allocated, Some(h)) = (b.state, blocks.get(&b.addr)) {
-                b.requested = Some(h.size());
-                b.stream = Some(h.stream());
-            }
-        }
-        drop(blocks);
-        Ok(snapshot_json::snapshot_json(
-            ordinal,
-            &regions,
-            stream_number,
-        ))
-    }
-}
-
-fn message(e: DeviceError) -> String {
-    e.to_string()
-}
-
-/// The message for an address that is not a live block this allocator handed out.
-fn unknown(ptr: DevicePtr) -> String {
-    format!("device pool: {:#x} is not a live block", ptr.0)
-}
 
 /// The configuration from the environment: `TAGALLOC_CUDA_REGIONS=plain` for plain regions,
 /// else virtual-memory growth.
@@ -398,6 +190,45 @@ pub extern "C" fn tagalloc_record_stream(ptr: *mut c_void, stream: *mut c_void) 
     with_global((), |a| {
         a.record_stream(DevicePtr(ptr as usize as u64), stream_of(stream))
     });
+}
+
+/// Stops using `stream` on every device's pool (and its graph pools), after which it may be
+/// destroyed: call it after the stream's last allocation, free and `record_stream`. A stream
+/// the pools never saw is no error. Returns 0, or -1 ([`tagalloc_last_error`] says why: no
+/// pool, or the stream captures a CUDA graph).
+#[no_mangle]
+pub extern "C" fn tagalloc_forget_stream(stream: *mut c_void) -> c_int {
+    with_global(-1, |a| a.forget_stream(stream_of(stream)).map(|()| 0))
+}
+
+/// PyTorch's graph-pool begin hook (`set_begin_allocate_to_pool`): the capture about to begin
+/// on `device` allocates from the private pool `pool` (see the crate's `graphs` module).
+/// `filter` is PyTorch's C++ `std::function<bool(cudaStream_t)>`, passed by reference as the
+/// Itanium C++ ABI passes a class with a destructor; it is not called (a C library cannot),
+/// the same test is made from the driver (which capture a stream is in). A failure is recorded
+/// for [`tagalloc_last_error`]; allocations of that capture are then refused.
+#[no_mangle]
+pub extern "C" fn tagalloc_begin_allocate_to_pool(
+    device: c_int,
+    pool: MempoolId,
+    _filter: *mut c_void,
+) {
+    with_global((), |a| a.begin_allocate_to_pool(device, pool));
+}
+
+/// PyTorch's graph-pool end hook (`set_end_allocate_to_pool_fn`): the capture into `pool` on
+/// `device` is over.
+#[no_mangle]
+pub extern "C" fn tagalloc_end_allocate_to_pool(device: c_int, pool: MempoolId) {
+    with_global((), |a| a.end_allocate_to_pool(device, pool));
+}
+
+/// PyTorch's graph-pool release hook (`set_release_pool`): `pool` on `device` serves no more
+/// graphs; its memory goes back to the driver once nothing of it is live, at the next
+/// `empty_cache`.
+#[no_mangle]
+pub extern "C" fn tagalloc_release_pool(device: c_int, pool: MempoolId) {
+    with_global((), |a| a.release_pool(device, pool));
 }
 
 /// Gives back to the driver what every device's pool holds and does not use (PyTorch's

@@ -11,7 +11,7 @@ use tagalloc_cuda::{DeviceConfig, DevicePtr, Driver, PoolRegistry};
 use tagalloc_cuda_pluggable::{
     copy_whole, tagalloc_empty_cache, tagalloc_free, tagalloc_last_error, tagalloc_malloc,
     tagalloc_record_stream, tagalloc_snapshot, tagalloc_stats, tagalloc_stats_size, tagalloc_trim,
-    Allocator, TagallocStats,
+    Allocator, MempoolId, TagallocStats,
 };
 
 fn fake_allocator(count: u32) -> (Allocator<Arc<FakeDriver>>, Vec<Arc<FakeDriver>>) {
@@ -388,6 +388,10 @@ fn the_shared_library_exports_the_c_names() {
         c"tagalloc_stats_size",
         c"tagalloc_snapshot",
         c"tagalloc_last_error",
+        c"tagalloc_forget_stream",
+        c"tagalloc_begin_allocate_to_pool",
+        c"tagalloc_end_allocate_to_pool",
+        c"tagalloc_release_pool",
     ] {
         // SAFETY: a live handle and a NUL-terminated name; the symbol is only looked up.
         let sym = unsafe { libc::dlsym(handle, name.as_ptr()) };
@@ -404,4 +408,178 @@ fn the_shared_library_exports_the_c_names() {
     }
     // SAFETY: the handle is live and nothing from the library is used after.
     unsafe { libc::dlclose(handle) };
+}
+
+/// PyTorch's graph-pool hooks over the fake driver: a capture's allocations come from its own
+/// pool (the device's pool does not grow), frees go back to it, nothing the capture breaks
+/// (the fake would invalidate it), a capture without an open pool and two ambiguous ones are
+/// refused, and a released pool's memory goes back at `empty_cache` once nothing of it lives.
+#[test]
+fn graph_pools_serve_captures_and_go_back_when_released() {
+    let (a, gpus) = fake_allocator(1);
+    let gpu = &gpus[0];
+    let (s, c) = (gpu.default_stream(), gpu.stream_create().unwrap());
+    let eager = a.malloc(1 << 20, 0, s).unwrap().unwrap();
+    let before = a.stats(0).unwrap();
+    // A capture with no pool open: refused, not served from the shared pool.
+    gpu.begin_capture(c).unwrap();
+    let id = MempoolId {
+        first: 0,
+        second: 1,
+    };
+    let other = MempoolId {
+        first: 0,
+        second: 2,
+    };
+    a.begin_allocate_to_pool(0, other).unwrap();
+    a.end_allocate_to_pool(0, other).unwrap();
+    assert!(gpu.end_capture(c).unwrap());
+    gpu.begin_capture(c).unwrap();
+    a.begin_allocate_to_pool(0, id).unwrap();
+    a.begin_allocate_to_pool(
+        0,
+        MempoolId {
+            first: 0,
+            second: 3,
+        },
+    )
+    .unwrap();
+    let e = a.malloc(4096, 0, c).unwrap_err();
+    assert!(e.contains("ambiguous"), "{e}");
+    a.end_allocate_to_pool(
+        0,
+        MempoolId {
+            first: 0,
+            second: 3,
+        },
+    )
+    .unwrap();
+    // One pool open: the capture's allocations come from it.
+    let g1 = a.malloc(3 << 20, 0, c).unwrap().unwrap();
+    let g2 = a.malloc(1 << 20, 0, c).unwrap().unwrap();
+    a.free(g2, 1 << 20, 0).unwrap(); // freed in the capture, back to the graph's pool
+    let g3 = a.malloc(1 << 20, 0, c).unwrap().unwrap();
+    // An eager allocation on another stream meanwhile: the device's pool.
+    let e2 = a.malloc(1 << 20, 0, s).unwrap().unwrap();
+    let during = a.stats(0).unwrap();
+    assert_eq!(
+        during.graph_pools, 3,
+        "pools of three captures (two closed)"
+    );
+    assert_eq!(
+        during.in_use,
+        before.in_use + (1 << 20),
+        "the capture's blocks are not the device pool's"
+    );
+    a.check().unwrap();
+    assert!(
+        gpu.end_capture(c).unwrap(),
+        "the pools never broke the capture"
+    );
+    a.end_allocate_to_pool(0, id).unwrap();
+    assert!(a.end_allocate_to_pool(0, id).is_err(), "ended already");
+    // After the capture: the graph's blocks free to its pool; released, it waits for its last
+    // block; then empty_cache gives its memory back.
+    a.free(g1, 3 << 20, 0).unwrap();
+    a.release_pool(0, id).unwrap();
+    a.release_pool(0, other).unwrap();
+    a.release_pool(
+        0,
+        MempoolId {
+            first: 0,
+            second: 3,
+        },
+    )
+    .unwrap();
+    assert!(a
+        .release_pool(
+            0,
+            MempoolId {
+                first: 9,
+                second: 9
+            }
+        )
+        .is_err());
+    assert_eq!(a.stats(0).unwrap().graph_pools, 1, "g3 is still live");
+    let held = gpu.outstanding().device_bytes;
+    a.free(g3, 1 << 20, 0).unwrap();
+    assert_eq!(a.stats(0).unwrap().graph_pools, 0);
+    a.empty_cache(0).unwrap();
+    assert!(
+        gpu.outstanding().device_bytes < held,
+        "the graph pools' memory went back"
+    );
+    a.free(eager, 1 << 20, 0).unwrap();
+    a.free(e2, 1 << 20, 0).unwrap();
+    a.check().unwrap();
+    assert_eq!(a.forget_stream(c), Ok(()));
+    // SAFETY: the test's stream, forgotten by every pool and used no more.
+    unsafe { gpu.stream_destroy(c).unwrap() };
+    a.empty_cache(-1).unwrap();
+    drop(a);
+    assert_eq!(gpu.outstanding(), Outstanding::default());
+}
+
+/// A capture under way without an open graph pool: the allocation is refused with a message
+/// saying why, never served from the shared pool.
+#[test]
+fn a_capture_without_a_graph_pool_is_refused() {
+    let (a, gpus) = fake_allocator(1);
+    let gpu = &gpus[0];
+    let c = gpu.stream_create().unwrap();
+    let id = MempoolId {
+        first: 0,
+        second: 1,
+    };
+    a.begin_allocate_to_pool(0, id).unwrap();
+    a.end_allocate_to_pool(0, id).unwrap();
+    // The hooks say no capture is under way, so no question is asked: a capture PyTorch did
+    // not announce is outside what the pool can see (documented).
+    gpu.begin_capture(c).unwrap();
+    a.begin_allocate_to_pool(
+        0,
+        MempoolId {
+            first: 0,
+            second: 7,
+        },
+    )
+    .unwrap();
+    // The open pool takes this capture's allocations.
+    let p = a.malloc(4096, 0, c).unwrap().unwrap();
+    a.free(p, 4096, 0).unwrap();
+    a.end_allocate_to_pool(
+        0,
+        MempoolId {
+            first: 0,
+            second: 7,
+        },
+    )
+    .unwrap();
+    // Announced, but its pool closed already (another capture's): refused.
+    a.begin_allocate_to_pool(
+        0,
+        MempoolId {
+            first: 0,
+            second: 8,
+        },
+    )
+    .unwrap();
+    let d = gpu.stream_create().unwrap();
+    let id2 = gpu.begin_capture(d).unwrap();
+    let q = a.malloc(4096, 0, d).unwrap().unwrap(); // binds pool 8 to capture id2
+    let e = a.malloc(4096, 0, c).unwrap_err();
+    assert!(e.contains("no graph pool is open"), "{e}");
+    assert!(id2 > 0);
+    a.free(q, 4096, 0).unwrap();
+    a.end_allocate_to_pool(
+        0,
+        MempoolId {
+            first: 0,
+            second: 8,
+        },
+    )
+    .unwrap();
+    assert!(gpu.end_capture(d).unwrap());
+    assert!(gpu.end_capture(c).unwrap());
+    a.check().unwrap();
 }

@@ -7,6 +7,7 @@
     ...                              # the program, unchanged
     tagalloc_torch.memory_stats()    # {"reserved_bytes.all.peak": ..., ...}
     tagalloc_torch.dump_snapshot("snap.pickle")   # for pytorch.org/memory_viz
+    tagalloc_torch.graphs_supported()             # whether CUDA graphs can be captured
 
 The library is ``libtagalloc_cuda_pluggable.so`` (``cargo build --release -p
 tagalloc-cuda-pluggable``), found from the ``library`` argument, else the environment variable
@@ -18,6 +19,17 @@ raises a :class:`TagallocError` subclass saying which is missing.
 PyTorch's own ``torch.cuda.memory_stats()``, ``max_memory_reserved()`` and the like raise under a
 pluggable allocator (its ``getDeviceStats`` is unsupported in PyTorch's
 ``CUDAPluggableAllocator.cpp``): use :func:`memory_stats` and :func:`snapshot` here.
+
+CUDA graphs: :func:`enable` also installs the library's graph-pool hooks where PyTorch's
+pluggable allocator takes them (PyTorch 2.3 and later), so that what a graph's capture
+allocates goes to a private pool of that graph; :func:`graphs_supported` says whether it did.
+Without them the library refuses every allocation on a stream being captured (the allocation
+fails, and the library records why) rather than hand out memory that other work could reuse
+while the graph still writes it.
+
+Streams: the pool remembers the streams it has allocated on. Before destroying a stream of
+your own (a ``torch.cuda.ExternalStream`` over a stream you created), call
+:func:`forget_stream`; PyTorch's own streams live as long as the process.
 """
 
 import pickle
@@ -37,6 +49,8 @@ from .errors import (
 __all__ = [
     "enable",
     "enabled",
+    "graphs_supported",
+    "forget_stream",
     "memory_stats",
     "empty_cache",
     "snapshot",
@@ -51,8 +65,17 @@ __all__ = [
 
 ENV_VAR = _library.ENV_VAR
 
-# The library enable() installed in this process, and PyTorch's allocator object over it.
+# What enable() installed in this process: the library, PyTorch's allocator object over it,
+# and whether the graph-pool hooks went in.
 _enabled = None
+
+# PyTorch's setters for the graph-pool hooks (PyTorch 2.3 and later), each with the library
+# function it installs.
+GRAPH_HOOKS = (
+    ("set_begin_allocate_to_pool", "tagalloc_begin_allocate_to_pool"),
+    ("set_end_allocate_to_pool_fn", "tagalloc_end_allocate_to_pool"),
+    ("set_release_pool", "tagalloc_release_pool"),
+)
 
 
 def _torch():
@@ -70,6 +93,11 @@ def enable(library=None):
     "tagalloc_free")`` with the library's ``tagalloc_record_stream`` as its record-stream hook
     (``Tensor.record_stream``) and ``tagalloc_empty_cache`` as its reset hook
     (``torch.cuda.empty_cache()``), then ``torch.cuda.memory.change_current_allocator``.
+    Where PyTorch's allocator has the graph-pool setters (``set_begin_allocate_to_pool``,
+    ``set_end_allocate_to_pool_fn``, ``set_release_pool``), it installs the library's
+    ``tagalloc_begin_allocate_to_pool``, ``tagalloc_end_allocate_to_pool`` and
+    ``tagalloc_release_pool`` too; without all three it installs none of them and still
+    enables (:func:`graphs_supported` is False then, and capturing a CUDA graph fails).
 
     Must come before CUDA is initialised (before the first CUDA tensor): PyTorch cannot swap an
     allocator in use. Raises :class:`TorchMissing`, :class:`CudaAlreadyInitialized`,
@@ -103,14 +131,34 @@ def enable(library=None):
             )
     hooks.set_record_stream_fn(lib.address("tagalloc_record_stream"))
     hooks.set_reset_fn(lib.address("tagalloc_empty_cache"))
+    graphs = _install_graph_hooks(hooks, lib)
     torch.cuda.memory.change_current_allocator(alloc)
-    _enabled = (lib, alloc)
+    _enabled = (lib, alloc, graphs)
     return path
+
+
+def _install_graph_hooks(hooks, lib):
+    """Installs the graph-pool hooks when PyTorch's allocator has all three setters; returns
+    whether it did. With only some of them a graph's pool could be opened and never closed or
+    released, so then none is installed."""
+    if not all(hasattr(hooks, setter) for setter, _ in GRAPH_HOOKS):
+        return False
+    for setter, symbol in GRAPH_HOOKS:
+        getattr(hooks, setter)(lib.address(symbol))
+    return True
 
 
 def enabled():
     """The path of the library :func:`enable` installed, or None."""
     return _enabled[0].path if _enabled is not None else None
+
+
+def graphs_supported():
+    """Whether :func:`enable` installed the graph-pool hooks, so that CUDA graphs can be
+    captured with tagalloc as the allocator. False before :func:`enable`, and when this PyTorch's
+    pluggable allocator has no setters for them (before PyTorch 2.3): the library then refuses
+    allocations on a stream being captured."""
+    return _enabled is not None and _enabled[2]
 
 
 def _lib(library):
@@ -137,6 +185,34 @@ def _device(device):
         # A torch.device; torch.device("cuda") has no index: the current device.
         return _device(None) if device.index is None else device.index
     raise ValueError(f"tagalloc: not a CUDA device ordinal: {device!r}")
+
+
+def _stream_handle(stream):
+    """The raw ``CUstream`` of ``stream``: a ``torch.cuda.Stream`` or ``ExternalStream`` (its
+    ``cuda_stream``), or a handle given as an int. Checked without PyTorch."""
+    handle = getattr(stream, "cuda_stream", stream)
+    if isinstance(handle, bool) or not isinstance(handle, int):
+        raise TypeError(
+            "tagalloc: forget_stream takes a torch.cuda.Stream, a torch.cuda.ExternalStream or "
+            f"a stream handle as an int, not {type(stream).__name__} {stream!r}"
+        )
+    if handle < 0:
+        raise ValueError(f"tagalloc: not a stream handle: {handle}")
+    return handle
+
+
+def forget_stream(stream, library=None):
+    """Makes the pool stop using ``stream`` (a ``torch.cuda.Stream``, a
+    ``torch.cuda.ExternalStream``, or the raw handle as an int): call it before destroying a
+    stream you created yourself, so that the pool never waits on or records into a dead
+    handle. A stream the pool never saw is accepted (nothing to forget).
+
+    Raises ``TypeError`` for anything else, checked before the library is loaded;
+    :class:`LibraryMissing` without the library (or with a build lacking
+    ``tagalloc_forget_stream``); :class:`LibraryError` with the library's reason when it
+    refused."""
+    handle = _stream_handle(stream)
+    _lib(library).forget_stream(handle)
 
 
 def memory_stats(device=None, library=None):

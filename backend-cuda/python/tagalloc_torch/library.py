@@ -15,12 +15,17 @@ LIBRARY_NAME = "libtagalloc_cuda_pluggable.so"
 ENV_VAR = "TAGALLOC_CUDA_LIBRARY"
 SIZE_MAX = ctypes.c_size_t(-1).value
 
-# Every symbol enable() and the functions here use; a library without one is refused.
+# Every symbol enable() and the functions here need from a library they load; a library
+# without one is refused when it is loaded. tagalloc_forget_stream is not among them: only
+# Library.forget_stream needs it, and it says so when it is absent.
 SYMBOLS = (
     "tagalloc_malloc",
     "tagalloc_free",
     "tagalloc_record_stream",
     "tagalloc_empty_cache",
+    "tagalloc_begin_allocate_to_pool",
+    "tagalloc_end_allocate_to_pool",
+    "tagalloc_release_pool",
     "tagalloc_trim",
     "tagalloc_stats",
     "tagalloc_stats_size",
@@ -84,7 +89,18 @@ class Stats(ctypes.Structure):
         ("events_recorded", ctypes.c_uint64),
         ("event_queries", ctypes.c_uint64),
         ("stream_waits", ctypes.c_uint64),
+        ("stream_wait_ns", ctypes.c_uint64),
+        ("host_sync_ns", ctypes.c_uint64),
+        ("graph_pools", ctypes.c_uint64),
     ]
+
+
+class MempoolId(ctypes.Structure):
+    """PyTorch's ``MempoolId_t`` (``std::pair<CaptureId_t, CaptureId_t>``, two unsigned 64-bit
+    integers), which the graph-pool hooks take by value. Only PyTorch calls those hooks; the
+    type is declared so that their signatures are written down here too."""
+
+    _fields_ = [("first", ctypes.c_uint64), ("second", ctypes.c_uint64)]
 
 
 class Library:
@@ -115,6 +131,15 @@ class Library:
         c.tagalloc_snapshot.restype = ctypes.c_size_t
         c.tagalloc_last_error.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         c.tagalloc_last_error.restype = ctypes.c_size_t
+        c.tagalloc_begin_allocate_to_pool.argtypes = [ctypes.c_int, MempoolId, ctypes.c_void_p]
+        c.tagalloc_begin_allocate_to_pool.restype = None
+        c.tagalloc_end_allocate_to_pool.argtypes = [ctypes.c_int, MempoolId]
+        c.tagalloc_end_allocate_to_pool.restype = None
+        c.tagalloc_release_pool.argtypes = [ctypes.c_int, MempoolId]
+        c.tagalloc_release_pool.restype = None
+        if hasattr(c, "tagalloc_forget_stream"):
+            c.tagalloc_forget_stream.argtypes = [ctypes.c_void_p]
+            c.tagalloc_forget_stream.restype = ctypes.c_int
         size = c.tagalloc_stats_size()
         if size != ctypes.sizeof(Stats):
             raise LibraryMissing(
@@ -149,6 +174,18 @@ class Library:
         could not."""
         if self.cdll.tagalloc_trim(device) != 0:
             self._fail("tagalloc_trim")
+
+    def forget_stream(self, handle):
+        """Makes the pool stop using the stream ``handle`` (a raw ``CUstream``, an int), as
+        before the stream is destroyed; a stream the pool never saw is no error.
+        :class:`LibraryMissing` when the library has no ``tagalloc_forget_stream`` (an older
+        build), :class:`LibraryError` with the library's reason when it refused."""
+        if not hasattr(self.cdll, "tagalloc_forget_stream"):
+            raise LibraryMissing(
+                f"tagalloc: {self.path} lacks tagalloc_forget_stream: an older build; rebuild it"
+            )
+        if self.cdll.tagalloc_forget_stream(handle) != 0:
+            self._fail(f"tagalloc_forget_stream(stream {handle:#x})")
 
     def snapshot_json(self, device):
         """The pool of ``device`` as the library's JSON text (see ``snapshot_json.rs``)."""

@@ -23,7 +23,18 @@ Only the figures the pool really keeps get PyTorch's names; PyTorch's meaning of
 Sizes are of blocks as handed out (rounded to the pool's 256-byte granule). Nothing is split
 into ``large_pool``/``small_pool`` (the pool has one heap), and the ``.allocated``/``.freed``
 totals, ``requested_bytes``, ``inactive_split*`` and ``oversize_*`` are absent. The pool's own
-figures follow under ``tagalloc.*`` names.
+figures follow under ``tagalloc.*`` names, among them what the pool did about streams:
+
+- ``tagalloc.stream_waits``: device-side waits the pool queued (``cuStreamWaitEvent`` calls):
+  an allocating stream made to wait on the device for another stream's frees instead of the
+  host waiting. ``tagalloc.stream_wait_ns``: host nanoseconds spent issuing
+  them (the cost to the host, not how long the device waited).
+- ``tagalloc.synchronizations``: host synchronisations (running out of memory, emptying the
+  cache); switching streams is not one. ``tagalloc.host_sync_ns``: host nanoseconds the pool
+  spent blocked in them (``cuStreamSynchronize``, ``cuEventSynchronize``,
+  ``cuCtxSynchronize``).
+- ``tagalloc.graph_pools``: private pools of CUDA graphs alive on the device (allocations made
+  on a stream being captured go to its graph's pool; see ``tagalloc_torch.graphs_supported``).
 """
 
 
@@ -55,4 +66,7 @@ def to_torch(s):
         "tagalloc.events_recorded": s.events_recorded,
         "tagalloc.event_queries": s.event_queries,
         "tagalloc.stream_waits": s.stream_waits,
+        "tagalloc.stream_wait_ns": s.stream_wait_ns,
+        "tagalloc.host_sync_ns": s.host_sync_ns,
+        "tagalloc.graph_pools": s.graph_pools,
     }

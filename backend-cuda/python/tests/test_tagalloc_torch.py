@@ -1,6 +1,7 @@
 """tagalloc_torch without PyTorch and without a GPU: the import, enable()'s refusals and its
-wiring (against a stand-in for torch), the ctypes layer against the built library (which, with
-no CUDA driver, must report that as an exception), and the conversions to PyTorch's shapes.
+wiring, graph-pool hooks included (against a stand-in for torch), forget_stream's argument,
+the ctypes layer against the built library (which, with no CUDA driver, must report that as an
+exception), and the conversions to PyTorch's shapes.
 
 Run from the repository root after ``cargo build --release -p tagalloc-cuda-pluggable``:
 ``python3 -m unittest discover -s backend-cuda/python -v``. Without the built library the tests
@@ -24,6 +25,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(HERE, "fixtures", "snapshot_fake.json")
 # Read once: the tests clear the variable to test the search.
 BUILT = os.environ.get(library.ENV_VAR)
+# A stream handle no pool has seen (never dereferenced: forgetting an unknown stream is a no-op).
+UNSEEN_STREAM = 0x7A6A0000
 
 
 def built_library():
@@ -46,10 +49,14 @@ def driver_present():
     return True
 
 
-class FakeTorch(types.ModuleType):
-    """What enable() touches of torch, recording the calls."""
+GRAPH_SETTERS = ("set_begin_allocate_to_pool", "set_end_allocate_to_pool_fn", "set_release_pool")
 
-    def __init__(self, initialized=False, available=True):
+
+class FakeTorch(types.ModuleType):
+    """What enable() touches of torch, recording the calls. ``graph_setters`` are the graph-pool
+    setters its pluggable allocator has (all three, as PyTorch 2.3 and later, by default)."""
+
+    def __init__(self, initialized=False, available=True, graph_setters=GRAPH_SETTERS):
         super().__init__("torch")
         self.__version__ = "0.0-fake"
         self.calls = []
@@ -61,6 +68,9 @@ class FakeTorch(types.ModuleType):
 
             def set_reset_fn(self, addr):
                 calls.append(("set_reset_fn", addr))
+
+        for name in graph_setters:
+            setattr(Hooks, name, lambda self, addr, name=name: calls.append((name, addr)))
 
         class CUDAPluggableAllocator:
             def __init__(self, path, alloc_fn_name, free_fn_name):
@@ -169,6 +179,15 @@ class TestImportAndFind(Clean):
             self.assertIn("TAGALLOC_CUDA_LIBRARY", str(e.exception))
         self.assertEqual(fake.calls, [], "nothing installed")
 
+    def test_no_graphs_before_enable_nor_after_a_refused_one(self):
+        self.assertIs(tagalloc_torch.graphs_supported(), False)
+        fake = FakeTorch()
+        with mock.patch.dict(sys.modules, {"torch": fake}):
+            with self.assertRaises(tagalloc_torch.LibraryMissing):
+                tagalloc_torch.enable(library="/nonexistent/libtagalloc_cuda_pluggable.so")
+        self.assertIs(tagalloc_torch.graphs_supported(), False)
+        self.assertEqual(fake.calls, [])
+
     def test_a_file_that_is_not_the_library_is_refused(self):
         with tempfile.NamedTemporaryFile(suffix=".so") as f:
             f.write(b"not an ELF file")
@@ -187,6 +206,7 @@ class TestEnable(Clean):
         self.assertIn("already initialised", str(e.exception))
         self.assertEqual(fake.calls, [], "nothing installed")
         self.assertIsNone(tagalloc_torch.enabled())
+        self.assertFalse(tagalloc_torch.graphs_supported())
 
     def test_refuses_without_a_gpu(self):
         fake = FakeTorch(available=False)
@@ -196,10 +216,11 @@ class TestEnable(Clean):
         self.assertIn("no CUDA device", str(e.exception))
         self.assertEqual(fake.calls, [])
 
-    def test_installs_the_allocator_and_both_hooks(self):
+    def test_installs_the_allocator_and_its_hooks(self):
         path = built_library()
         fake = FakeTorch()
         with mock.patch.dict(sys.modules, {"torch": fake}):
+            self.assertFalse(tagalloc_torch.graphs_supported(), "before enable()")
             self.assertEqual(tagalloc_torch.enable(library=path), path)
             lib = ctypes.CDLL(path)
 
@@ -212,16 +233,48 @@ class TestEnable(Clean):
             record = ("set_record_stream_fn", addr("tagalloc_record_stream"))
             self.assertEqual(fake.calls[1], record)
             self.assertEqual(fake.calls[2], ("set_reset_fn", addr("tagalloc_empty_cache")))
-            self.assertEqual(fake.calls[3][0], "change_current_allocator")
-            self.assertEqual(len(fake.calls), 4)
+            self.assertEqual(
+                fake.calls[3:6],
+                [
+                    ("set_begin_allocate_to_pool", addr("tagalloc_begin_allocate_to_pool")),
+                    ("set_end_allocate_to_pool_fn", addr("tagalloc_end_allocate_to_pool")),
+                    ("set_release_pool", addr("tagalloc_release_pool")),
+                ],
+            )
+            self.assertEqual(fake.calls[6][0], "change_current_allocator")
+            self.assertEqual(len(fake.calls), 7)
             self.assertEqual(tagalloc_torch.enabled(), path)
+            self.assertTrue(tagalloc_torch.graphs_supported())
             # Again with the same library: nothing more; with another: refused.
             self.assertEqual(tagalloc_torch.enable(library=path), path)
-            self.assertEqual(len(fake.calls), 4)
+            self.assertEqual(len(fake.calls), 7)
             with tempfile.NamedTemporaryFile(suffix=".so") as other:
                 with self.assertRaises(tagalloc_torch.TagallocError) as e:
                     tagalloc_torch.enable(library=other.name)
                 self.assertIn("already enabled", str(e.exception))
+
+    def test_enables_without_graphs_on_a_pytorch_lacking_a_graph_pool_setter(self):
+        path = built_library()
+        # Before PyTorch 2.3: none of the setters; and a PyTorch with only some of them.
+        for setters in ((), GRAPH_SETTERS[:1], GRAPH_SETTERS[1:]):
+            with self.subTest(setters=setters):
+                tagalloc_torch._enabled = None
+                fake = FakeTorch(graph_setters=setters)
+                with mock.patch.dict(sys.modules, {"torch": fake}):
+                    self.assertEqual(tagalloc_torch.enable(library=path), path)
+                names = [c[0] for c in fake.calls]
+                self.assertEqual(
+                    names,
+                    [
+                        "CUDAPluggableAllocator",
+                        "set_record_stream_fn",
+                        "set_reset_fn",
+                        "change_current_allocator",
+                    ],
+                    "no graph-pool hook installed unless all three can be",
+                )
+                self.assertEqual(tagalloc_torch.enabled(), path)
+                self.assertFalse(tagalloc_torch.graphs_supported())
 
     def test_refuses_a_pytorch_without_the_hooks(self):
         fake = FakeTorch()
@@ -237,6 +290,63 @@ class TestEnable(Clean):
                 tagalloc_torch.enable(library=built_library())
         self.assertIn("set_record_stream_fn", str(e.exception))
         self.assertNotIn("change_current_allocator", [c[0] for c in fake.calls])
+
+
+class TestForgetStream(Clean):
+    """forget_stream's argument, checked before any library is loaded, and what reaches it."""
+
+    def test_refuses_what_is_not_a_stream_before_loading_anything(self):
+        nowhere = "/nonexistent/libtagalloc_cuda_pluggable.so"
+        for bad in ("0x1234", 1.5, None, True, object(), types.SimpleNamespace(cuda_stream="7")):
+            with self.subTest(bad=bad):
+                with self.assertRaises(TypeError) as e:
+                    tagalloc_torch.forget_stream(bad, library=nowhere)
+                self.assertIn("forget_stream takes a torch.cuda.Stream", str(e.exception))
+                self.assertIn(type(bad).__name__, str(e.exception))
+        with self.assertRaises(ValueError) as e:
+            tagalloc_torch.forget_stream(-1, library=nowhere)
+        self.assertIn("not a stream handle", str(e.exception))
+
+    def test_passes_the_streams_handle_to_the_library(self):
+        seen = []
+        fake_lib = types.SimpleNamespace(forget_stream=seen.append)
+        with mock.patch.object(tagalloc_torch, "_lib", return_value=fake_lib) as lib:
+            tagalloc_torch.forget_stream(types.SimpleNamespace(cuda_stream=0x5A5A00))
+            tagalloc_torch.forget_stream(0x7E00, library="/some/lib.so")
+        self.assertEqual(seen, [0x5A5A00, 0x7E00])
+        self.assertEqual([c.args for c in lib.call_args_list], [(None,), ("/some/lib.so",)])
+
+    def test_without_the_library_says_so(self):
+        with self.assertRaises(tagalloc_torch.LibraryMissing) as e:
+            tagalloc_torch.forget_stream(0x7E00, library="/nonexistent/lib.so")
+        self.assertIn("/nonexistent/lib.so", str(e.exception))
+
+
+class TestLibrarySymbols(Clean):
+    """The built library, with or without a CUDA driver: the functions added for graphs and
+    streams are there, declared as their C signatures say."""
+
+    def setUp(self):
+        super().setUp()
+        self.lib = library.load(built_library())
+
+    def test_the_graph_pool_hooks_are_exported_and_declared(self):
+        for setter, symbol in tagalloc_torch.GRAPH_HOOKS:
+            self.assertIn(symbol, library.SYMBOLS)
+            self.assertTrue(self.lib.address(symbol), symbol)
+        c = self.lib.cdll
+        pool = library.MempoolId
+        self.assertEqual(
+            c.tagalloc_begin_allocate_to_pool.argtypes, [ctypes.c_int, pool, ctypes.c_void_p]
+        )
+        self.assertEqual(c.tagalloc_end_allocate_to_pool.argtypes, [ctypes.c_int, pool])
+        self.assertEqual(c.tagalloc_release_pool.argtypes, [ctypes.c_int, pool])
+        self.assertEqual(ctypes.sizeof(pool), 16, "std::pair<CaptureId_t, CaptureId_t>")
+
+    def test_forget_stream_is_exported_and_declared(self):
+        f = self.lib.cdll.tagalloc_forget_stream
+        self.assertEqual(f.argtypes, [ctypes.c_void_p])
+        self.assertIs(f.restype, ctypes.c_int)
 
 
 class TestLibraryWithoutDriver(Clean):
@@ -280,6 +390,15 @@ class TestLibraryWithoutDriver(Clean):
             tagalloc_torch.memory_stats(device=0)
         self.assertIn("no CUDA driver", str(e.exception))
 
+    def test_forget_stream_without_a_driver(self):
+        # With no pool there is no stream to forget: the library may accept that, or refuse it
+        # for want of a driver; it must not crash or refuse for another reason.
+        try:
+            tagalloc_torch.forget_stream(UNSEEN_STREAM, library=self.path)
+        except tagalloc_torch.LibraryError as e:
+            self.assertIn("no CUDA driver", str(e))
+            self.assertIn("tagalloc_forget_stream", str(e))
+
 
 class TestLibraryWithDriver(Clean):
     """The real library where a CUDA driver is installed: figures, or the reason there are none."""
@@ -303,6 +422,20 @@ class TestLibraryWithDriver(Clean):
             tagalloc_torch.memory_stats(0, library=self.path)["reserved_bytes.all.current"],
         )
         tagalloc_torch.empty_cache(library=self.path)
+
+    def test_forgetting_a_stream_it_never_saw_is_accepted(self):
+        try:
+            tagalloc_torch.memory_stats(0, library=self.path)
+        except tagalloc_torch.LibraryError as e:
+            self.assertIn("CUDA", str(e))
+            self.skipTest(f"a CUDA driver but no pool: {e}")
+        lib = library.load(self.path)
+        self.assertEqual(lib.cdll.tagalloc_forget_stream(UNSEEN_STREAM), 0, lib.last_error())
+        tagalloc_torch.forget_stream(UNSEEN_STREAM, library=self.path)
+        stream = types.SimpleNamespace(cuda_stream=UNSEEN_STREAM)  # as a torch.cuda.Stream
+        tagalloc_torch.forget_stream(stream, library=self.path)
+        s = tagalloc_torch.memory_stats(0, library=self.path)
+        self.assertEqual(s["tagalloc.graph_pools"], 0, "no graph was captured")
 
 
 class TestDevice(unittest.TestCase):
@@ -377,13 +510,23 @@ class TestConversions(unittest.TestCase):
                 torch_snapshot.to_torch(doc)
             self.assertIn(words, str(e.exception))
 
+    def test_stats_layout_ends_with_the_stream_and_graph_figures(self):
+        # TagallocStats only grows at its end: these are its last fields, in this order.
+        names = [name for name, _ in library.Stats._fields_]
+        self.assertEqual(
+            names[-4:], ["stream_waits", "stream_wait_ns", "host_sync_ns", "graph_pools"]
+        )
+        self.assertEqual(len(set(names)), len(names))
+        self.assertTrue(all(t is ctypes.c_uint64 for _, t in library.Stats._fields_[1:]))
+        self.assertEqual(ctypes.sizeof(library.Stats), 8 + 8 * (len(names) - 1))
+
     def test_stats_under_pytorchs_names(self):
         s = library.Stats(
             status=0, in_use=5000, peak_in_use=9000, reserved=1 << 20, peak_reserved=2 << 20,
             pending=1000, allocations=10, frees=7, regions=1, live_blocks=3, pending_blocks=1,
             exhaustion_retries=2, pool_retries=1, regions_obtained=1, regions_given_back=0,
             grown=4, shrunk=2, synchronizations=1, events_recorded=5, event_queries=6,
-            stream_waits=7,
+            stream_waits=7, stream_wait_ns=8_000, host_sync_ns=9_000_000, graph_pools=2,
         )
         d = torch_stats.to_torch(s)
         self.assertEqual(d["reserved_bytes.all.current"], 1 << 20)
@@ -397,6 +540,10 @@ class TestConversions(unittest.TestCase):
         self.assertEqual((d["num_device_alloc"], d["num_device_free"]), (5, 2))
         self.assertEqual(d["tagalloc.event_queries"], 6)
         self.assertEqual(d["tagalloc.stream_waits"], 7)
+        self.assertEqual(d["tagalloc.synchronizations"], 1)
+        self.assertEqual(d["tagalloc.stream_wait_ns"], 8_000)
+        self.assertEqual(d["tagalloc.host_sync_ns"], 9_000_000)
+        self.assertEqual(d["tagalloc.graph_pools"], 2)
 
 
 if __name__ == "__main__":

@@ -68,7 +68,10 @@ impl<D: Driver> DevicePool<D> {
         let mut refs = vec![0usize; o.slots.slots.len()];
         for st in &o.streams {
             if st.gone && !st.open.is_empty() {
-                return Err(format!("forgotten stream {:?} has an open batch", st.stream));
+                return Err(format!(
+                    "forgotten stream {:?} has an open batch",
+                    st.stream
+                ));
             }
             let mut last = 0;
             for b in &st.fenced {

@@ -178,10 +178,7 @@ impl<D: Driver> DevicePool<D> {
     /// Does the policy's up-front reservation now (a fraction of the device's free memory,
     /// say), if it has not been done.
     pub fn reserve_now(&mut self) -> Result<(), DeviceError> {
-        self.mem
-            .pool
-            .reserve_now()
-            .map_err(|e| self.mem.refusal(e))
+        self.mem.pool.reserve_now().map_err(|e| self.mem.refusal(e))
     }
 
     /// Allocates `size` bytes on `stream`, aligned to the granule (see the [`DevicePool`] docs

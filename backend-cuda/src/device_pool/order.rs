@@ -366,9 +366,7 @@ impl<D: Driver> StreamOrder<D> {
             .copied()
             .filter(|&(t, q)| {
                 let t = t as usize;
-                t != si
-                    && self.streams[t].holds_batch(q)
-                    && self.streams[si].waited_for(t) < q
+                t != si && self.streams[t].holds_batch(q) && self.streams[si].waited_for(t) < q
             })
             .collect()
     }
@@ -429,7 +427,10 @@ impl<D: Driver> StreamOrder<D> {
         // SAFETY: the event is this pool's and live; the stream allocated from this pool and
         // is not forgotten, so it is live (the contract of stream values; see
         // `DevicePool::alloc`).
-        let waited = unsafe { mem.driver().stream_wait_event(self.streams[si].stream, event) };
+        let waited = unsafe {
+            mem.driver()
+                .stream_wait_event(self.streams[si].stream, event)
+        };
         self.counters.stream_wait_ns += start.elapsed().as_nanos() as u64;
         waited?;
         self.counters.stream_waits += 1;

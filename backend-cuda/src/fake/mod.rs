@@ -219,11 +219,23 @@ fn covering(res: &Reservation, ptr: u64, size: u64, exact: bool) -> Option<Vec<u
     (!exact || reached == end).then_some(starts)
 }
 
+/// What a test runs when the host synchronises (see [`FakeDriver::on_synchronize`]).
+pub type SyncHook = std::sync::Arc<dyn Fn() + Send + Sync>;
+
 /// The fake driver. See the [module documentation](self).
-#[derive(Debug)]
 pub struct FakeDriver {
     config: FakeConfig,
     state: Mutex<State>,
+    sync_hook: Mutex<Option<SyncHook>>,
+}
+
+impl std::fmt::Debug for FakeDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FakeDriver")
+            .field("config", &self.config)
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
 }
 
 impl FakeDriver {
@@ -263,6 +275,7 @@ impl FakeDriver {
                 calls: CallCounts::default(),
                 injections: Vec::new(),
             }),
+            sync_hook: Mutex::new(None),
         })
     }
 
@@ -328,6 +341,26 @@ impl FakeDriver {
             streams: st.timeline.live_streams(),
             events: st.timeline.live_events(),
             device_bytes: st.used as usize,
+        }
+    }
+
+    /// Runs `hook` at the start of every host synchronisation (`cuCtxSynchronize`,
+    /// `cuStreamSynchronize`, `cuEventSynchronize`), on the calling thread, before the driver
+    /// does anything: a test makes a synchronisation take as long as it likes (blocking until
+    /// it has seen what other threads do meanwhile). `None` removes it.
+    pub fn on_synchronize(&self, hook: Option<SyncHook>) {
+        *self.sync_hook.lock().unwrap_or_else(|e| e.into_inner()) = hook;
+    }
+
+    /// Runs the synchronisation hook, if any, with no lock of the driver held.
+    fn synchronizing(&self) {
+        let hook = self
+            .sync_hook
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(h) = hook {
+            h();
         }
     }
 
@@ -517,6 +550,7 @@ impl Driver for FakeDriver {
 
     fn ctx_synchronize(&self) -> Result<(), DriverError> {
         const C: Call = Call::CtxSynchronize;
+        self.synchronizing();
         let mut st = self.lock();
         st.enter(C)?;
         st.timeline.synchronize_all().map_err(bad_handle(C))
@@ -811,6 +845,7 @@ impl Driver for FakeDriver {
 
     unsafe fn stream_synchronize(&self, stream: FakeStream) -> Result<(), DriverError> {
         const C: Call = Call::StreamSynchronize;
+        self.synchronizing();
         let mut st = self.lock();
         st.enter(C)?;
         st.timeline
@@ -873,6 +908,7 @@ impl Driver for FakeDriver {
 
     unsafe fn event_synchronize(&self, event: FakeEvent) -> Result<(), DriverError> {
         const C: Call = Call::EventSynchronize;
+        self.synchronizing();
         let mut st = self.lock();
         st.enter(C)?;
         st.timeline

@@ -141,19 +141,31 @@ fn a_live_block_splits_in_two_live_blocks() {
     );
     assert_eq!(h.split(head, 0).unwrap(), (head, None), "nothing kept");
     // Merged back: one live block of 4 KiB with the head's handle.
-    assert_eq!(h.merge(tail, head), Err(Error::ForeignPointer), "not in that order");
+    assert_eq!(
+        h.merge(tail, head),
+        Err(Error::ForeignPointer),
+        "not in that order"
+    );
     let merged = h.merge(head, tail).unwrap();
     assert_eq!((merged.addr, merged.size), (whole.addr, 4096));
     assert_eq!(h.stats().live, 1);
     assert_eq!(h.stats().in_use, in_use);
-    assert_eq!(h.free(tail), Err(Error::DoubleFree), "the tail's handle is stale");
+    assert_eq!(
+        h.free(tail),
+        Err(Error::DoubleFree),
+        "the tail's handle is stale"
+    );
     h.check().unwrap();
     let (head, tail) = h.split(merged, 1000).unwrap();
     let tail = tail.unwrap();
     h.free(tail).unwrap();
     assert_eq!(h.free(tail), Err(Error::DoubleFree));
     h.check().unwrap();
-    assert_eq!(h.merge(head, tail), Err(Error::DoubleFree), "a freed neighbour");
+    assert_eq!(
+        h.merge(head, tail),
+        Err(Error::DoubleFree),
+        "a freed neighbour"
+    );
     h.free(head).unwrap();
     assert_eq!(h.free(whole), Err(Error::DoubleFree));
     assert_eq!(h.split(whole, 256), Err(Error::DoubleFree));

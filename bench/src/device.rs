@@ -521,6 +521,9 @@ struct Modelled {
     run_ns: u64,
     /// Host time blocked in synchronisations.
     stall_ns: u64,
+    /// The host clock at the end, before the device drained: the host's own work, its driver
+    /// calls and its stalls.
+    host_ns: u64,
 }
 
 impl Modelled {
@@ -528,6 +531,7 @@ impl Modelled {
         Modelled {
             run_ns: end.drained_ns - start.host_ns,
             stall_ns: end.stall_ns - start.stall_ns,
+            host_ns: end.host_ns - start.host_ns,
         }
     }
 
@@ -1189,6 +1193,7 @@ fn trace_json(m: &Measured) -> Value {
                     .collect::<serde_json::Map<_, _>>(),
                 "modelled_run_s": run.modelled.run_s(),
                 "modelled_host_stall_s": run.modelled.stall_s(),
+                "modelled_host_s": run.modelled.host_ns as f64 / 1e9,
                 "modelled_stall_share": run.modelled.stall_share(),
                 "modelled_run_over_never_waiting": over(run.modelled.run_ns, never.run_ns),
                 "cpu_ns_per_event": if ns.is_finite() { Some(ns) } else { None },

@@ -363,6 +363,8 @@ fn check_device_json(d: &serde_json::Value, name: &str, streams: u64) {
         let stall = r["modelled_host_stall_s"].as_f64().expect("a stall");
         let run = r["modelled_run_s"].as_f64().expect("a run");
         assert!(stall >= 0.0 && stall < run, "{r}");
+        let host = r["modelled_host_s"].as_f64().expect("the host's time");
+        assert!(host > stall && host <= run, "{r}");
         assert!(run >= never, "never waiting is the lower bound: {r}");
         let over = r["modelled_run_over_never_waiting"]
             .as_f64()

@@ -14,18 +14,22 @@
 //!   installed, [`CudaDriver::new`] returns [`DriverError::NoDriver`]; with no device,
 //!   [`DriverError::NoDevice`].
 //! - `fake::FakeDriver` (feature `fake`): a driver for tests and benchmarks whose device
-//!   memory is address space the CPU cannot touch, with real bookkeeping, manual event
-//!   completion, call counts and injected failures.
+//!   memory is address space the CPU cannot touch, with real bookkeeping, event completion by
+//!   hand or by a clock (host and per-stream device time, stalls counted), device-side waits
+//!   with what each stream is ordered after, graph capture, call counts and injected failures.
 //! - Region sources for the core's [`tagalloc::Pool`]: plain device allocations
 //!   ([`PlainSource`]), virtual-memory growth that keeps the pool one region and unmaps free
 //!   tail chunks on trim ([`VmmSource`]; either chosen at run time: [`DeviceSource`],
 //!   [`Regions`]), pinned host memory ([`PinnedSource`]), and a hook that registers any host
 //!   pool's regions with CUDA ([`RegisterHook`]).
 //! - [`DevicePool`]: a device pool with stream-ordered reuse (a block freed on one stream is
-//!   reusable at once by that stream, by others after an event; one event per batch of frees;
-//!   `record_stream`; completed-event reuse, then synchronise-and-retry, on exhaustion), with
-//!   an invariant checker over its pending lists. [`SharedDevicePool`] shares one between
-//!   threads; [`PoolRegistry`] keeps one per device, created on first use.
+//!   reusable at once by that stream, by another after a device-side wait for the event
+//!   covering the free, or with no wait once the event has completed; one event per batch of
+//!   frees; `record_stream`; the host waits only when the device is out of memory and on
+//!   trim), safe under CUDA graph capture when told of it, with streams it can be told to
+//!   forget, and an invariant checker over its pending lists. [`SharedDevicePool`] shares one
+//!   between threads (waiting for the device without its lock); [`PoolRegistry`] keeps one per
+//!   device, created on first use.
 //! - [`DeviceBuffer`]: a typed buffer freed to its pool (on its stream) when dropped;
 //!   [`CudaBuffer`] wraps one for cudarc, whose copies, memsets and kernel launches take it
 //!   as they take a `CudaSlice` (cudarc's device-pointer and kernel-argument traits).

@@ -20,7 +20,9 @@ use std::ptr::NonNull;
 mod pool;
 
 use cudarc::driver::sys;
-use tagalloc_cuda::{code, CudaDriver, DevicePtr, Driver, DriverError, Granularity, PinFlags};
+use tagalloc_cuda::{
+    code, Capture, CudaDriver, DevicePtr, Driver, DriverError, Granularity, PinFlags,
+};
 
 /// Whether the driver library can be opened, asked of the system loader directly (not through
 /// cudarc), by the two names an NVIDIA driver installs on Linux.
@@ -211,6 +213,19 @@ fn gpu_streams_and_events() {
         driver.stream_synchronize(driver.default_stream()).unwrap();
         assert!(driver.event_query(event).unwrap());
         driver.stream_synchronize(stream).unwrap();
+        // A device-side wait of one stream for an event of another, and the capture state of
+        // streams that capture nothing.
+        let other = driver.stream_create().unwrap();
+        driver.event_record(event, stream).unwrap();
+        driver.stream_wait_event(other, event).unwrap();
+        driver.stream_synchronize(other).unwrap();
+        assert!(driver.event_query(event).unwrap(), "other waited for it");
+        assert_eq!(driver.stream_capture(other).unwrap(), Capture::None);
+        assert_eq!(
+            driver.stream_capture(driver.default_stream()).unwrap(),
+            Capture::None
+        );
+        driver.stream_destroy(other).unwrap();
         driver.event_destroy(event).unwrap();
         driver.stream_destroy(stream).unwrap();
         let default = driver.stream_destroy(driver.default_stream()).unwrap_err();

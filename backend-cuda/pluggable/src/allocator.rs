@@ -25,6 +25,9 @@ struct Held<S> {
 /// The blocks handed out on one device, by address.
 type Blocks<S> = HashMap<usize, Held<S>, AddrHash>;
 
+/// A graph pool by its id, as an allocation takes it.
+type Owner<D> = (MempoolId, Arc<SharedDevicePool<D>>);
+
 /// What the allocator keeps per device.
 struct Device<D: Driver> {
     blocks: Mutex<Blocks<D::Stream>>,
@@ -132,7 +135,7 @@ impl<D: Driver + Clone> Allocator<D> {
         d: u32,
         pool: &SharedDevicePool<D>,
         stream: D::Stream,
-    ) -> Result<Option<(MempoolId, Arc<SharedDevicePool<D>>)>, String> {
+    ) -> Result<Option<Owner<D>>, String> {
         // SAFETY: the stream is the caller's, live while it allocates on it.
         let capture = unsafe { pool.driver().stream_capture(stream) }
             .map_err(|e| format!("tagalloc: {e}"))?;

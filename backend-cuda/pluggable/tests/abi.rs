@@ -533,8 +533,6 @@ fn a_capture_without_a_graph_pool_is_refused() {
     };
     a.begin_allocate_to_pool(0, id).unwrap();
     a.end_allocate_to_pool(0, id).unwrap();
-    // The hooks say no capture is under way, so no question is asked: a capture PyTorch did
-    // not announce is outside what the pool can see (documented).
     gpu.begin_capture(c).unwrap();
     a.begin_allocate_to_pool(
         0,

@@ -216,7 +216,7 @@ impl<D: Driver> StreamOrder<D> {
         if let Some(b) = self.take_own(si, need, need + need / 8, size) {
             return Ok(b);
         }
-        if let Some(b) = self.from_heap(mem, si, size, false)? {
+        if let Some(b) = self.heap_block(mem, si, size, false)? {
             return Ok(b);
         }
         if self.slots.count > 0 {
@@ -225,7 +225,7 @@ impl<D: Driver> StreamOrder<D> {
             // it.
             if self.captures == 0 {
                 self.poll_all(mem)?;
-                if let Some(b) = self.from_heap(mem, si, size, false)? {
+                if let Some(b) = self.heap_block(mem, si, size, false)? {
                     return Ok(b);
                 }
             }
@@ -233,7 +233,7 @@ impl<D: Driver> StreamOrder<D> {
                 return Ok(b);
             }
         }
-        match self.from_heap(mem, si, size, true) {
+        match self.heap_block(mem, si, size, true) {
             Ok(Some(b)) => Ok(b),
             Ok(None) => Err(DeviceError::Capturing(
                 "a capturing stream cannot be ordered after the switch to several streams",
@@ -254,7 +254,7 @@ impl<D: Driver> StreamOrder<D> {
     /// A chunk from the heap (`grow`: growing if it must) for stream `si`, ordered after the
     /// epoch; `None` when the heap has nothing (without growing), or when `si` captures and
     /// cannot wait for the epoch (the chunk goes back).
-    fn from_heap(
+    fn heap_block(
         &mut self,
         mem: &mut impl Seam<D>,
         si: usize,

@@ -16,9 +16,12 @@
 //!   footprint on the same events. Neither planning command is part of the default suite.
 //! - `threads`: 1, 2, 4 and 8 threads allocating and freeing through one shared allocator,
 //!   some frees handed to another thread: operations per second. Not in the default suite.
-//! - `device [TRACE]`: a device trace through tagalloc's stream-ordered device pool (plain
-//!   and virtual-memory regions) and a model of PyTorch's CUDA caching allocator, on the fake
-//!   CUDA driver: peak reserved ÷ peak live, driver calls, host ns per event. Not in the
+//! - `device [TRACE|pipeline|prefetch|buckets]`: a device trace through tagalloc's
+//!   stream-ordered device pool (plain and virtual-memory regions) and a model of PyTorch's
+//!   CUDA caching allocator, on the fake CUDA driver with a modelled device clock: peak
+//!   reserved ÷ peak live, driver calls, host synchronisations and device waits, modelled run
+//!   time and host stall against an allocator that never waits, at three device speeds, host
+//!   ns per event; `--all-multistream` for every multi-stream trace and a summary. Not in the
 //!   default suite.
 //! - `programs`: real programs (CPython, perl, sqlite3, git, g++) timed with glibc, jemalloc,
 //!   mimalloc, tcmalloc and tagalloc's preload library, wall time and peak resident memory.
@@ -77,11 +80,17 @@ SUBCOMMANDS (none: the default suite, the first four shortened, about a minute):
                         operations per second (--runs: rounds, default 7); naming thread
                         counts or allocators (their JSON keys) runs only those, to
                         profile one; not in the default suite
-    device [TRACE]      a device trace (default ../shared/traces/torch-cs336.trace.gz;
-                        with --quick a synthetic 3-stream one) through tagalloc's device
-                        pool (plain and VMM regions) and a model of PyTorch's caching
-                        allocator on the fake CUDA driver (15 interleaved
-                        runs); not in the default suite
+    device [TRACE|pipeline|prefetch|buckets]
+                        a device trace (default ../shared/traces/torch-cs336.trace.gz;
+                        with --quick a synthetic 3-stream one; pipeline, prefetch,
+                        buckets: generated multi-stream patterns) through tagalloc's
+                        device pool (plain and VMM regions) and a model of PyTorch's
+                        caching allocator on the fake CUDA driver with a modelled
+                        device clock: memory, driver calls, modelled run time and host
+                        stall against an allocator that never waits, at device speeds
+                        0.5x, 1x and 2x (15 interleaved runs); --all-multistream: every
+                        multi-stream trace (torch-multistream and the three patterns)
+                        and a summary table; not in the default suite
     programs            real programs (CPython, perl, sqlite3, git, g++) with glibc,
                         jemalloc, mimalloc, tcmalloc and tagalloc preloaded: wall time and
                         peak resident memory, 3 rounds (a few minutes); missing peers are
@@ -121,6 +130,10 @@ OPTIONS:
                         interleaved in the same rounds)
     --install           programs: install missing peers with apt-get (as root) instead
                         of skipping them
+    --all-multistream   device: replay every multi-stream trace (the shared
+                        torch-multistream and the generated pipeline, prefetch and
+                        buckets; with --quick the generated synthetic-3-streams and
+                        short patterns) and print a summary table of them all
     -h, --help          this text
 ";
 
@@ -143,6 +156,8 @@ struct Args {
     lib: Option<PathBuf>,
     baseline: Option<PathBuf>,
     install: bool,
+    /// `--all-multistream`: `device` replays every multi-stream trace.
+    all_multistream: bool,
     /// `--sizes`: random-actions' maximum sizes (empty: talc's five).
     sizes: Vec<usize>,
     /// `--only`: the allocators random-actions and replay run, by key (empty: all).
@@ -174,6 +189,7 @@ fn parse_args() -> Result<Option<Args>, String> {
         lib: None,
         baseline: None,
         install: false,
+        all_multistream: false,
         sizes: Vec::new(),
         only: Vec::new(),
     };
@@ -231,6 +247,7 @@ fn parse_args() -> Result<Option<Args>, String> {
             Long("lib") => args.lib = Some(parser.value().map_err(e)?.into()),
             Long("baseline") => args.baseline = Some(parser.value().map_err(e)?.into()),
             Long("install") => args.install = true,
+            Long("all-multistream") => args.all_multistream = true,
             Short('h') | Long("help") => return Ok(None),
             Value(v) if args.command.is_none() => {
                 let name = v.string().map_err(e)?;
@@ -270,6 +287,14 @@ fn parse_args() -> Result<Option<Args>, String> {
         && !matches!(args.command.as_deref(), Some("random-actions" | "replay"))
     {
         return Err("--only belongs to the random-actions and replay subcommands".into());
+    }
+    if args.all_multistream && args.command.as_deref() != Some("device") {
+        return Err("--all-multistream belongs to the device subcommand".into());
+    }
+    if args.all_multistream && !args.traces.is_empty() {
+        return Err(
+            "device: --all-multistream replays its own set of traces; name no trace".into(),
+        );
     }
     if !args.sizes.is_empty() && args.command.as_deref() != Some("random-actions") {
         return Err("--sizes belongs to the random-actions subcommand".into());
@@ -478,29 +503,67 @@ fn trace_set(args: &Args, mode: Mode, wanted: Option<&[&str]>) -> Result<TraceSe
     })
 }
 
-/// The trace `device` replays, and where it came from: the one named, else the PyTorch trace
-/// of the shared collection (an error if it is missing), or, with `--quick`, a synthetic
-/// three-stream trace that needs no file.
-fn device_trace(args: &Args, mode: Mode) -> Result<(trace::Trace, String), Failure> {
-    if let Some(path) = args.traces.first() {
-        let t = trace::Trace::load(path).map_err(|e| Failure::Input(e.to_string()))?;
-        return Ok((t, format!("{} (named on the command line)", path.display())));
-    }
-    if mode == Mode::Quick {
+/// The traces `device` replays, and where each came from: the one named (a file, or the name
+/// of a generated pattern: pipeline, prefetch, buckets), else the PyTorch trace of the shared
+/// collection (an error if it is missing), or, with `--quick`, a synthetic three-stream trace
+/// that needs no file; with `--all-multistream`, every multi-stream trace: the shared
+/// torch-multistream and the three patterns (with `--quick`, the synthetic three-stream trace
+/// and the patterns one step long).
+fn device_traces(args: &Args, mode: Mode) -> Result<Vec<(trace::Trace, String)>, Failure> {
+    use tagalloc_tests::stream_patterns::Pattern;
+    let quick = mode == Mode::Quick;
+    let pattern = |p: Pattern| {
+        let steps = if quick { 1 } else { p.default_steps() };
+        let t = p.trace(steps, 1);
+        let origin = format!(
+            "{}, generated ({}, {steps} training step{}, seed 1: {})",
+            t.name,
+            p.name(),
+            if steps == 1 { "" } else { "s" },
+            p.describe()
+        );
+        (t, origin)
+    };
+    let synthetic = || {
         let t = tagalloc_tests::device_replay::synthetic_trace(3000, 3, 50, 1);
         let origin = format!(
             "{}, generated (--quick: 3000 events on 3 streams, no file needed)",
             t.name
         );
-        return Ok((t, origin));
+        (t, origin)
+    };
+    let shared = |file: &str| -> Result<(trace::Trace, String), Failure> {
+        let path = trace::shared_trace(file).map_err(|e| {
+            Failure::Input(format!(
+                "{e} (name a device trace: tagalloc-bench device TRACE, or use --quick)"
+            ))
+        })?;
+        let t = trace::Trace::load(&path).map_err(|e| Failure::Input(e.to_string()))?;
+        Ok((t, format!("{} (the shared collection)", path.display())))
+    };
+    if args.all_multistream {
+        let mut v = vec![if quick {
+            synthetic()
+        } else {
+            shared("torch-multistream.trace.gz")?
+        }];
+        v.extend(Pattern::ALL.map(pattern));
+        return Ok(v);
     }
-    let path = trace::shared_trace("torch-cs336.trace.gz").map_err(|e| {
-        Failure::Input(format!(
-            "{e} (name a device trace: tagalloc-bench device TRACE, or use --quick)"
-        ))
-    })?;
-    let t = trace::Trace::load(&path).map_err(|e| Failure::Input(e.to_string()))?;
-    Ok((t, format!("{} (the shared collection)", path.display())))
+    if let Some(path) = args.traces.first() {
+        if let Some(p) = path.to_str().and_then(Pattern::named) {
+            return Ok(vec![pattern(p)]);
+        }
+        let t = trace::Trace::load(path).map_err(|e| Failure::Input(e.to_string()))?;
+        return Ok(vec![(
+            t,
+            format!("{} (named on the command line)", path.display()),
+        )]);
+    }
+    if quick {
+        return Ok(vec![synthetic()]);
+    }
+    Ok(vec![shared("torch-cs336.trace.gz")?])
 }
 
 /// The planning problems to solve: those named (directories expanded), or the shared
@@ -585,8 +648,8 @@ fn run(args: &Args) -> Result<(), Failure> {
     let run_err = Failure::Run;
 
     // Traces first, so that a bad one stops the tool before any long measurement.
-    let device_trace = if args.command.as_deref() == Some("device") {
-        Some(device_trace(args, mode)?)
+    let device_traces = if args.command.as_deref() == Some("device") {
+        Some(device_traces(args, mode)?)
     } else {
         None
     };
@@ -868,19 +931,33 @@ fn run(args: &Args) -> Result<(), Failure> {
         emit(md, "threads", json);
     }
 
-    if let Some((trace, origin)) = &device_trace {
-        eprintln!("tagalloc-bench: device: replaying {origin}");
+    if let Some(traces) = &device_traces {
+        for (_, origin) in traces {
+            eprintln!("tagalloc-bench: device: replaying {origin}");
+        }
         let opts = device::Options {
             runs: pick(15, 15, 1),
+            model: device::Model::DEFAULT,
         };
-        let bar = progress((3 * (opts.runs + 1)) as u64);
-        let (md, json) = device::run(trace, &opts, &bar).map_err(run_err)?;
+        let bar = progress(opts.steps(traces.len()));
+        let replayed = traces
+            .iter()
+            .map(|(_, origin)| format!("- {origin}"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let (md, json) = if args.all_multistream {
+            let all: Vec<&trace::Trace> = traces.iter().map(|(t, _)| t).collect();
+            device::run_all(&all, &opts, &bar).map_err(run_err)?
+        } else {
+            device::run(&traces[0].0, &opts, &bar).map_err(run_err)?
+        };
         bar.finish_and_clear();
-        emit(
-            format!("**Device trace replayed:** {origin}.\n\n{md}"),
-            "device",
-            json,
-        );
+        let heading = if traces.len() == 1 {
+            format!("**Device trace replayed:** {}.", traces[0].1)
+        } else {
+            format!("**Device traces replayed:**\n\n{replayed}")
+        };
+        emit(format!("{heading}\n\n{md}"), "device", json);
     }
 
     // Only when asked for: it needs the programs installed and takes minutes.

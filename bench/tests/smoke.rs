@@ -303,7 +303,8 @@ fn programs() {
 }
 
 /// `device --quick` replays a generated three-stream trace (no ../shared needed) through the
-/// device pool and the PyTorch model, and prints the comparison table.
+/// device pool and the PyTorch model, and prints the comparison table, the model and the
+/// speed sweep.
 #[test]
 fn device() {
     let out = bench(&["--quick", "--no-plots", "device"]);
@@ -320,13 +321,69 @@ fn device() {
     ] {
         assert!(stdout.contains(row), "no `{row}` in\n{stdout}");
     }
-    assert!(stdout.contains("÷ peak live (lower is better)"), "{stdout}");
-    assert!(
-        stdout.contains("÷ PyTorch model (lower is better)"),
-        "{stdout}"
-    );
-    assert!(stdout.contains("synthetic-3-streams"), "{stdout}");
+    for text in [
+        "÷ peak live (lower is better)",
+        "÷ PyTorch model (lower is better)",
+        "÷ never waiting (lower is better)",
+        "| host synchronisations | device waits |",
+        "modelled stall, % of run (lower is better)",
+        "**Device-time model** (the traces carry no timing",
+        "**Device speed sweep**",
+        "0.5×: run ÷ never waiting",
+        "2×: peak reserved ÷ peak live",
+        "By modelled run time (run ÷ never waiting), lowest first: **",
+        "By peak reserved (÷ peak live), lowest first: **",
+        "synthetic-3-streams",
+    ] {
+        assert!(stdout.contains(text), "no `{text}` in\n{stdout}");
+    }
     assert!(stderr.contains("device: replaying"), "{stderr}");
+}
+
+/// The keys of one trace's JSON: every allocator's figures, the model and the sweep.
+fn check_device_json(d: &serde_json::Value, name: &str, streams: u64) {
+    assert_eq!(d["trace"], name, "{d}");
+    assert_eq!(d["streams"], streams, "{name}");
+    let never = d["modelled_run_s_never_waiting"]
+        .as_f64()
+        .expect("a lower bound");
+    assert!(never > 0.0, "{name}");
+    assert_eq!(d["model"]["host_ns_per_event"], 5000, "{name}");
+    assert_eq!(d["model"]["speed"], 1.0, "{name}");
+    assert!(d["model"]["bytes_per_ns"].as_f64().is_some(), "{name}");
+    let results = d["results"].as_array().expect("results");
+    assert_eq!(results.len(), 3, "{name}");
+    for r in results {
+        let ratio = r["reserved_over_live"].as_f64().expect("a ratio");
+        assert!(ratio >= 1.0, "{r}");
+        assert!(r["driver_calls"].as_u64().is_some(), "{r}");
+        assert!(r["driver_calls_by_kind"].is_object(), "{r}");
+        assert!(r["host_synchronizations"].as_u64().is_some(), "{r}");
+        assert!(r["device_waits"].as_u64().is_some(), "{r}");
+        let stall = r["modelled_host_stall_s"].as_f64().expect("a stall");
+        let run = r["modelled_run_s"].as_f64().expect("a run");
+        assert!(stall >= 0.0 && stall < run, "{r}");
+        let host = r["modelled_host_s"].as_f64().expect("the host's time");
+        assert!(host > stall && host <= run, "{r}");
+        assert!(run >= never, "never waiting is the lower bound: {r}");
+        let over = r["modelled_run_over_never_waiting"]
+            .as_f64()
+            .expect("a ratio");
+        assert!((over - run / never).abs() < 1e-9, "{r}");
+    }
+    let sweep = &d["speed_sweep"];
+    let points = sweep["points"].as_array().expect("sweep points");
+    let speeds: Vec<f64> = points
+        .iter()
+        .map(|p| p["speed"].as_f64().unwrap())
+        .collect();
+    assert_eq!(speeds, [0.5, 1.0, 2.0], "{name}");
+    for p in points {
+        assert_eq!(p["results"].as_array().map(Vec::len), Some(3), "{p}");
+        assert!(p["order_by_modelled_run"].is_array(), "{p}");
+    }
+    assert!(sweep["same_order_by_modelled_run"].is_boolean(), "{sweep}");
+    assert!(sweep["same_order_by_peak_reserved"].is_boolean(), "{sweep}");
 }
 
 #[test]
@@ -335,14 +392,108 @@ fn device_as_json() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let json: serde_json::Value =
         serde_json::from_slice(&out.stdout).expect("--json prints one JSON document");
-    let results = json["device"]["results"].as_array().expect("results");
-    assert_eq!(results.len(), 3);
-    for r in results {
-        let ratio = r["reserved_over_live"].as_f64().expect("a ratio");
-        assert!(ratio >= 1.0, "{r}");
-        assert!(r["driver_calls"].as_u64().is_some(), "{r}");
+    check_device_json(&json["device"], "synthetic-3-streams", 3);
+}
+
+/// The generated patterns by name, each with its streams and its `u=` frees.
+#[test]
+fn device_patterns() {
+    for (name, streams) in [("pipeline", 4), ("prefetch", 3), ("buckets", 2)] {
+        let out = bench(&["--quick", "--json", "--no-plots", "device", name]);
+        assert!(out.status.success(), "{name}: {}", text(&out.stderr));
+        let json: serde_json::Value =
+            serde_json::from_slice(&out.stdout).expect("--json prints one JSON document");
+        let d = &json["device"];
+        check_device_json(d, &format!("synthetic-{name}"), streams);
+        assert!(d["frees_with_u"].as_u64() > Some(0), "{name}: {d}");
+        assert!(
+            text(&out.stderr).contains(&format!("synthetic-{name}, generated")),
+            "{name}"
+        );
     }
-    assert_eq!(json["device"]["streams"], 3);
+}
+
+/// `--all-multistream`: every multi-stream trace (with --quick, the generated ones) and one
+/// summary of them all.
+#[test]
+fn device_all_multistream() {
+    let out = bench(&[
+        "--quick",
+        "--json",
+        "--no-plots",
+        "device",
+        "--all-multistream",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("--json prints one JSON document");
+    let d = &json["device"];
+    let traces = d["traces"].as_array().expect("traces");
+    let names: Vec<&str> = traces
+        .iter()
+        .map(|t| t["trace"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "synthetic-3-streams",
+            "synthetic-pipeline",
+            "synthetic-prefetch",
+            "synthetic-buckets"
+        ]
+    );
+    for (t, streams) in traces.iter().zip([3, 4, 3, 2]) {
+        check_device_json(t, t["trace"].as_str().unwrap(), streams);
+    }
+    let summary = d["summary"].as_array().expect("summary");
+    assert_eq!(summary.len(), 12);
+    for row in summary {
+        for key in [
+            "host_synchronizations",
+            "device_waits",
+            "modelled_stall_share",
+            "modelled_run_over_never_waiting",
+            "reserved_over_live",
+            "driver_calls_over_torch",
+        ] {
+            assert!(row[key].is_number(), "{key}: {row}");
+        }
+    }
+    assert_eq!(d["model"]["kernel_base_ns"], 5000);
+
+    let out = bench(&["--quick", "--no-plots", "device", "--all-multistream"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for text in [
+        "### synthetic-pipeline",
+        "### synthetic-prefetch",
+        "### synthetic-buckets",
+        "### Summary: every multi-stream trace at device speed 1×",
+        "| trace | allocator | host synchronisations | device waits |",
+        "driver calls ÷ PyTorch model's (lower is better)",
+        "at every speed**",
+    ] {
+        assert!(stdout.contains(text), "no `{text}` in\n{stdout}");
+    }
+}
+
+#[test]
+fn device_all_multistream_takes_no_trace() {
+    for (args, says) in [
+        (
+            &["device", "--all-multistream", "x.trace.gz"][..],
+            "name no trace",
+        ),
+        (
+            &["--quick", "replay", "--all-multistream"][..],
+            "belongs to the device",
+        ),
+    ] {
+        let out = bench(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
 }
 
 #[test]

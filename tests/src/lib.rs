@@ -9,11 +9,14 @@
 //! the `torch_model` example and tests: a trace through a model of PyTorch's CUDA caching
 //! allocator on the fake CUDA driver; [`device_replay`] runs the same traces, the same way,
 //! through tagalloc's own device pool. Both are adapters to the one loop of [`cuda_replay`].
+//! [`stream_patterns`] generates multi-stream device traces of the patterns PyTorch users run
+//! with several streams (a pipeline, prefetching and eviction, gradient buckets).
 
 pub mod contents;
 pub mod cuda_replay;
 pub mod device_replay;
 pub mod replay;
+pub mod stream_patterns;
 pub mod threaded;
 pub mod torch_replay;
 pub mod trace;

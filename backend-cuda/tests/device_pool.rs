@@ -1052,3 +1052,19 @@ fn a_capture_is_never_broken_by_the_pool() {
     destroy(&gpu, st);
     assert_eq!(gpu.outstanding(), Outstanding::default());
 }
+
+#[test]
+fn a_pending_share_out_of_range_is_refused() {
+    let gpu = fake(1 << 30);
+    for bad in [-0.1, 1.5, f64::NAN, f64::INFINITY] {
+        let config = DeviceConfig {
+            max_pending: bad,
+            ..DeviceConfig::VMM
+        };
+        match DevicePool::new(&gpu, config) {
+            Err(DeviceError::Config(what)) => assert!(what.contains("max_pending"), "{what}"),
+            other => panic!("{bad}: {other:?}"),
+        }
+    }
+    assert_eq!(gpu.outstanding(), Outstanding::default());
+}

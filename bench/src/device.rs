@@ -77,6 +77,15 @@ pub const SPEEDS: [f64; 3] = [0.5, 1.0, 2.0];
 /// - Driver calls: [`FakeClock::DEFAULT`], 1 µs of host time for an event or stream call, 20
 ///   µs for one that obtains, maps or gives back device memory; `cuMemFree` waits for the
 ///   device, as `cudaFree` does.
+/// - The device's concurrency: [`FakeClock::DEFAULT`]'s one engine, a device whose streams
+///   share its throughput (one kernel at full speed at a time, other streams' kernels filling
+///   its idle gaps): memory-bound kernels share the card's bandwidth, and a kernel that fills
+///   the GPU (a matrix product) leaves nothing to another stream. `--engines 0` runs every
+///   stream at full speed at once instead, the most concurrency a device could offer, which
+///   makes a device-side wait (an order between two streams) as costly as it can be. The
+///   traces carry no ordering between their streams either (the recorded four-stream program
+///   made each side stream wait for the main stream and the main stream for it, every turn);
+///   the never-waiting bound runs them as independent.
 ///
 /// With these, an 8 MiB activation's kernel takes 10.6 µs against the host's 10 µs for its
 /// allocation and free: a training step runs close to the balance of host and device, and the
@@ -138,6 +147,7 @@ impl Model {
             "driver_call_ns": self.clock.call_ns,
             "driver_memory_call_ns": self.clock.memory_call_ns,
             "mem_free_synchronizes": true,
+            "engines": self.clock.engines,
         })
     }
 
@@ -151,8 +161,8 @@ impl Model {
              launches a {} ÷ speed kernel on T; device speed {}; driver calls take the host {} \
              ({} for those that obtain, map or give back device memory), `cuMemFree` waits for \
              the device. A kernel starts once the host has queued it and its stream is done \
-             (device-side waits included); a host synchronisation stalls the host until the \
-             device gets there. *Modelled run*: the host clock at the end with the device \
+             (device-side waits included), on {}; a host synchronisation stalls the host until \
+             the device gets there. *Modelled run*: the host clock at the end with the device \
              drained; *stall*: host time blocked in synchronisations; *never waiting*: the \
              same replay (same kernels, same host work) through an allocator that makes no \
              driver call and never waits, the lower bound.",
@@ -163,7 +173,22 @@ impl Model {
             speed(self.speed),
             micros(self.clock.call_ns),
             micros(self.clock.memory_call_ns),
+            engines(self.clock.engines),
         )
+    }
+}
+
+/// What `--engines` means, in words.
+fn engines(n: u32) -> String {
+    match n {
+        0 => "a device that runs every stream at full speed at once (no sharing: `--engines 0`, \
+              the most concurrency a device could offer)"
+            .into(),
+        1 => "a device whose streams share its throughput (one kernel at full speed at a time, \
+              other streams' kernels filling its idle gaps: kernels that fill the GPU or share \
+              its memory bandwidth; `--engines 1`)"
+            .into(),
+        n => format!("a device running {n} kernels at once at full speed (`--engines {n}`)"),
     }
 }
 

@@ -130,6 +130,9 @@ OPTIONS:
                         interleaved in the same rounds)
     --install           programs: install missing peers with apt-get (as root) instead
                         of skipping them
+    --engines N         device: the modelled device runs N kernels at once at full
+                        speed (default 1: its streams share its throughput; 0: every
+                        stream at full speed at once, no sharing)
     --all-multistream   device: replay every multi-stream trace (the shared
                         torch-multistream and the generated pipeline, prefetch and
                         buckets; with --quick the generated synthetic-3-streams and
@@ -158,6 +161,9 @@ struct Args {
     install: bool,
     /// `--all-multistream`: `device` replays every multi-stream trace.
     all_multistream: bool,
+    /// `--engines N`: `device`'s modelled device runs N kernels at once (0: every stream at
+    /// full speed at once).
+    engines: Option<u32>,
     /// `--sizes`: random-actions' maximum sizes (empty: talc's five).
     sizes: Vec<usize>,
     /// `--only`: the allocators random-actions and replay run, by key (empty: all).
@@ -190,6 +196,7 @@ fn parse_args() -> Result<Option<Args>, String> {
         baseline: None,
         install: false,
         all_multistream: false,
+        engines: None,
         sizes: Vec::new(),
         only: Vec::new(),
     };
@@ -248,6 +255,14 @@ fn parse_args() -> Result<Option<Args>, String> {
             Long("baseline") => args.baseline = Some(parser.value().map_err(e)?.into()),
             Long("install") => args.install = true,
             Long("all-multistream") => args.all_multistream = true,
+            Long("engines") => {
+                let v = parser.value().map_err(e)?.string().map_err(e)?;
+                args.engines = Some(v.parse().map_err(|_| {
+                    format!(
+                        "--engines takes a count of kernels run at once (0: no limit), not {v:?}"
+                    )
+                })?);
+            }
             Short('h') | Long("help") => return Ok(None),
             Value(v) if args.command.is_none() => {
                 let name = v.string().map_err(e)?;
@@ -935,9 +950,13 @@ fn run(args: &Args) -> Result<(), Failure> {
         for (_, origin) in traces {
             eprintln!("tagalloc-bench: device: replaying {origin}");
         }
+        let mut model = device::Model::DEFAULT;
+        if let Some(n) = args.engines {
+            model.clock.engines = n;
+        }
         let opts = device::Options {
             runs: pick(15, 15, 1),
-            model: device::Model::DEFAULT,
+            model,
         };
         let bar = progress(opts.steps(traces.len()));
         let replayed = traces

@@ -22,6 +22,13 @@ pub struct DeviceConfig {
     /// an event is recorded and seen complete, the sooner the memory serves every stream
     /// without a wait; the later, the fewer driver calls.
     pub batch_age: u64,
+    /// The share of the reserved bytes that pending blocks (freed on a stream, not yet known
+    /// complete) may hold before a miss takes one of them by a device-side wait rather than
+    /// grow the pool. A wait orders the allocating stream after the freeing stream's work, so
+    /// it costs concurrency while the device lags; growing costs memory. 0 waits whenever a
+    /// pending block fits, 1 grows while it can. The pool never grows past its limit or the
+    /// device for this: out of memory, it waits on the device (and then the host) first.
+    pub max_pending: f64,
 }
 
 impl DeviceConfig {
@@ -29,6 +36,11 @@ impl DeviceConfig {
     pub const BATCH: usize = 64;
     /// The default [`DeviceConfig::batch_age`].
     pub const BATCH_AGE: u64 = 128;
+    /// The default [`DeviceConfig::max_pending`]: wait on the device whenever a pending block
+    /// fits (with the device's throughput shared by its streams, as kernels that fill it or
+    /// share its memory bandwidth do, the wait costs no run time; figures and the model in
+    /// `docs/device-pool.md`).
+    pub const MAX_PENDING: f64 = 0.0;
 
     /// Plain device allocations ([`Regions::PLAIN`]), regions doubling from 64 MiB to 1 GiB
     /// (a request larger than that gets a region its size): few driver calls for a large
@@ -42,6 +54,7 @@ impl DeviceConfig {
         granule: DEVICE_GRANULE,
         batch: DeviceConfig::BATCH,
         batch_age: DeviceConfig::BATCH_AGE,
+        max_pending: DeviceConfig::MAX_PENDING,
     };
 
     /// Virtual-memory growth ([`Regions::VMM`]): one region grown by 64 MiB chunks, trimmed by
@@ -54,5 +67,6 @@ impl DeviceConfig {
         granule: DEVICE_GRANULE,
         batch: DeviceConfig::BATCH,
         batch_age: DeviceConfig::BATCH_AGE,
+        max_pending: DeviceConfig::MAX_PENDING,
     };
 }

@@ -154,6 +154,9 @@ impl<D: Driver> DevicePool<D> {
     /// (or [`DevicePool::reserve_now`]). Errors: a bad granule, or a region configuration the
     /// driver refuses (see [`DeviceSource::new`]).
     pub fn new(driver: D, config: DeviceConfig) -> Result<DevicePool<D>, DeviceError> {
+        if !(0.0..=1.0).contains(&config.max_pending) {
+            return Err(DeviceError::Config("max_pending must be between 0 and 1"));
+        }
         let heap = DetachedHeap::growable(config.granule).map_err(DeviceError::Setup)?;
         let source = DeviceSource::new(driver, config.regions)?;
         Ok(DevicePool {
@@ -161,7 +164,12 @@ impl<D: Driver> DevicePool<D> {
                 pool: Pool::new(heap, source, config.policy),
                 granule: config.granule,
             },
-            order: StreamOrder::new(config.batch, config.batch_age, config.granule),
+            order: StreamOrder::new(
+                config.batch,
+                config.batch_age,
+                config.max_pending,
+                config.granule,
+            ),
         })
     }
 

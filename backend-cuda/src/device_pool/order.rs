@@ -117,6 +117,7 @@ pub(crate) struct StreamOrder<D: Driver> {
     spare: Vec<Vec<SlotRef>>,
     batch: usize,
     batch_age: u64,
+    max_pending: f64,
     granule: usize,
     /// Allocations and frees in multi-stream mode, to age open batches by.
     clock: u64,
@@ -132,7 +133,12 @@ pub(crate) struct StreamOrder<D: Driver> {
 }
 
 impl<D: Driver> StreamOrder<D> {
-    pub(crate) fn new(batch: usize, batch_age: u64, granule: usize) -> StreamOrder<D> {
+    pub(crate) fn new(
+        batch: usize,
+        batch_age: u64,
+        max_pending: f64,
+        granule: usize,
+    ) -> StreamOrder<D> {
         StreamOrder {
             mode: Mode::Fresh,
             streams: Vec::new(),
@@ -147,6 +153,7 @@ impl<D: Driver> StreamOrder<D> {
             spare: Vec::new(),
             batch: batch.max(1),
             batch_age: batch_age.max(1),
+            max_pending,
             granule,
             clock: 0,
             polled: 0,
@@ -234,8 +241,13 @@ impl<D: Driver> StreamOrder<D> {
                     return Ok(b);
                 }
             }
-            if let Some(b) = self.take_across(mem, si, need, size)? {
-                return Ok(b);
+            // A device-side wait orders the allocating stream after the freeing stream's work,
+            // which costs the device concurrency while it lags; so it is taken while pending
+            // blocks hold more than their share of the pool, and otherwise the pool grows.
+            if self.pending_dominates(mem) {
+                if let Some(b) = self.take_across(mem, si, need, size)? {
+                    return Ok(b);
+                }
             }
         }
         match self.heap_block(mem, si, size, true) {
@@ -245,13 +257,26 @@ impl<D: Driver> StreamOrder<D> {
             )
             .into()),
             Err(Miss::Fail(DeviceError::Pool { error, .. }))
-                if may_sync && error.is_exhaustion() && self.slots.count > 0 =>
+                if error.is_exhaustion() && self.slots.count > 0 =>
             {
+                // Out of memory: a pending block by a device-side wait, else the host waits.
+                if let Some(b) = self.take_across(mem, si, need, size)? {
+                    return Ok(b);
+                }
+                if !may_sync {
+                    return self.heap_block(mem, si, size, true)?.ok_or(Miss::Sync);
+                }
                 self.counters.exhaustion_retries += 1;
                 Err(Miss::Sync)
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// Whether pending blocks hold more than [`DeviceConfig::max_pending`] of the reserved
+    /// bytes.
+    fn pending_dominates(&self, mem: &impl Seam<D>) -> bool {
+        self.slots.bytes as f64 > self.max_pending * mem.reserved() as f64
     }
 
     /// A chunk from the heap (`grow`: growing if it must) for stream `si`, ordered after the

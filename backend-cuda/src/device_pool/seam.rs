@@ -38,6 +38,8 @@ pub(crate) trait Seam<D: Driver> {
     fn is_live(&self, chunk: &Block) -> Result<(), Error>;
     /// Whether `addr` lies in a region held.
     fn holds(&self, addr: usize) -> bool;
+    /// Bytes held from the driver.
+    fn reserved(&self) -> usize;
 }
 
 /// A core [`Pool`] of device memory with its granule: the memory below a
@@ -94,5 +96,9 @@ impl<D: Driver> Seam<D> for PoolSeam<D> {
 
     fn holds(&self, addr: usize) -> bool {
         self.pool.heap().region_of(addr).is_some()
+    }
+
+    fn reserved(&self) -> usize {
+        self.pool.stats().reserved
     }
 }

@@ -20,6 +20,7 @@
 //! or `Arc<FakeDriver>` while the test drives the timeline.
 
 mod calls;
+mod engines;
 mod space;
 mod timeline;
 

@@ -21,6 +21,8 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use super::engines::Engines;
+
 /// Each piece of work queued (a launch, an event record, a device-side wait) gets the next
 /// sequence number, across all streams, so "all work queued so far" is one number (a
 /// [`FakeMark`]).
@@ -40,6 +42,8 @@ pub(crate) struct Timeline {
     streams: HashMap<u64, StreamState>,
     events: HashMap<u64, Option<Recorded>>,
     clock: Option<FakeClock>,
+    /// The device's engines (clock mode with `engines > 0`).
+    engines: Option<Engines>,
     /// Host nanoseconds (clock mode).
     host_ns: u64,
     /// Host nanoseconds spent blocked in synchronisations (clock mode).
@@ -114,14 +118,19 @@ pub struct FakeClock {
     /// (`cuMemAlloc`, `cuMemFree`, `cuMemCreate`, `cuMemRelease`, `cuMemMap`, `cuMemUnmap`,
     /// `cuMemSetAccess`, `cuMemAddressReserve`, `cuMemAddressFree`).
     pub memory_call_ns: u64,
+    /// How many kernels the device runs at once at full speed (see `engines.rs`): 1, a device
+    /// whose streams share its throughput (kernels that fill it, or share its memory
+    /// bandwidth); 0, every stream at full speed at once (no sharing at all).
+    pub engines: u32,
 }
 
 impl FakeClock {
     /// Figures of the order of a current driver's calls: 1 µs for an event or stream call, 20
-    /// µs for one that changes device memory.
+    /// µs for one that changes device memory; one engine (the streams share the device).
     pub const DEFAULT: FakeClock = FakeClock {
         call_ns: 1_000,
         memory_call_ns: 20_000,
+        engines: 1,
     };
 }
 
@@ -172,6 +181,9 @@ impl Timeline {
             streams,
             events: HashMap::new(),
             clock,
+            engines: clock
+                .filter(|c| c.engines > 0)
+                .map(|c| Engines::new(c.engines)),
             host_ns: 0,
             stall_ns: 0,
         }
@@ -280,7 +292,13 @@ impl Timeline {
         let seq = self.last_seq + 1;
         let s = self.live_stream(stream)?;
         let ns = if s.capture.is_some() { 0 } else { ns };
-        s.end_ns = s.end_ns.max(host) + ns;
+        let ready = s.end_ns.max(host);
+        let end = match &mut self.engines {
+            Some(e) => e.place(host, ready, ns),
+            None => ready + ns,
+        };
+        let s = self.live_stream(stream)?;
+        s.end_ns = end;
         s.last = seq;
         let end_ns = s.end_ns;
         s.queue.push_back(Work {
@@ -669,6 +687,7 @@ mod tests {
         let clock = FakeClock {
             call_ns: 0,
             memory_call_ns: 0,
+            engines: 0,
         };
         let mut t = Timeline::new(Some(clock));
         let (s1, s2) = (t.create_stream(), t.create_stream());

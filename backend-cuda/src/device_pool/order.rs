@@ -473,8 +473,11 @@ impl<D: Driver> StreamOrder<D> {
             if seq == self.streams[t].open_seq {
                 self.fence(mem, t)?;
             }
-            if let Some(event) = self.streams[t].fenced_batch(seq).map(|b| b.event) {
+            if let Some(b) = self.streams[t].fenced_batch(seq) {
+                let (event, knows) = (b.event, b.knows.clone());
                 self.device_wait(mem, si, event)?;
+                // Ordered after what `t` had waited for before that batch, too.
+                self.streams[si].learn(&knows);
             }
             self.streams[si].note_wait(t, seq);
         }
@@ -898,11 +901,13 @@ impl<D: Driver> StreamOrder<D> {
         let slots = std::mem::take(&mut st.open);
         let seq = st.open_seq;
         st.open_seq += 1;
+        let knows = st.waited.clone();
         st.fenced.push_back(Batch {
             event,
             seq,
             capture,
             slots,
+            knows,
         });
         Ok(())
     }

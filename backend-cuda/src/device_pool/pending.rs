@@ -136,6 +136,9 @@ pub(crate) struct Batch<E> {
     /// a node of the graph, never queried, and recorded again once the capture is over.
     pub(crate) capture: Option<u64>,
     pub(crate) slots: Vec<SlotRef>,
+    /// Its stream's `waited` when it was fenced: a stream that waits for this batch is
+    /// ordered after those batches of other streams too.
+    pub(crate) knows: Vec<u64>,
 }
 
 /// What the pool keeps per stream.
@@ -206,6 +209,17 @@ impl<S, E> StreamState<S, E> {
     /// The latest batch of stream `t` this stream waited for (0: none).
     pub(crate) fn waited_for(&self, t: usize) -> u64 {
         self.waited.get(t).copied().unwrap_or(0)
+    }
+
+    /// Notes that this stream is ordered after what `knows` names (another stream's
+    /// `waited`, taken over through a wait).
+    pub(crate) fn learn(&mut self, knows: &[u64]) {
+        if self.waited.len() < knows.len() {
+            self.waited.resize(knows.len(), 0);
+        }
+        for (w, &k) in self.waited.iter_mut().zip(knows) {
+            *w = (*w).max(k);
+        }
     }
 
     /// Notes that this stream waited for batch `seq` of stream `t`.

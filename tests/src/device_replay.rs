@@ -4,10 +4,12 @@
 //! [`crate::torch_replay`] runs, so the two compare side by side. This module adapts the pool
 //! to it and holds a synthetic multi-stream trace.
 //!
-//! With several streams the pool needs the events it records to complete before memory moves
-//! between streams, hence the replay's `lag`: every `lag` events the fake device finishes the
-//! work recorded up to the previous such point. (With one stream nothing waits for the
-//! device.)
+//! With several streams, memory moves between streams either once the events the pool records
+//! have completed or by a device-side wait; the replay's `lag` decides how far the fake device
+//! runs behind (every `lag` events it finishes the work recorded up to the previous such
+//! point), so how much goes each way. (With one stream nothing waits for the device.) The
+//! clocked replay, where the lag comes out of a model of the device, is `tagalloc-bench
+//! device`.
 
 use std::fmt;
 use std::sync::Arc;

@@ -103,7 +103,7 @@ impl<D: Driver> SharedDevicePool<D> {
         match pool.try_alloc(size, stream) {
             Ok(b) => Ok(b),
             Err(Miss::Fail(e)) => Err(e),
-            Err(Miss::Sync) => {
+            Err(Miss::Sync(_)) => {
                 drop(pool);
                 self.wait_for_device()?;
                 self.lock().alloc_without_sync(size, stream)

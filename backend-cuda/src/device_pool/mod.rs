@@ -210,7 +210,7 @@ impl<D: Driver> DevicePool<D> {
         match self.order.alloc(&mut self.mem, size, stream, true) {
             Ok(b) => Ok(b),
             Err(Miss::Fail(e)) => Err(e),
-            Err(Miss::Sync) => self.alloc_after_sync(size, stream),
+            Err(Miss::Sync(_)) => self.alloc_after_sync(size, stream),
         }
     }
 
@@ -245,11 +245,11 @@ impl<D: Driver> DevicePool<D> {
         size: usize,
         stream: D::Stream,
     ) -> Result<DeviceBlock<D::Stream>, DeviceError> {
-        match self.order.alloc(&mut self.mem, size, stream, false) {
-            Ok(b) => Ok(b),
-            Err(Miss::Fail(e)) => Err(e),
-            Err(Miss::Sync) => unreachable!("no synchronisation asked when it may not"),
-        }
+        self.order
+            .alloc(&mut self.mem, size, stream, false)
+            .map_err(|m| match m {
+                Miss::Fail(e) | Miss::Sync(e) => e,
+            })
     }
 
     /// Before a host synchronisation: fences every open batch and says what it will cover

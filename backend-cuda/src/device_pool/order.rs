@@ -43,14 +43,20 @@ pub(crate) enum Miss {
     Fail(DeviceError),
     /// The device is out of memory while frees are pending: the host must wait for the
     /// device ([`StreamOrder::prepare_sync`], a synchronisation without any lock held,
-    /// [`StreamOrder::synced`]) and the allocation be tried once more.
-    Sync,
+    /// [`StreamOrder::synced`]) and the allocation be tried once more; the pool's error, if
+    /// it may not.
+    Sync(DeviceError),
 }
 
 impl From<DeviceError> for Miss {
     fn from(e: DeviceError) -> Miss {
         Miss::Fail(e)
     }
+}
+
+/// Whether `e` says the pool ran out (the device or its limit).
+fn exhausted(e: &DeviceError) -> bool {
+    matches!(e, DeviceError::Pool { error, .. } if error.is_exhaustion())
 }
 
 /// What a host synchronisation covers: per stream, the last batch fenced before it, and
@@ -256,18 +262,16 @@ impl<D: Driver> StreamOrder<D> {
                 "a capturing stream cannot be ordered after the switch to several streams",
             )
             .into()),
-            Err(Miss::Fail(DeviceError::Pool { error, .. }))
-                if error.is_exhaustion() && self.slots.count > 0 =>
-            {
+            Err(Miss::Fail(e)) if self.slots.count > 0 && exhausted(&e) => {
                 // Out of memory: a pending block by a device-side wait, else the host waits.
                 if let Some(b) = self.take_across(mem, si, need, size)? {
                     return Ok(b);
                 }
                 if !may_sync {
-                    return self.heap_block(mem, si, size, true)?.ok_or(Miss::Sync);
+                    return Err(Miss::Fail(e));
                 }
                 self.counters.exhaustion_retries += 1;
-                Err(Miss::Sync)
+                Err(Miss::Sync(e))
             }
             Err(e) => Err(e),
         }

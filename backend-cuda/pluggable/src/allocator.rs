@@ -4,6 +4,7 @@
 
 use core::ffi::c_int;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tagalloc_cuda::{
@@ -45,6 +46,10 @@ struct Device<D: Driver> {
 pub struct Allocator<D: Driver> {
     registry: PoolRegistry<D>,
     devices: Box<[Device<D>]>,
+    /// Whether every allocation asks which capture its stream is in, not only while the
+    /// graph-pool hooks say a capture is under way: for a caller without those hooks, so that
+    /// an allocation on a capturing stream is refused rather than served from the shared pool.
+    check_captures: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -70,7 +75,19 @@ impl<D: Driver + Clone> Allocator<D> {
                 graphs: Mutex::new(Graphs::default()),
             })
             .collect();
-        Allocator { registry, devices }
+        Allocator {
+            registry,
+            devices,
+            check_captures: AtomicBool::new(false),
+        }
+    }
+
+    /// Makes every allocation ask which capture its stream is in (`on`), or only while the
+    /// graph-pool hooks say a capture is under way (the default): for a caller that cannot
+    /// install the hooks (PyTorch before 2.3). Costs one `cuStreamGetCaptureInfo` per
+    /// allocation when on.
+    pub fn check_captures(&self, on: bool) {
+        self.check_captures.store(on, Ordering::Relaxed);
     }
 
     /// `device` as the ordinal of a device the registry has (else the registry's message).
@@ -101,7 +118,8 @@ impl<D: Driver + Clone> Allocator<D> {
         let d = self.ordinal(device)?;
         let pool = self.pool(d)?;
         let dev = &self.devices[d as usize];
-        let graph = if lock(&dev.graphs).captures > 0 {
+        let asks = self.check_captures.load(Ordering::Relaxed) || lock(&dev.graphs).captures > 0;
+        let graph = if asks {
             self.graph_pool_for(d, &pool, stream)?
         } else {
             None

@@ -20,6 +20,7 @@
 //! void  tagalloc_end_allocate_to_pool(int device, MempoolId pool);  /* set_end_allocate_to_pool_fn */
 //! void  tagalloc_release_pool(int device, MempoolId pool);      /* set_release_pool */
 //! int   tagalloc_forget_stream(cudaStream_t stream);  /* before destroying a stream: 0 or -1 */
+//! int   tagalloc_check_captures(int on);    /* without the graph-pool hooks: 0 or -1 */
 //! int   tagalloc_trim(int device);          /* empty_cache of one device, or all for -1: 0 or -1 */
 //! int   tagalloc_stats(int device, TagallocStats* out);
 //! size_t tagalloc_stats_size(void);                    /* sizeof(TagallocStats) */
@@ -229,6 +230,20 @@ pub extern "C" fn tagalloc_end_allocate_to_pool(device: c_int, pool: MempoolId) 
 #[no_mangle]
 pub extern "C" fn tagalloc_release_pool(device: c_int, pool: MempoolId) {
     with_global((), |a| a.release_pool(device, pool));
+}
+
+/// Makes every allocation ask which CUDA graph capture its stream is in (`on` non-zero), so
+/// that one on a capturing stream with no graph pool open is refused (null, and
+/// [`tagalloc_last_error`] says why) rather than served from the shared pool, whose memory a
+/// replay of the graph would write later: for a PyTorch without the graph-pool hooks. Off by
+/// default (the hooks say when a capture is under way); one `cuStreamGetCaptureInfo` per
+/// allocation when on. Returns 0, or -1 when there is no pool.
+#[no_mangle]
+pub extern "C" fn tagalloc_check_captures(on: c_int) -> c_int {
+    with_global(-1, |a| {
+        a.check_captures(on != 0);
+        Ok(0)
+    })
 }
 
 /// Gives back to the driver what every device's pool holds and does not use (PyTorch's

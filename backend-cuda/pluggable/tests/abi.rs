@@ -392,6 +392,7 @@ fn the_shared_library_exports_the_c_names() {
         c"tagalloc_begin_allocate_to_pool",
         c"tagalloc_end_allocate_to_pool",
         c"tagalloc_release_pool",
+        c"tagalloc_check_captures",
     ] {
         // SAFETY: a live handle and a NUL-terminated name; the symbol is only looked up.
         let sym = unsafe { libc::dlsym(handle, name.as_ptr()) };
@@ -579,5 +580,22 @@ fn a_capture_without_a_graph_pool_is_refused() {
     .unwrap();
     assert!(gpu.end_capture(d).unwrap());
     assert!(gpu.end_capture(c).unwrap());
+    a.check().unwrap();
+}
+
+/// Without the graph-pool hooks (an older PyTorch), checking every allocation's stream refuses
+/// one on a capturing stream rather than serving it from the shared pool.
+#[test]
+fn without_the_hooks_a_capturing_allocation_is_refused_when_asked_to_check() {
+    let (a, gpus) = fake_allocator(1);
+    let gpu = &gpus[0];
+    let c = gpu.stream_create().unwrap();
+    a.check_captures(true);
+    let before = a.malloc(4096, 0, c).unwrap().unwrap(); // not capturing: served
+    gpu.begin_capture(c).unwrap();
+    let e = a.malloc(4096, 0, c).unwrap_err();
+    assert!(e.contains("no graph pool is open"), "{e}");
+    assert!(gpu.end_capture(c).unwrap(), "the refusal broke no capture");
+    a.free(before, 4096, 0).unwrap();
     a.check().unwrap();
 }

@@ -97,7 +97,8 @@ def enable(library=None):
     ``set_end_allocate_to_pool_fn``, ``set_release_pool``), it installs the library's
     ``tagalloc_begin_allocate_to_pool``, ``tagalloc_end_allocate_to_pool`` and
     ``tagalloc_release_pool`` too; without all three it installs none of them and still
-    enables (:func:`graphs_supported` is False then, and capturing a CUDA graph fails).
+    enables (:func:`graphs_supported` is False then: every allocation asks whether its stream
+    captures, and one that does is refused, so capturing a CUDA graph fails with that reason).
 
     Must come before CUDA is initialised (before the first CUDA tensor): PyTorch cannot swap an
     allocator in use. Raises :class:`TorchMissing`, :class:`CudaAlreadyInitialized`,
@@ -132,6 +133,10 @@ def enable(library=None):
     hooks.set_record_stream_fn(lib.address("tagalloc_record_stream"))
     hooks.set_reset_fn(lib.address("tagalloc_empty_cache"))
     graphs = _install_graph_hooks(hooks, lib)
+    if not graphs:
+        # No hooks to say when a capture is under way: every allocation asks, and one on a
+        # capturing stream is refused rather than served from the shared pool.
+        lib.check_captures(True)
     torch.cuda.memory.change_current_allocator(alloc)
     _enabled = (lib, alloc, graphs)
     return path

@@ -140,6 +140,9 @@ class Library:
         if hasattr(c, "tagalloc_forget_stream"):
             c.tagalloc_forget_stream.argtypes = [ctypes.c_void_p]
             c.tagalloc_forget_stream.restype = ctypes.c_int
+        if hasattr(c, "tagalloc_check_captures"):
+            c.tagalloc_check_captures.argtypes = [ctypes.c_int]
+            c.tagalloc_check_captures.restype = ctypes.c_int
         size = c.tagalloc_stats_size()
         if size != ctypes.sizeof(Stats):
             raise LibraryMissing(
@@ -186,6 +189,18 @@ class Library:
             )
         if self.cdll.tagalloc_forget_stream(handle) != 0:
             self._fail(f"tagalloc_forget_stream(stream {handle:#x})")
+
+    def check_captures(self, on):
+        """Makes every allocation ask which CUDA graph capture its stream is in, so that one on
+        a capturing stream is refused (for a PyTorch without the graph-pool hooks).
+        :class:`LibraryMissing` for an older build without ``tagalloc_check_captures``,
+        :class:`LibraryError` when there is no pool."""
+        if not hasattr(self.cdll, "tagalloc_check_captures"):
+            raise LibraryMissing(
+                f"tagalloc: {self.path} lacks tagalloc_check_captures: an older build; rebuild it"
+            )
+        if self.cdll.tagalloc_check_captures(1 if on else 0) != 0:
+            self._fail("tagalloc_check_captures")
 
     def snapshot_json(self, device):
         """The pool of ``device`` as the library's JSON text (see ``snapshot_json.rs``)."""

@@ -20,7 +20,7 @@
 //! void  tagalloc_end_allocate_to_pool(int device, MempoolId pool);  /* set_end_allocate_to_pool_fn */
 //! void  tagalloc_release_pool(int device, MempoolId pool);      /* set_release_pool */
 //! int   tagalloc_forget_stream(cudaStream_t stream);  /* before destroying a stream: 0 or -1 */
-//! int   tagalloc_check_captures(int on);    /* without the graph-pool hooks: 0 or -1 */
+//! int   tagalloc_check_captures(int on);    /* without the graph-pool hooks: 0 */
 //! int   tagalloc_trim(int device);          /* empty_cache of one device, or all for -1: 0 or -1 */
 //! int   tagalloc_stats(int device, TagallocStats* out);
 //! size_t tagalloc_stats_size(void);                    /* sizeof(TagallocStats) */
@@ -82,6 +82,7 @@
 use core::ffi::{c_char, c_int, c_void};
 use std::ffi::CString;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 mod allocator;
@@ -112,7 +113,11 @@ pub fn config_from_env() -> DeviceConfig {
 /// The process's allocator over the real driver, or why there is none.
 fn global() -> &'static Result<Allocator<CudaDriver>, DriverError> {
     static GLOBAL: OnceLock<Result<Allocator<CudaDriver>, DriverError>> = OnceLock::new();
-    GLOBAL.get_or_init(|| PoolRegistry::cuda(config_from_env()).map(Allocator::new))
+    GLOBAL.get_or_init(|| {
+        let a = PoolRegistry::cuda(config_from_env()).map(Allocator::new)?;
+        a.check_captures(CHECK_CAPTURES.load(Ordering::Relaxed));
+        Ok(a)
+    })
 }
 
 /// The message of the last failure in this process.
@@ -237,14 +242,18 @@ pub extern "C" fn tagalloc_release_pool(device: c_int, pool: MempoolId) {
 /// [`tagalloc_last_error`] says why) rather than served from the shared pool, whose memory a
 /// replay of the graph would write later: for a PyTorch without the graph-pool hooks. Off by
 /// default (the hooks say when a capture is under way); one `cuStreamGetCaptureInfo` per
-/// allocation when on. Returns 0, or -1 when there is no pool.
+/// allocation when on. Returns 0 (it may come before any pool exists).
 #[no_mangle]
 pub extern "C" fn tagalloc_check_captures(on: c_int) -> c_int {
-    with_global(-1, |a| {
+    CHECK_CAPTURES.store(on != 0, Ordering::Relaxed);
+    if let Ok(a) = global() {
         a.check_captures(on != 0);
-        Ok(0)
-    })
+    }
+    0
 }
+
+/// What [`tagalloc_check_captures`] asked, for the allocator made after it.
+static CHECK_CAPTURES: AtomicBool = AtomicBool::new(false);
 
 /// Gives back to the driver what every device's pool holds and does not use (PyTorch's
 /// `empty_cache`, the signature of `set_reset_fn`). A failure is recorded for

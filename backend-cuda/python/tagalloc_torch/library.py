@@ -193,8 +193,7 @@ class Library:
     def check_captures(self, on):
         """Makes every allocation ask which CUDA graph capture its stream is in, so that one on
         a capturing stream is refused (for a PyTorch without the graph-pool hooks).
-        :class:`LibraryMissing` for an older build without ``tagalloc_check_captures``,
-        :class:`LibraryError` when there is no pool."""
+        :class:`LibraryMissing` for an older build without ``tagalloc_check_captures``."""
         if not hasattr(self.cdll, "tagalloc_check_captures"):
             raise LibraryMissing(
                 f"tagalloc: {self.path} lacks tagalloc_check_captures: an older build; rebuild it"

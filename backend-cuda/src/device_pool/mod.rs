@@ -70,16 +70,19 @@ use seam::{PoolSeam, Seam};
 ///
 /// **What an allocation tries.** On S, in order: a pending block of S that fits closely (at
 /// most 1/8 larger); a free chunk of the heap; then, if anything is pending, it polls every
-/// stream (what the device has passed goes back to the heap, no wait at all) and tries the
-/// heap again; then the smallest pending block of any stream that fits: S waits on the device
-/// for the batches it is in (fencing an open one first), unless S has waited for those batches
-/// or later ones of the same streams already (the pool keeps, per stream pair, the latest
-/// batch waited for, so it never waits twice for the same work), and what S does not need of
-/// the block stays pending in the same batches; then the pool grows (its own trim-and-retry
-/// included); and when that runs out while frees are pending, the host synchronises the
-/// context (`cuCtxSynchronize`, the one host wait of an allocation: nothing else can work),
-/// everything pending goes back to the heap, and it tries once more before it reports the
-/// pool's error, with its figures.
+/// stream (at most every 32 pool calls: what the device has passed goes back to the heap, no
+/// wait at all) and tries the heap again; then, while pending blocks hold more than
+/// [`DeviceConfig::max_pending`] of the pool (by default whenever one is pending), the
+/// smallest pending block of any stream that fits, one needing no new wait first: S waits on
+/// the device for the batches it is in (their streams' newest, fencing an open one first),
+/// unless S has waited for those batches or later ones of the same streams already (the pool
+/// keeps, per stream pair, the latest batch waited for, so it never waits twice for the same
+/// work), and what S does not need of the block stays pending in the same batches; then the
+/// pool grows (its own trim-and-retry included); out of memory, it takes a pending block by a
+/// device-side wait whatever the share; and when that fails too while frees are pending, the
+/// host synchronises the context (`cuCtxSynchronize`, the one host wait of an allocation:
+/// nothing else can work), everything pending goes back to the heap, and it tries once more
+/// before it reports the pool's error, with its figures.
 ///
 /// **Why this design.** PyTorch's caching allocator records an event per stream a block was
 /// used on at its free and queries them on every allocation (`process_events`), keeps a free
@@ -92,12 +95,17 @@ use seam::{PoolSeam, Seam};
 /// (`cudaMemPoolReuseFollowEventDependencies`, what the per-pair memory of waits does). RMM's
 /// `stream_ordered_memory_resource::get_block` keeps a free list per stream and, before it
 /// grows, takes another stream's block by `cudaStreamWaitEvent` on that stream's event (one
-/// event per stream, recorded again at every free), leaving the rest of a split block in the
-/// other stream's list. Here one heap serves every stream, so a block is free for all once the
-/// device has passed it; memory not yet passed is taken by a device-side wait, as RMM and
-/// `cudaMallocAsync` do; and a batch of frees shares one event, fenced at most `batch_age`
-/// pool calls after its first free: a wait for it waits for that stream's work up to the
-/// fence (a false dependency RMM also has, its event being recorded at the latest free), in
+/// event per stream, recorded again at every free: "significant overhead on deallocations",
+/// its own comment says), then moves that stream's whole list into the allocating stream's,
+/// the one wait covering them all; only when no list has a fit does it merge every list (a
+/// wait each) before it grows. Here one heap serves every stream, so a block is free for all
+/// once the device has passed it; memory not yet passed is taken by a device-side wait, as
+/// RMM and `cudaMallocAsync` do; the wait is for the freeing stream's newest batch, which, as
+/// RMM's one event per stream, covers every block that stream freed so far, and a stream that
+/// waited for a batch is also counted as ordered after what that batch's stream had waited for.
+/// A batch of frees shares one event, fenced at most `batch_age` pool calls after its first
+/// free (or when a miss takes from it): a wait for it waits for that stream's work up to the
+/// fence, a false dependency RMM also has (its event recorded at the latest free), in
 /// exchange for one `cuEventRecord` per batch instead of one per free. Figures:
 /// `docs/device-pool.md` (`tagalloc-bench device`).
 ///

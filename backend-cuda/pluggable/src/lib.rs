@@ -76,7 +76,7 @@
 //! [`tagalloc_last_error`] says why: the pool's message with its figures, or, with no driver
 //! or no device, what is missing.
 //!
-//! The generic layer ([`Allocator`]) runs over any [`Driver`]; the exported functions use it
+//! The generic layer ([`Allocator`]) runs over any [`Driver`](tagalloc_cuda::Driver); the exported functions use it
 //! over the real driver, and the tests over the fake one.
 
 use core::ffi::{c_char, c_int, c_void};

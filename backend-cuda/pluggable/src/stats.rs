@@ -2,12 +2,12 @@
 
 use tagalloc_cuda::DeviceStats;
 
-/// What [`tagalloc_stats`] fills in: bytes, counts, and whether the pool works.
+/// What [`tagalloc_stats`](crate::tagalloc_stats) fills in: bytes, counts, and whether the pool works.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TagallocStats {
     /// 0: the figures below are the device's pool's; otherwise no pool could be had (see
-    /// [`tagalloc_last_error`]): -1 no driver, no device, or a bad ordinal; -2 a null `out`.
+    /// [`tagalloc_last_error`](crate::tagalloc_last_error)): -1 no driver, no device, or a bad ordinal; -2 a null `out`.
     pub status: i32,
     /// Bytes in blocks handed out (rounded to the 256-byte granule), pending frees included.
     pub in_use: u64,

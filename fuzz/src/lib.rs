@@ -14,6 +14,9 @@
 //! - [`misuse`]: double, stale, interior, wrongly sized and foreign frees and reallocs, frees
 //!   queued while the heap's lock is held and calls that re-enter it, and requests and
 //!   constructors at the limits of the size arithmetic.
+//! - [`streams`]: the CUDA backend's stream-ordered device pool (`tagalloc_cuda::DevicePool`)
+//!   over the fake driver, on several streams, with graph captures, streams forgotten and
+//!   destroyed, and the fake's timeline as the oracle of stream-ordered reuse.
 //!
 //! Every target is one of the `run_*` functions below (after [`trace::init`] once); a failing input replays with
 //! `cargo +nightly fuzz run <target> <file>`, and `cargo +nightly fuzz fmt <target> <file>`
@@ -27,6 +30,7 @@ pub mod misuse;
 pub mod ops;
 pub mod pattern;
 pub mod rig;
+pub mod streams;
 pub mod trace;
 
 use tagalloc::{DetachedHeap, Error, InlineHeap};
@@ -142,4 +146,10 @@ pub fn run_misuse(input: &Input<Step>) {
     } else {
         drive_detached(c, &input.ops);
     }
+}
+
+/// `stream_order`: operation sequences on a stream-ordered device pool over the fake CUDA
+/// driver, checked against the fake's timeline (see [`streams`]).
+pub fn run_stream_order(input: &streams::StreamInput) {
+    streams::run(input);
 }

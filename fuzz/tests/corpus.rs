@@ -11,6 +11,7 @@ use arbitrary::{Arbitrary, Unstructured};
 use tagalloc_fuzz::arena::Lease;
 use tagalloc_fuzz::misuse::Step;
 use tagalloc_fuzz::ops::{Input, Op};
+use tagalloc_fuzz::streams::StreamInput;
 
 /// Runs every file of `corpus/<target>/` through `run`; returns how many ran.
 fn replay<T: for<'a> Arbitrary<'a>>(target: &str, run: impl Fn(&T)) -> usize {
@@ -61,4 +62,9 @@ fn best_fit_differential_seeds() {
 #[test]
 fn misuse_seeds() {
     replay::<Input<Step>>("misuse", tagalloc_fuzz::run_misuse);
+}
+
+#[test]
+fn stream_order_seeds() {
+    replay::<StreamInput>("stream_order", tagalloc_fuzz::run_stream_order);
 }

@@ -76,6 +76,11 @@ impl<D: Driver> SharedDevicePool<D> {
         self.lock().capture_ended()
     }
 
+    /// Makes the pool keep every region it obtains (see [`DevicePool::keep_regions`]).
+    pub fn keep_regions(&self) {
+        self.lock().keep_regions();
+    }
+
     /// The device's ordinal.
     pub fn device(&self) -> u32 {
         self.device

@@ -1068,3 +1068,46 @@ fn a_pending_share_out_of_range_is_refused() {
     }
     assert_eq!(gpu.outstanding(), Outstanding::default());
 }
+
+/// Running out during a capture gives nothing back to the driver to make room (`cuMemFree`
+/// waits for the device, which would break the capture): the request is refused, the
+/// capture stays valid, and once it is over the same request trims and succeeds.
+#[test]
+fn running_out_during_a_capture_frees_no_region() {
+    let gpu = fake(64 * MIB);
+    let st = streams(&gpu, 2);
+    let (s, c) = (st[0], st[1]);
+    let mut pool = DevicePool::new(&gpu, plain(16 * MIB, None, 1)).unwrap();
+    let a = pool.alloc(16 * MIB, s).unwrap();
+    let w = pool.alloc(16 * MIB, c).unwrap();
+    pool.free(w).unwrap();
+    for _ in 0..2 {
+        gpu.complete_all();
+        pool.process_events().unwrap();
+    }
+    assert_eq!(pool.stats().pending_blocks, 0, "w's region is wholly free");
+    pool.capture_begun();
+    gpu.begin_capture(c).unwrap();
+    let before = gpu.calls();
+    assert!(
+        pool.alloc(40 * MIB, c).is_err(),
+        "no room without giving back"
+    );
+    assert_eq!(calls(&gpu, &before, Call::MemFree), 0);
+    assert_eq!(pool.trim().unwrap(), tagalloc::Trimmed::default());
+    assert!(gpu.end_capture(c).unwrap(), "the capture was not broken");
+    pool.capture_ended().unwrap();
+    let big = pool.alloc(40 * MIB, c).unwrap();
+    assert_eq!(
+        calls(&gpu, &before, Call::MemFree),
+        1,
+        "w's region, after the capture"
+    );
+    pool.check().unwrap();
+    for b in [a, big] {
+        pool.free(b).unwrap();
+    }
+    drop(pool);
+    destroy(&gpu, st);
+    assert_eq!(gpu.outstanding(), Outstanding::default());
+}

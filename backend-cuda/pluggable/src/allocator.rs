@@ -262,7 +262,13 @@ impl<D: Driver + Clone> Allocator<D> {
                 p.capture = None;
                 None
             }
-            None => Some(Arc::new(self.registry.new_pool(d).map_err(message)?)),
+            None => {
+                let pool = Arc::new(self.registry.new_pool(d).map_err(message)?);
+                // A replay of the graph writes the chunks its capture freed: none goes back
+                // until the pool is retired.
+                pool.keep_regions();
+                Some(pool)
+            }
         };
         graphs.captures += 1;
         let captures = graphs.captures;

@@ -144,6 +144,8 @@ use seam::{PoolSeam, Seam};
 pub struct DevicePool<D: Driver> {
     mem: PoolSeam<D>,
     order: StreamOrder<D>,
+    /// Whether it keeps every region (see [`DevicePool::keep_regions`]).
+    keep: bool,
 }
 
 impl<D: Driver> fmt::Debug for DevicePool<D> {
@@ -178,6 +180,7 @@ impl<D: Driver> DevicePool<D> {
                 config.max_pending,
                 config.granule,
             ),
+            keep: false,
         })
     }
 
@@ -322,18 +325,37 @@ impl<D: Driver> DevicePool<D> {
     /// is illegal during a capture (see [`DevicePool`], CUDA graphs).
     pub fn capture_begun(&mut self) {
         self.order.capture_begun();
+        self.hold_regions();
     }
 
     /// Tells the pool a capture on its device ended.
     pub fn capture_ended(&mut self) -> Result<(), DeviceError> {
-        self.order.capture_ended(&self.mem)
+        let ended = self.order.capture_ended(&self.mem);
+        self.hold_regions();
+        ended
+    }
+
+    /// Makes the pool keep every region it obtains for the rest of its life (a trim gives
+    /// nothing back, nor does a request that runs out): what a CUDA graph's private pool
+    /// needs, whose free chunks a replay of the graph still writes.
+    pub fn keep_regions(&mut self) {
+        self.keep = true;
+        self.hold_regions();
+    }
+
+    /// Nothing goes back to the driver while a capture is under way (`cuMemFree` waits for
+    /// the device, illegal then) or for a pool that keeps its regions.
+    fn hold_regions(&mut self) {
+        let hold = self.keep || self.order.captures > 0;
+        self.mem.pool.hold_regions(hold);
     }
 
     /// Empties the cache: synchronises and returns every pending block to the heap (if any is
     /// pending), destroys the idle events, then trims the pool: wholly free regions go back to
     /// the driver, and (with [`Policy::release_above`](tagalloc::Policy::release_above)) free
     /// tail chunks of a virtual-memory region are unmapped. Refused during a capture, when
-    /// anything is pending.
+    /// anything is pending; gives nothing back during a capture, or from a pool that keeps its
+    /// regions.
     pub fn trim(&mut self) -> Result<Trimmed, DeviceError> {
         if let Some(ticket) = self.prepare_sync()? {
             let ns = synchronize(self.driver())?;

@@ -138,6 +138,14 @@ pub struct Trimmed {
     pub released: usize,
 }
 
+impl Trimmed {
+    /// Whether anything went back to the source (a region, or a region's free end): what a
+    /// request that ran out may try again after.
+    pub fn gave_back(&self) -> bool {
+        self.regions > 0 || self.bytes > 0
+    }
+}
+
 /// A heap `H` growing from a source `S` under a [`Policy`], with hooks `K`.
 ///
 /// Invariants: `reserved` is the total length of the regions obtained and not given back (each
@@ -205,6 +213,8 @@ pub struct Pool<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks = NoHooks
     /// `policy.trim_above`, or `usize::MAX` without it, likewise.
     trim_above: usize,
     bypass: [Option<usize>; BYPASS_SLOTS],
+    /// Whether nothing obtained goes back to the source for now (see [`Pool::hold_regions`]).
+    hold: bool,
     counts: PoolStats,
 }
 
@@ -247,6 +257,7 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
                 None => usize::MAX,
             },
             bypass: [None; BYPASS_SLOTS],
+            hold: false,
             counts: PoolStats {
                 heap: Stats {
                     in_use: 0,
@@ -473,6 +484,16 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
         self.obtain(len).map_err(|e| self.report(e, bytes))
     }
 
+    /// While `hold` is set, nothing obtained goes back to the source: no trim (an explicit one
+    /// or the retry of a request that ran out), no free end cut, no bypassed region given back
+    /// at its free (it stays, free, until a trim after the hold). For a source whose giving
+    /// back is illegal for a while (a CUDA device pool while a graph is captured: `cuMemFree`
+    /// waits for the device), or whose free memory others still use (a CUDA graph's private
+    /// pool: a replay writes the chunks its capture freed).
+    pub fn hold_regions(&mut self, hold: bool) {
+        self.hold = hold;
+    }
+
     /// Gives back every wholly free region, then (with [`Policy::release_above`] set, where the
     /// source can) the free ends of the regions that stay and the pages inside large free
     /// chunks.
@@ -481,6 +502,9 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
     /// `O(regions)`, plus `O(free chunks)` of at least [`Policy::release_above`] when pages are
     /// released.
     pub fn trim(&mut self) -> Trimmed {
+        if self.hold {
+            return Trimmed::default();
+        }
         let mut out = self.trim_regions(self.policy.release_above);
         if let Some(min) = self.policy.release_above {
             let page = self.source.granularity();
@@ -508,6 +532,9 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
     /// `O(regions)`, plus `O(bits of a size)` per region cut.
     pub fn trim_regions(&mut self, cut_above: Option<usize>) -> Trimmed {
         let mut out = Trimmed::default();
+        if self.hold {
+            return out;
+        }
         let Pool {
             heap,
             source,
@@ -820,8 +847,9 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
                 }
                 Err(e) => last = e,
             }
-            // Out of memory or over the limit: give back what is wholly free and try once more.
-            if attempt == 0 && self.trim().regions > 0 {
+            // Out of memory or over the limit: give back what is free (whole regions, free
+            // ends) and try once more.
+            if attempt == 0 && self.trim().gave_back() {
                 self.counts.retries += 1;
                 continue;
             }
@@ -849,7 +877,7 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
         let mut got = self
             .within_limit(region, region)
             .and_then(|len| self.obtain(len));
-        if matches!(got, Err(Error::OutOfMemory | Error::LimitExceeded)) && self.trim().regions > 0
+        if matches!(got, Err(Error::OutOfMemory | Error::LimitExceeded)) && self.trim().gave_back()
         {
             self.counts.retries += 1;
             got = self
@@ -901,8 +929,12 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
         }
     }
 
-    /// Removes the region at `base` from the heap, if it is wholly free, and gives it back.
+    /// Removes the region at `base` from the heap, if it is wholly free, and gives it back
+    /// (unless the pool holds its regions: it stays, free, for a later trim).
     fn give_back(&mut self, base: usize) {
+        if self.hold {
+            return;
+        }
         if let Ok((b, len)) = self.heap.remove_region(base) {
             // SAFETY: the heap removed the region, so nothing uses it; it came from the source.
             unsafe { self.source.give_back(b, len) };

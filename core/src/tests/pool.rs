@@ -1233,3 +1233,36 @@ fn a_bypassed_block_grows_with_its_region_and_keeps_its_place() {
     pool.trim();
     assert!(books.borrow().out.is_empty());
 }
+
+/// While the pool holds its regions nothing goes back to the source: no trim, no retry's trim,
+/// no bypassed region at its free; once the hold ends, a trim gives back what is free.
+#[test]
+fn a_held_pool_gives_nothing_back_until_the_hold_ends() {
+    let policy = Policy::new()
+        .growth(Growth::Fixed(1 << 20))
+        .bypass_above(4 << 20)
+        .limit(12 << 20);
+    let (mut pool, books, _) = detached_pool(1 << 30, policy, false);
+    let a = pool.alloc(1 << 20, 256).unwrap();
+    let big = pool.alloc(8 << 20, 256).unwrap();
+    pool.hold_regions(true);
+    // SAFETY: detached blocks are checked; each is freed once.
+    unsafe {
+        pool.free(a, a.size).unwrap();
+        pool.free(big, big.size).unwrap();
+    }
+    assert_eq!(books.borrow().out.len(), 2, "the bypassed region stays");
+    assert_eq!(pool.trim(), crate::Trimmed::default());
+    // A region of its own over the limit: no trim to make room, so no retry.
+    let e = pool.alloc(5 << 20, 256).unwrap_err();
+    assert_eq!(e.error, Error::LimitExceeded);
+    assert_eq!(pool.stats().retries, 0);
+    assert_eq!(books.borrow().give_backs, 0);
+    pool.check().unwrap();
+    pool.hold_regions(false);
+    let t = pool.trim();
+    assert_eq!(t.regions, 2);
+    assert!(t.gave_back());
+    assert_eq!(books.borrow().out.len(), 0);
+    pool.check().unwrap();
+}

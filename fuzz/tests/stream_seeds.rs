@@ -151,6 +151,17 @@ fn scenarios() -> Vec<(&'static str, Setup, Vec<StreamOp>)> {
                 alloc(1, mib(4)),
                 alloc(1, mib(4)),
                 alloc(0, tiny(1)),
+                // Uses after the switch to several streams: the epoch does not cover them.
+                Use {
+                    pick: 0,
+                    which: 0,
+                    ns: 40,
+                },
+                Use {
+                    pick: 1,
+                    which: 0,
+                    ns: 40,
+                },
                 Free { pick: 0 },
                 Free { pick: 0 },
                 Free { pick: 0 },
@@ -339,6 +350,130 @@ fn scenarios() -> Vec<(&'static str, Setup, Vec<StreamOp>)> {
             ],
         ),
     ]
+    .into_iter()
+    .chain(fixed())
+    .collect()
+}
+
+/// The inputs of the pool bugs `stream_order` found (fixed in 80c0b6e; `docs/fuzzing.md`,
+/// "stream_order"), minimised, kept as seeds: each ran into the bug at once.
+///
+/// 1. Memory given back to the driver during a capture: a wholly free plain region with
+///    `cuMemFree` (which synchronises the device, and, refused, left the region lost to the
+///    pool) or a virtual-memory region or its free tail after `cuCtxSynchronize`; either
+///    invalidated the capture. Six ways in, and what followed from one of them: with two
+///    captures invalidated, both read `u64::MAX` to the pool (`ask_capture`), equal, and it
+///    made one stream wait for the other's batch (`CUDA_ERROR_STREAM_CAPTURE_ISOLATION`).
+/// 2. No retry after a trim that only shrank a virtual-memory region: out of memory while the
+///    same request asked again succeeds.
+fn fixed() -> Vec<(&'static str, Setup, Vec<StreamOp>)> {
+    // Virtual-memory regions of 128 KiB chunks, 1 MiB growth, `release_above` set.
+    const VMM: Setup = Setup {
+        regions: 3,
+        policy: 0x40,
+        ..BASE
+    };
+    vec![
+        (
+            "fixed-capture-growth-trim",
+            BASE,
+            vec![
+                BeginCapture { stream: 1 },
+                alloc(1, kib16(4)),
+                Free { pick: 0 },
+                alloc(1, mib(20)),
+            ],
+        ),
+        (
+            "fixed-capture-trim",
+            BASE,
+            vec![
+                BeginCapture { stream: 1 },
+                alloc(1, kib16(4)),
+                Free { pick: 0 },
+                Trim,
+            ],
+        ),
+        (
+            "fixed-capture-bypass-free",
+            Setup {
+                policy: 0b1000,
+                ..BASE
+            },
+            vec![
+                BeginCapture { stream: 1 },
+                alloc(1, mib(2)),
+                Free { pick: 0 },
+            ],
+        ),
+        (
+            "fixed-capture-trim-above",
+            Setup {
+                policy: 0b10_0000,
+                ..BASE
+            },
+            vec![
+                BeginCapture { stream: 1 },
+                alloc(1, kib16(32)),
+                Free { pick: 0 },
+            ],
+        ),
+        (
+            "fixed-capture-vmm-trim",
+            VMM,
+            vec![
+                BeginCapture { stream: 1 },
+                alloc(1, kib16(4)),
+                Free { pick: 0 },
+                Trim,
+            ],
+        ),
+        (
+            "fixed-capture-vmm-shrink",
+            VMM,
+            vec![BeginCapture { stream: 1 }, alloc(1, tiny(1)), Trim],
+        ),
+        (
+            // Streams 1 and 2 capture; a 16 MiB block freed on stream 2 fills the card; a
+            // 1 MiB request on stream 1 could not take it (another capture) nor grow, and the
+            // trim-and-retry invalidated both captures.
+            "fixed-capture-two-invalidated",
+            Setup {
+                regions: 0,
+                growth: 6,
+                policy: 0xff,
+                granule: 0xff,
+                batch: 0xff,
+                batch_age: 0xff,
+                clock: 0xff,
+                speed: 0xff,
+                streams: 3,
+                ..BASE
+            },
+            vec![
+                BeginCapture { stream: 1 },
+                alloc(2, Size::new(255, 65535)),
+                alloc(1, tiny(5)),
+                Free { pick: 0 },
+                BeginCapture { stream: 1 },
+                alloc(1, mib(1)),
+            ],
+        ),
+        (
+            // A 16 MiB card, one small block in a 2 MiB virtual-memory region; 15 MiB cannot
+            // get a region of its own (14 MiB free), the trim shrinks the first region to one
+            // chunk, and the request must be tried again then.
+            "fixed-vmm-retry-after-shrink",
+            Setup {
+                regions: 3,
+                growth: 3,
+                policy: 0x4c,
+                streams: 0,
+                ..BASE
+            },
+            vec![alloc(0, tiny(1)), alloc(0, mib(15))],
+        ),
+    ]
 }
 
 fn corpus_dir() -> PathBuf {
@@ -430,12 +565,36 @@ fn seeds_reach_every_path() {
 }
 
 /// `TAGALLOC_REPLAY=<file> cargo test --test stream_seeds replay -- --nocapture`: prints an
-/// input (a crash libFuzzer wrote, say) as its set-up and operations, then runs it.
+/// input (a crash libFuzzer wrote, say) as its set-up and operations, then runs it. Given a
+/// directory (a corpus), runs every input in it and prints what they did in all (how many
+/// ended early at a known bug, say).
 #[test]
 fn replay() {
     let Some(path) = std::env::var_os("TAGALLOC_REPLAY") else {
         return;
     };
+    let path = PathBuf::from(path);
+    if path.is_dir() {
+        let (mut runs, mut sum) = (0, Tally::default());
+        for e in fs::read_dir(&path).unwrap() {
+            let bytes = fs::read(e.unwrap().path()).unwrap();
+            let Ok(input) = StreamInput::arbitrary_take_rest(Unstructured::new(&bytes)) else {
+                continue;
+            };
+            let t = tagalloc_fuzz::streams::run(&input);
+            runs += 1;
+            sum.allocs += t.allocs;
+            sum.exhausted += t.exhausted;
+            sum.capturing += t.capturing;
+            sum.stale_refused += t.stale_refused;
+            sum.forgotten += t.forgotten;
+            sum.captures += t.captures;
+            sum.recorded += t.recorded;
+            sum.checked_uses += t.checked_uses;
+        }
+        eprintln!("{runs} inputs: {sum:?}");
+        return;
+    }
     let bytes = fs::read(&path).unwrap();
     let input = StreamInput::arbitrary_take_rest(Unstructured::new(&bytes)).unwrap();
     let plan = tagalloc_fuzz::streams::Plan::new(&input.setup);
@@ -444,158 +603,4 @@ fn replay() {
         eprintln!("{i:3}: {op:?}");
     }
     tagalloc_fuzz::run_stream_order(&input);
-}
-
-/// Runs `input` strictly and tolerantly: strictly it must fail saying `expect`, tolerantly
-/// it must pass; the tolerant run's tally.
-fn known(what: &str, input: &StreamInput, expect: &str) -> Tally {
-    use tagalloc_fuzz::streams::{run_with, Options};
-    let strict = std::panic::catch_unwind(|| run_with(input, Options { strict: true }));
-    let msg = strict
-        .err()
-        .and_then(|e| e.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| panic!("{what}: passes strictly: fixed?"));
-    assert!(msg.contains(expect), "{what}: {msg}");
-    run_with(input, Options { strict: false })
-}
-
-/// Known bug 1 (`tagalloc_fuzz::streams::strict`): while a capture is under way, the pool
-/// gives memory back to the driver: a wholly free plain region with `cuMemFree`, which
-/// synchronises the device (and the region the driver kept is lost to the pool), or a
-/// virtual-memory region or its free tail after `cuCtxSynchronize`; either invalidates the
-/// capture. Each case is the smallest input found for one way in; each fails strictly, and
-/// ends the run early (counted) otherwise. When the pool is fixed, this test fails: then make
-/// the cases seeds, and drop the tolerance.
-#[test]
-fn known_bug_memory_given_back_during_capture() {
-    // Virtual-memory regions of 128 KiB chunks, 1 MiB growth, `release_above` set.
-    const VMM: Setup = Setup {
-        regions: 3,
-        policy: 0x40,
-        ..BASE
-    };
-    let cases: [(&str, Setup, Vec<StreamOp>); 6] = [
-        (
-            "the trim-and-retry of a failed growth",
-            BASE,
-            vec![
-                BeginCapture { stream: 1 },
-                alloc(1, kib16(4)),
-                Free { pick: 0 },
-                alloc(1, mib(20)),
-            ],
-        ),
-        (
-            "trim with nothing pending",
-            BASE,
-            vec![
-                BeginCapture { stream: 1 },
-                alloc(1, kib16(4)),
-                Free { pick: 0 },
-                Trim,
-            ],
-        ),
-        (
-            "the free of a bypassed block",
-            Setup {
-                policy: 0b1000,
-                ..BASE
-            },
-            vec![
-                BeginCapture { stream: 1 },
-                alloc(1, mib(2)),
-                Free { pick: 0 },
-            ],
-        ),
-        (
-            "a free above trim_above",
-            Setup {
-                policy: 0b10_0000,
-                ..BASE
-            },
-            vec![
-                BeginCapture { stream: 1 },
-                alloc(1, kib16(32)),
-                Free { pick: 0 },
-            ],
-        ),
-        (
-            "a trim that gives a virtual-memory region back",
-            VMM,
-            vec![
-                BeginCapture { stream: 1 },
-                alloc(1, kib16(4)),
-                Free { pick: 0 },
-                Trim,
-            ],
-        ),
-        (
-            "a trim that shrinks a virtual-memory region",
-            VMM,
-            vec![BeginCapture { stream: 1 }, alloc(1, tiny(1)), Trim],
-        ),
-    ];
-    for (what, setup, ops) in cases {
-        let t = known(what, &StreamInput { setup, ops }, "invalidated");
-        assert_eq!(t.capture_frees, 1, "{what}: not ended early");
-    }
-    // What follows from it (found by the fuzzer, minimised): streams 1 and 2 capture (two
-    // captures); stream 2 frees a 16 MiB block (pending, open batch) that fills the card; a
-    // 1 MiB request on stream 1 cannot take it (another capture), cannot grow, and the
-    // trim-and-retry's `cuMemFree` invalidates both captures. The exhaustion path then looks
-    // again: both captures now read `u64::MAX` (invalidated), equal, so stream 1 waits for
-    // stream 2's batch: `cuStreamWaitEvent` fails with CUDA_ERROR_STREAM_CAPTURE_ISOLATION.
-    let setup = Setup {
-        regions: 0,
-        growth: 6,
-        policy: 0xff,
-        granule: 0xff,
-        batch: 0xff,
-        batch_age: 0xff,
-        clock: 0xff,
-        speed: 0xff,
-        streams: 3,
-        ..BASE
-    };
-    let ops = vec![
-        BeginCapture { stream: 1 },
-        alloc(2, Size::new(255, 65535)),
-        alloc(1, tiny(5)),
-        Free { pick: 0 },
-        BeginCapture { stream: 1 },
-        alloc(1, mib(1)),
-    ];
-    let t = known(
-        "a wait between two invalidated captures",
-        &StreamInput { setup, ops },
-        "CUDA_ERROR_STREAM_CAPTURE_ISOLATION",
-    );
-    assert_eq!(t.capture_frees, 1, "not ended early");
-}
-
-/// Known bug 2: a virtual-memory pool (128 KiB chunks, regions of 2 MiB, a 4 MiB bypass
-/// threshold, `release_above` set) on a 16 MiB card holds one small block; a 15 MiB request
-/// cannot get a region of its own (14 MiB free), trims (shrinking the first region to one
-/// chunk: 15.9 MiB free now), and does not try again: out of memory. The same request asked
-/// again succeeds.
-#[test]
-fn known_bug_no_retry_after_shrinking() {
-    let setup = Setup {
-        regions: 3,
-        growth: 3,
-        policy: 0x4c,
-        streams: 0,
-        ..BASE
-    };
-    let ops = vec![alloc(0, tiny(1)), alloc(0, mib(15)), alloc(0, mib(15))];
-    let t = known(
-        "no retry",
-        &StreamInput { setup, ops },
-        "ran out with 131072",
-    );
-    assert_eq!(
-        (t.no_retry, t.allocs),
-        (1, 2),
-        "the second request must succeed"
-    );
 }

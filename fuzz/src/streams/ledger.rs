@@ -56,7 +56,7 @@ impl Ledger {
         if let Some((&s, &(e, at))) = self.live.range(..end).next_back() {
             if e > start {
                 return Err(format!(
-                    "{start:#x}..{end:#x} handed to {stream:?} overlaps the live block \
+                    "overlap: {stream:?} got {start:#x}..{end:#x}, over the live block \
                      {s:#x}..{e:#x} allocated at step {at}"
                 ));
             }
@@ -75,9 +75,12 @@ impl Ledger {
                 checked += 1;
                 if !gpu.ordered_after(stream, p) {
                     return Err(format!(
-                        "{start:#x}..{end:#x} handed to {stream:?}, which is not ordered after \
-                         {p:?}, a use of {s:#x}..{:#x} freed at step {} (its uses: {:?})",
-                        f.end, f.step, f.uses
+                        "stream order: {stream:?} got {start:#x}+{}, not ordered after {p:?}, a \
+                         use of {s:#x}..{:#x} freed at step {} (its uses: {:?})",
+                        end - start,
+                        f.end,
+                        f.step,
+                        f.uses
                     ));
                 }
             }

@@ -65,55 +65,11 @@ const GRAVEYARD: usize = 32;
 /// Steps between two runs of `DevicePool::check` (and at the end of every input).
 pub const CHECK_EVERY: u32 = 1;
 
-/// Whether the known bugs of the pool (reported, not yet fixed; `docs/fuzzing.md`,
-/// "stream_order") fail the run (`TAGALLOC_FUZZ_STRICT=1`, read once) or are tolerated where
-/// their exact signature shows, and counted ([`Tally::capture_frees`], [`Tally::no_retry`]):
-///
-/// 1. **Memory given back to the driver during a capture.** The core pool's trim-and-retry
-///    of a failed growth, `DevicePool::trim` with nothing pending, a free above
-///    `Policy::trim_above` and the free of a bypassed block give regions back (or shrink a
-///    virtual-memory region) while a capture is under way: a plain region with `cuMemFree`,
-///    which waits for the device, a virtual-memory one after `cuCtxSynchronize` (the source
-///    synchronises before it unmaps). Both are illegal during a capture, which the fake (as
-///    the real driver) invalidates; a plain region the driver refused to free is lost to the
-///    pool. Tolerated when the fake counted a `cuMemFree` or `cuCtxSynchronize` during a step
-///    that began while a capture was under way, and that step then invalidated a capture or
-///    failed otherwise (an allocation refused with the lost region holding the card, or a
-///    driver error that follows from the invalidation: `ask_capture` names every invalidated
-///    capture `u64::MAX`, so two streams in two invalidated captures look like one capture and
-///    the pool makes one wait for the other, which the driver refuses with
-///    `CUDA_ERROR_STREAM_CAPTURE_ISOLATION`). The pool's own synchronisations are refused
-///    before they are made during a capture, so no call of theirs hides behind this; the run
-///    ends there.
-/// 2. **No retry after a trim that only shrank.** A failed growth trims and tries once more
-///    only if the trim gave back a whole region (`Trimmed::regions > 0`), not if it shrank a
-///    virtual-memory region's free tail (`Trimmed::bytes`): out of memory while the pool holds
-///    a sliver of the card, and the same request succeeds when asked again. Tolerated when the
-///    pool's `shrunk` count moved during the refused allocation; the run goes on.
-fn strict() -> bool {
-    static STRICT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *STRICT.get_or_init(|| std::env::var_os("TAGALLOC_FUZZ_STRICT").is_some_and(|v| v == "1"))
-}
-
 /// Whether every step is printed with what the pool and the fake did
 /// (`TAGALLOC_FUZZ_TRACE=1`, read once): for reading a failing input.
 fn tracing() -> bool {
     static TRACE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *TRACE.get_or_init(|| std::env::var_os("TAGALLOC_FUZZ_TRACE").is_some_and(|v| v == "1"))
-}
-
-/// How a run treats the known bugs (see [`strict`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Options {
-    /// Fail on them (else tolerate them where their signature shows).
-    pub strict: bool,
-}
-
-impl Options {
-    /// From the environment: `TAGALLOC_FUZZ_STRICT=1` makes it strict.
-    pub fn from_env() -> Options {
-        Options { strict: strict() }
-    }
 }
 
 /// Steps between two prunings of the ledger's completed uses.
@@ -252,11 +208,6 @@ pub struct Tally {
     pub recorded: u64,
     /// Freed uses the oracle checked a handout against.
     pub checked_uses: u64,
-    /// Runs ended early at a capture invalidated by the pool's `cuMemFree` (known bug 1 of
-    /// [`strict`]).
-    pub capture_frees: u64,
-    /// Allocations refused after a trim that shrank a region, with no retry (known bug 2).
-    pub no_retry: u64,
     /// The pool's counters before the final trim.
     pub pool: DeviceCounters,
 }
@@ -313,16 +264,10 @@ struct Run<'g> {
     mark: Option<FakeMark>,
     step: usize,
     tally: Tally,
-    options: Options,
-    /// The fake's count of `cuMemFree` and `cuCtxSynchronize` calls when a step began during
-    /// a capture.
-    frees_before: Option<u64>,
-    /// Whether the run ends here (known bug 1 of [`strict`]).
-    stop: bool,
 }
 
 impl<'g> Run<'g> {
-    fn new(gpu: &'g FakeDriver, plan: Plan, options: Options) -> Run<'g> {
+    fn new(gpu: &'g FakeDriver, plan: Plan) -> Run<'g> {
         let pool = DevicePool::new(gpu, plan.pool)
             .unwrap_or_else(|e| panic!("the pool refused the set-up {:?}: {e}", plan.pool));
         let probe = gpu.stream_create().expect("stream_create");
@@ -355,9 +300,6 @@ impl<'g> Run<'g> {
             mark: None,
             step: 0,
             tally: Tally::default(),
-            options,
-            frees_before: None,
-            stop: false,
         }
     }
 
@@ -388,31 +330,7 @@ impl<'g> Run<'g> {
         )
     }
 
-    /// Whether what just went wrong is known bug 1 of [`strict`], tolerated: the pool called
-    /// `cuMemFree` or `cuCtxSynchronize` during this step while a capture was under way. If so
-    /// the run stops after this step.
-    fn known_capture_free(&mut self) -> bool {
-        let Some(before) = self.frees_before else {
-            return false;
-        };
-        if self.options.strict || self.gives_back() == before {
-            return false;
-        }
-        if !self.stop {
-            self.stop = true;
-            self.tally.capture_frees += 1;
-        }
-        true
-    }
-
-    /// The fake's count of the calls that give memory back synchronously (see [`strict`]).
-    fn gives_back(&self) -> u64 {
-        let c = self.gpu.calls();
-        c.get(Call::MemFree) + c.get(Call::CtxSynchronize)
-    }
-
     fn step(&mut self, op: &StreamOp) {
-        self.frees_before = (self.captures > 0).then(|| self.gives_back());
         match *op {
             StreamOp::Alloc { stream, size, ns } => self.alloc(stream, size.bytes(), ns),
             StreamOp::Free { pick } => self.free(pick),
@@ -447,15 +365,12 @@ impl<'g> Run<'g> {
             StreamOp::EndCapture { stream } => self.end_capture(stream),
             StreamOp::ProcessEvents => {
                 if let Err(e) = self.pool.process_events() {
-                    if !self.known_capture_free() {
-                        self.fail(format_args!("process_events: {e}"));
-                    }
+                    self.fail(format_args!("process_events: {e}"));
                 }
             }
             StreamOp::Trim => match self.pool.trim() {
                 Ok(_) => {}
                 Err(DeviceError::Capturing(_)) if self.captures > 0 => self.tally.capturing += 1,
-                Err(_) if self.known_capture_free() => {}
                 Err(e) => self.fail(format_args!("trim: {e}")),
             },
             StreamOp::StaleFree { pick } => self.stale(pick, None),
@@ -468,7 +383,6 @@ impl<'g> Run<'g> {
 
     fn alloc(&mut self, pick: u8, size: usize, ns: u8) {
         let stream = self.lanes[self.lane(pick)].stream;
-        let shrunk = self.pool.stats().pool.shrunk;
         match self.pool.alloc(size, stream) {
             Ok(block) => {
                 untraced(|| self.handed_out(&block, stream, size));
@@ -480,7 +394,7 @@ impl<'g> Run<'g> {
                     uses: vec![(stream, p)],
                 });
             }
-            Err(e) => untraced(|| self.alloc_refused(e, size, stream, shrunk)),
+            Err(e) => untraced(|| self.alloc_refused(e, size, stream)),
         }
     }
 
@@ -515,13 +429,12 @@ impl<'g> Run<'g> {
     }
 
     /// Whether a refused allocation was refused for a reason that holds.
-    /// `shrunk`: the pool's count of regions shrunk before the allocation.
-    fn alloc_refused(&mut self, e: DeviceError, size: usize, stream: FakeStream, shrunk: u64) {
+    fn alloc_refused(&mut self, e: DeviceError, size: usize, stream: FakeStream) {
         match e {
             DeviceError::Capturing(_) if self.captures > 0 => self.tally.capturing += 1,
             DeviceError::Pool { error, driver } if error.is_exhaustion() => {
                 if let Some(d) = driver {
-                    if !is_out_of_memory(&d) && !self.known_capture_free() {
+                    if !is_out_of_memory(&d) {
                         self.fail(format_args!(
                             "alloc({size}, {stream:?}): {e}: a driver error other than out of \
                              memory"
@@ -534,13 +447,6 @@ impl<'g> Run<'g> {
                 let room = self.plan.pool.policy.limit.map_or(card, |l| l.min(card));
                 let slack = 2 * self.plan.unit + self.plan.pool.granule;
                 if error.reserved + size + slack <= room {
-                    if !self.options.strict && self.pool.stats().pool.shrunk > shrunk {
-                        self.tally.no_retry += 1; // known bug 2 of `strict`
-                        return;
-                    }
-                    if self.known_capture_free() {
-                        return; // a region lost to known bug 1 holds the card
-                    }
                     self.fail(format_args!(
                         "alloc({size}, {stream:?}) ran out with {} of {room} bytes held: {e}",
                         error.reserved
@@ -548,7 +454,6 @@ impl<'g> Run<'g> {
                 }
                 self.tally.exhausted += 1;
             }
-            _ if self.known_capture_free() => {}
             e => self.fail(format_args!("alloc({size}, {stream:?}): {e}")),
         }
     }
@@ -560,9 +465,6 @@ impl<'g> Run<'g> {
         let l = self.live.swap_remove(pick as usize % self.live.len());
         let (start, end) = l.range();
         if let Err(e) = self.pool.free(l.block) {
-            if self.known_capture_free() {
-                return;
-            }
             self.fail(format_args!("free of live block {start:#x}..{end:#x}: {e}"));
         }
         let uses = l.uses.iter().map(|&(_, p)| p).collect();
@@ -580,9 +482,6 @@ impl<'g> Run<'g> {
         let i = pick as usize % self.live.len();
         let s = self.lanes[self.lane(stream)].stream;
         if let Err(e) = self.pool.record_stream(&self.live[i].block, s) {
-            if self.known_capture_free() {
-                return;
-            }
             self.fail(format_args!("record_stream of a live block to {s:?}: {e}"));
         }
         self.tally.recorded += 1;
@@ -644,7 +543,6 @@ impl<'g> Run<'g> {
                 self.tally.forgotten += 1;
             }
             Err(DeviceError::Capturing(_)) if self.captures > 0 => self.tally.capturing += 1,
-            Err(_) if self.known_capture_free() => {}
             Err(e) => self.fail(format_args!("forget_stream({stream:?}): {e}")),
         }
     }
@@ -678,9 +576,6 @@ impl<'g> Run<'g> {
         self.captures -= 1;
         self.tally.captures += 1;
         if let Err(e) = self.pool.capture_ended() {
-            if self.known_capture_free() {
-                return;
-            }
             self.fail(format_args!("capture_ended after {stream:?}'s: {e}"));
         }
     }
@@ -709,7 +604,6 @@ impl<'g> Run<'g> {
                     b.ptr().0,
                     b.size()
                 )),
-                Err(_) if self.known_capture_free() => {}
                 Err(e) => self.fail(format_args!("a stale {what}: {e}, not a bad block")),
             }
             let after = self.pool.stats();
@@ -748,19 +642,6 @@ impl<'g> Run<'g> {
 
     /// The checks after every step.
     fn after_step(&mut self) {
-        if self.captures > 0 {
-            let invalidated = self.lanes.iter().filter(|l| l.capturing).any(|l| {
-                // SAFETY: the stream is live (the harness destroys no capturing stream).
-                let c = unsafe { self.gpu.stream_capture(l.stream) };
-                !matches!(c, Ok(Capture::Active(_)))
-            });
-            if invalidated && self.known_capture_free() {
-                return;
-            }
-        }
-        if self.stop {
-            return;
-        }
         untraced(|| {
             if (self.step as u32 + 1).is_multiple_of(check_every()) {
                 if let Err(e) = self.pool.check() {
@@ -858,17 +739,11 @@ fn same_but_refusals(a: &DeviceStats, b: &DeviceStats) -> bool {
     *a == b
 }
 
-/// `stream_order`: runs `input` and checks everything listed in the module docs, with the
-/// options of the environment ([`Options::from_env`]); what it did.
+/// `stream_order`: runs `input` and checks everything listed in the module docs; what it did.
 pub fn run(input: &StreamInput) -> Tally {
-    run_with(input, Options::from_env())
-}
-
-/// [`run`] with `options`.
-pub fn run_with(input: &StreamInput, options: Options) -> Tally {
     let plan = Plan::new(&input.setup);
     let gpu = FakeDriver::new(plan.fake).expect("the fake driver");
-    let mut run = Run::new(&gpu, plan, options);
+    let mut run = Run::new(&gpu, plan);
     for op in &input.ops {
         let calls = tracing().then(|| gpu.calls());
         run.step(op);
@@ -876,11 +751,6 @@ pub fn run_with(input: &StreamInput, options: Options) -> Tally {
             run.trace(op, before);
         }
         run.after_step();
-        if run.stop {
-            // Known bug 1 of `strict`: a region is lost, a capture invalidated;
-            // nothing after it would mean anything.
-            return run.tally;
-        }
         run.step += 1;
     }
     run.finish()

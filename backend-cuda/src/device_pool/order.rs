@@ -400,10 +400,10 @@ impl<D: Driver> StreamOrder<D> {
     }
 
     /// Which batch of stream `t` stream `si` (in capture `here`) should wait for, to be
-    /// ordered after batch `q` of `t`: `t`'s newest (its open batch, fenced then, or its
-    /// last fenced one), which orders `si` after every block `t` freed so far at the price of
-    /// one wait, or else `q` itself; `None` when neither may be waited for (a capture's
-    /// boundary between them).
+    /// ordered after batch `q` of `t`: `t`'s newest fenced batch if it is `q` or later (one
+    /// wait then covers every block `t` freed up to it, and no event needs recording), else
+    /// `q` itself (the open batch, fenced then); `None` when it may not be waited for (a
+    /// capture's boundary between them).
     fn wait_target(
         &self,
         mem: &impl Seam<D>,
@@ -412,14 +412,10 @@ impl<D: Driver> StreamOrder<D> {
         here: Option<u64>,
     ) -> Result<Option<u64>, DeviceError> {
         let st = &self.streams[t];
-        let newest = if !st.open.is_empty() && !st.gone {
-            Some((st.open_seq, self.capture_of(mem, t)?))
-        } else {
-            st.fenced.back().map(|b| (b.seq, b.capture))
-        };
-        if let Some((seq, capture)) = newest {
-            if seq >= q && capture == here {
-                return Ok(Some(seq));
+        // The newest batch with an event already: no record needed to wait for it.
+        if let Some(b) = st.fenced.back() {
+            if b.seq >= q && b.capture == here {
+                return Ok(Some(b.seq));
             }
         }
         let capture = match st.fenced_batch(q) {

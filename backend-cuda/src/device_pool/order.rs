@@ -392,7 +392,7 @@ impl<D: Driver> StreamOrder<D> {
                 (s.block, None)
             };
             if let Some(tail) = tail {
-                self.keep_pending(mem, tail, &s);
+                self.keep_pending(mem, tail, &s)?;
             }
             return Ok(Some(self.hand_out(si, head, size, across)));
         }
@@ -524,7 +524,12 @@ impl<D: Driver> StreamOrder<D> {
 
     /// Keeps `tail`, split off a pending block `like`, pending in the batches `like` still
     /// waits for.
-    fn keep_pending(&mut self, mem: &mut impl Seam<D>, tail: Block, like: &Slot) {
+    fn keep_pending(
+        &mut self,
+        mem: &mut impl Seam<D>,
+        tail: Block,
+        like: &Slot,
+    ) -> Result<(), DeviceError> {
         let batches: Vec<BatchId> = like
             .batches
             .iter()
@@ -533,37 +538,50 @@ impl<D: Driver> StreamOrder<D> {
             .collect();
         if batches.is_empty() {
             mem.give_back(tail); // cannot happen: a pending block waits for a batch
-            return;
+            return Ok(());
         }
-        let usable = tail.size;
-        let waits = batches.len() as u16;
+        self.make_pending(mem, tail, like.stream, batches, like.reusable)
+    }
+
+    /// Makes `chunk` a pending block of stream `stream`, in `batches` (each a stream's open
+    /// batch or one of its fenced ones, still waiting), reusable at once by its own stream if
+    /// `reusable` (no other stream used it) and its own stream's is its only batch.
+    fn make_pending(
+        &mut self,
+        mem: &impl Seam<D>,
+        chunk: Block,
+        stream: u32,
+        batches: Vec<BatchId>,
+        reusable: bool,
+    ) -> Result<(), DeviceError> {
+        let usable = chunk.size.next_multiple_of(self.granule);
+        let listed = reusable && batches.len() == 1;
         let r = self.slots.insert(Slot {
-            block: tail,
+            block: chunk,
             usable,
-            stream: like.stream,
-            waits,
-            reusable: like.reusable,
+            stream,
+            waits: u16::try_from(batches.len()).unwrap_or(u16::MAX),
+            reusable,
             batches: batches.clone(),
             gen: 0,
             live: true,
         });
-        self.index.insert(tail.addr, Entry::Pending(r.slot));
-        self.ends.insert(tail.addr + usable, r.slot);
+        self.index.insert(chunk.addr, Entry::Pending(r.slot));
+        self.ends.insert(chunk.addr + usable, r.slot);
         self.sizes.insert((usable, r.slot));
-        if like.reusable && waits == 1 {
-            self.streams[like.stream as usize]
-                .fit
-                .insert((usable, r.slot));
+        if listed {
+            self.streams[stream as usize].fit.insert((usable, r.slot));
         }
         for (t, q) in batches {
-            let st = &mut self.streams[t as usize];
-            st.bytes += usable;
-            if q == st.open_seq {
-                st.open.push(r);
-            } else if let Some(b) = st.fenced.iter_mut().find(|b| b.seq == q) {
+            let t = t as usize;
+            if q == self.streams[t].open_seq {
+                self.join(mem, t, r)?;
+            } else if let Some(b) = self.streams[t].fenced.iter_mut().find(|b| b.seq == q) {
                 b.slots.push(r);
+                self.streams[t].bytes += usable;
             }
         }
+        Ok(())
     }
 
     /// Hands `chunk`, taken from a pending list, out to stream `si` as a block of `size`
@@ -649,38 +667,7 @@ impl<D: Driver> StreamOrder<D> {
         if let Some(&prev) = self.ends.get(&freed.chunk.addr) {
             self.absorb(mem, &mut freed, si, prev, false);
         }
-        let Freeing {
-            chunk,
-            batches,
-            reusable,
-        } = freed;
-        let usable = chunk.size.next_multiple_of(self.granule);
-        let r = self.slots.insert(Slot {
-            block: chunk,
-            usable,
-            stream: si as u32,
-            waits: u16::try_from(batches.len()).unwrap_or(u16::MAX),
-            reusable,
-            batches: batches.clone(),
-            gen: 0,
-            live: true,
-        });
-        self.index.insert(chunk.addr, Entry::Pending(r.slot));
-        self.ends.insert(chunk.addr + usable, r.slot);
-        self.sizes.insert((usable, r.slot));
-        if reusable {
-            self.streams[si].fit.insert((usable, r.slot));
-        }
-        for (t, q) in batches {
-            let t = t as usize;
-            if q == self.streams[t].open_seq {
-                self.join(mem, t, r)?;
-            } else if let Some(b) = self.streams[t].fenced.iter_mut().find(|b| b.seq == q) {
-                b.slots.push(r);
-                self.streams[t].bytes += usable;
-            }
-        }
-        Ok(())
+        self.make_pending(mem, freed.chunk, si as u32, freed.batches, freed.reusable)
     }
 
     /// Merges pending slot `other` (the chunk after `freed`'s if `after`, else the one

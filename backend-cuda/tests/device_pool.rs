@@ -1111,3 +1111,50 @@ fn running_out_during_a_capture_frees_no_region() {
     destroy(&gpu, st);
     assert_eq!(gpu.outstanding(), Outstanding::default());
 }
+
+/// Two captures an illegal call invalidated are not taken for one: a stream in one never
+/// waits for an event recorded in the other (the driver would refuse the wait); the pool
+/// grows instead.
+#[test]
+fn two_invalidated_captures_are_not_one() {
+    let gpu = fake(64 * MIB);
+    let st = streams(&gpu, 2);
+    let (c1, c2) = (st[0], st[1]);
+    let mut pool = DevicePool::new(&gpu, plain(2 * MIB, None, 1)).unwrap();
+    let x = pool.alloc(2 * MIB, c1).unwrap();
+    let y = pool.alloc(2 * MIB, c2).unwrap();
+    for c in [c1, c2] {
+        pool.capture_begun();
+        gpu.begin_capture(c).unwrap();
+    }
+    assert!(
+        gpu.ctx_synchronize().is_err(),
+        "illegal: both captures invalidated"
+    );
+    pool.free(x).unwrap(); // fenced in c1's invalidated capture
+    let z = pool
+        .alloc(2 * MIB, c2)
+        .expect("grown, no wait across the captures");
+    assert_ne!(z.ptr(), x.ptr());
+    assert_eq!(
+        pool.stats().counters.stream_waits,
+        1,
+        "only c2's wait for the epoch"
+    );
+    for c in [c1, c2] {
+        assert!(
+            !gpu.end_capture(c).unwrap(),
+            "invalidated by the test's own call"
+        );
+        pool.capture_ended().unwrap();
+    }
+    for b in [y, z] {
+        pool.free(b).unwrap();
+    }
+    gpu.complete_all();
+    pool.trim().unwrap();
+    pool.check().unwrap();
+    drop(pool);
+    destroy(&gpu, st);
+    assert_eq!(gpu.outstanding(), Outstanding::default());
+}

@@ -54,6 +54,15 @@ impl From<DeviceError> for Miss {
     }
 }
 
+/// The capture id standing for an invalidated capture, whose id the driver does not say.
+const INVALIDATED: u64 = u64::MAX;
+
+/// Whether work in capture `a` may wait for work in capture `b` (`None`: outside any): the
+/// same capture, not an invalidated one (two invalidated captures may be different ones).
+fn same_capture(a: Option<u64>, b: Option<u64>) -> bool {
+    a == b && a != Some(INVALIDATED)
+}
+
 /// Whether `e` says the pool ran out (the device or its limit).
 fn exhausted(e: &DeviceError) -> bool {
     matches!(e, DeviceError::Pool { error, .. } if error.is_exhaustion())
@@ -330,7 +339,7 @@ impl<D: Driver> StreamOrder<D> {
         if self.streams[si].after_epoch {
             return Ok(true);
         }
-        if self.capture_of(mem, si)? != capture {
+        if !same_capture(self.capture_of(mem, si)?, capture) {
             return Ok(false);
         }
         self.device_wait(mem, si, event)?;
@@ -414,7 +423,7 @@ impl<D: Driver> StreamOrder<D> {
         let st = &self.streams[t];
         // The newest batch with an event already: no record needed to wait for it.
         if let Some(b) = st.fenced.back() {
-            if b.seq >= q && b.capture == here {
+            if b.seq >= q && same_capture(b.capture, here) {
                 return Ok(Some(b.seq));
             }
         }
@@ -424,7 +433,7 @@ impl<D: Driver> StreamOrder<D> {
             None if st.gone => return Ok(None),
             None => self.capture_of(mem, t)?,
         };
-        Ok((capture == here).then_some(q))
+        Ok(same_capture(capture, here).then_some(q))
     }
 
     /// The batches of `slot` stream `si` would have to wait for: those still waiting, of
@@ -791,15 +800,15 @@ impl<D: Driver> StreamOrder<D> {
         Self::ask_capture(mem, self.streams[si].stream)
     }
 
-    /// The capture `stream` is in, from the driver (an invalidated one as `u64::MAX`, which
-    /// matches no event's).
+    /// The capture `stream` is in, from the driver (an invalidated one as [`INVALIDATED`],
+    /// which [`same_capture`] matches with nothing).
     fn ask_capture(mem: &impl Seam<D>, stream: D::Stream) -> Result<Option<u64>, DeviceError> {
         // SAFETY: the stream allocated from this pool (or was named to it) and is not
         // forgotten: live by the contract of stream values.
         Ok(match unsafe { mem.driver().stream_capture(stream)? } {
             Capture::None => None,
             Capture::Active(id) => Some(id),
-            Capture::Invalidated => Some(u64::MAX),
+            Capture::Invalidated => Some(INVALIDATED),
         })
     }
 

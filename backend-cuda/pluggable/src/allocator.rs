@@ -4,7 +4,7 @@
 
 use core::ffi::c_int;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tagalloc_cuda::{
@@ -33,6 +33,9 @@ type Owner<D> = (MempoolId, Arc<SharedDevicePool<D>>);
 struct Device<D: Driver> {
     blocks: Mutex<Blocks<D::Stream>>,
     graphs: Mutex<Graphs<D>>,
+    /// Captures under way on the device (begin hooks not yet ended): changed with `graphs`
+    /// locked, read by every allocation without a lock.
+    captures: AtomicU32,
 }
 
 /// The allocator over driver `D`: a registry of pools, one per device, and for each device the
@@ -73,6 +76,7 @@ impl<D: Driver + Clone> Allocator<D> {
             .map(|_| Device {
                 blocks: Mutex::new(Blocks::default()),
                 graphs: Mutex::new(Graphs::default()),
+                captures: AtomicU32::new(0),
             })
             .collect();
         Allocator {
@@ -118,7 +122,8 @@ impl<D: Driver + Clone> Allocator<D> {
         let d = self.ordinal(device)?;
         let pool = self.pool(d)?;
         let dev = &self.devices[d as usize];
-        let asks = self.check_captures.load(Ordering::Relaxed) || lock(&dev.graphs).captures > 0;
+        let asks =
+            self.check_captures.load(Ordering::Relaxed) || dev.captures.load(Ordering::Acquire) > 0;
         let graph = if asks {
             self.graph_pool_for(d, &pool, stream)?
         } else {
@@ -270,8 +275,7 @@ impl<D: Driver + Clone> Allocator<D> {
                 Some(pool)
             }
         };
-        graphs.captures += 1;
-        let captures = graphs.captures;
+        let captures = dev.captures.fetch_add(1, Ordering::AcqRel) + 1;
         if let Some(pool) = fresh {
             // A new pool is told of every capture under way, this one included.
             for _ in 0..captures - 1 {
@@ -307,7 +311,9 @@ impl<D: Driver + Clone> Allocator<D> {
             .ok_or_else(|| format!("tagalloc: no graph pool {id:?} open on device {d}"))?;
         p.open = false;
         p.capture = None;
-        graphs.captures -= 1;
+        self.devices[d as usize]
+            .captures
+            .fetch_sub(1, Ordering::AcqRel);
         let all: Vec<_> = graphs.pools.iter().map(|p| Arc::clone(&p.pool)).collect();
         drop(graphs);
         main.capture_ended().map_err(message)?;

@@ -47,8 +47,8 @@ pub(crate) struct GraphPool<D: Driver> {
 
 /// The graph pools of one device.
 ///
-/// Invariant: every pool in `pools` is told of every capture under way on the device
-/// (`captures`), as its main pool is.
+/// Invariant: every pool in `pools` is told of every capture under way on the device (the
+/// device's `captures`, changed only with this locked), as its main pool is.
 pub(crate) struct Graphs<D: Driver> {
     pub(crate) pools: Vec<GraphPool<D>>,
     /// Pools PyTorch released while blocks of them were live, by id: dropped at their last
@@ -57,8 +57,6 @@ pub(crate) struct Graphs<D: Driver> {
     /// Released pools with nothing live: their memory goes back at the next `empty_cache`,
     /// after a synchronisation (a replay may still be running).
     pub(crate) retired: Vec<Arc<SharedDevicePool<D>>>,
-    /// Captures under way on the device (begin hooks not yet ended).
-    pub(crate) captures: u32,
 }
 
 impl<D: Driver> Default for Graphs<D> {
@@ -67,7 +65,6 @@ impl<D: Driver> Default for Graphs<D> {
             pools: Vec::new(),
             released: Vec::new(),
             retired: Vec::new(),
-            captures: 0,
         }
     }
 }

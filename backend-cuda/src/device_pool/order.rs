@@ -769,19 +769,12 @@ impl<D: Driver> StreamOrder<D> {
     /// The index of `stream` in the table: its entry, else an idle forgotten entry made new,
     /// else a new one.
     pub(crate) fn stream_index(&mut self, stream: D::Stream) -> usize {
-        if let Some(i) = self
-            .streams
-            .iter()
-            .position(|s| s.stream == stream && !s.gone)
-        {
+        if let Some(i) = self.live_index(stream) {
             return i;
         }
         if let Some(i) = self.streams.iter().position(|s| s.gone && s.idle()) {
-            for st in &mut self.streams {
-                if let Some(w) = st.waited.get_mut(i) {
-                    *w = 0;
-                }
-            }
+            // Its batch numbers go on from the old stream's, so what other streams (and
+            // their batches' `knows`) note of the old one stays below every batch of the new.
             let open_seq = self.streams[i].open_seq;
             self.streams[i] = StreamState::new(stream);
             self.streams[i].open_seq = open_seq;
@@ -789,6 +782,13 @@ impl<D: Driver> StreamOrder<D> {
         }
         self.streams.push(StreamState::new(stream));
         self.streams.len() - 1
+    }
+
+    /// The entry of `stream`, if the pool uses it (not forgotten).
+    fn live_index(&self, stream: D::Stream) -> Option<usize> {
+        self.streams
+            .iter()
+            .position(|s| s.stream == stream && !s.gone)
     }
 
     /// The capture stream `si` is in, asked of the driver only while the pool was told a
@@ -838,11 +838,7 @@ impl<D: Driver> StreamOrder<D> {
         mem: &impl Seam<D>,
         stream: D::Stream,
     ) -> Result<(), DeviceError> {
-        let Some(si) = self
-            .streams
-            .iter()
-            .position(|s| s.stream == stream && !s.gone)
-        else {
+        let Some(si) = self.live_index(stream) else {
             return Ok(()); // never seen, or forgotten already
         };
         let epoch_captured = self

@@ -170,12 +170,12 @@ def _node_subgraph_refs(node):
 
 
 def _infer(model, given):
-    """Fixes the given input shapes, runs shape inference; returns (inferred model, hints).
+    """Fixes the given input shapes, runs shape inference; returns the inferred model.
 
-    The model's own value_info and output shapes are stale once an input shape changes, and
-    non-strict inference keeps a stale declared shape over the one it infers, so they are
-    taken off before inference; they come back only as a fallback (`hints`) for values
-    inference cannot shape, and only when no declared input dimension was changed.
+    The model's own value_info and output shapes are stale once an input dimension changes,
+    and non-strict inference keeps a stale declared shape over the one it infers, so they are
+    taken off before inference then. Otherwise they stay: they help inference past an op it
+    cannot shape (a custom op).
     """
     import onnx
 
@@ -185,13 +185,14 @@ def _infer(model, given):
     inputs = [i for i in graph.input if i.name not in weights]
     names = [i.name for i in inputs]
     changed = False
-    for name, dims in given.items():
+    listed = ", ".join(map(repr, names)) or "none"
+    for name in given:
         if name not in names:
             if name in weights:
                 raise ConvertError(f"--input {name!r}: that is an initializer (a weight), "
-                                   f"not an input; the model's inputs: {', '.join(names)}")
+                                   f"not an input; the model's inputs: {listed}")
             raise ConvertError(f"unknown input {name!r} (--input); the model's inputs: "
-                               f"{', '.join(names) or 'none'}")
+                               f"{listed}")
     for vi in inputs:
         tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
         if tt is None:
@@ -222,19 +223,16 @@ def _infer(model, given):
                         f"graph input {vi.name!r} has a dynamic {_describe_dim(d, i)}: give "
                         f"its shape with --input {vi.name}=D0,D1,...")
 
-    hints = {}
-    if not changed:
-        for vi in list(graph.value_info) + list(graph.output):
-            hints[vi.name] = vi.type.__deepcopy__()
-    del graph.value_info[:]
-    for o in graph.output:
-        if o.type.HasField("tensor_type"):
-            o.type.tensor_type.ClearField("shape")
+    if changed:
+        del graph.value_info[:]
+        for o in graph.output:
+            if o.type.HasField("tensor_type"):
+                o.type.tensor_type.ClearField("shape")
     try:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
     except Exception as e:  # inference refusing the model
         raise ConvertError(f"shape inference failed: {_one_line(e)}") from None
-    return inferred, hints
+    return inferred
 
 
 def _one_line(e):
@@ -300,7 +298,7 @@ def convert(model, inputs=None, streams=1, align=64, inplace=True, views=True, n
     if align < 1 or align & (align - 1):
         raise ConvertError(f"--align {align}: must be a power of two")
 
-    inferred, hints = _infer(model, inputs)
+    inferred = _infer(model, inputs)
     graph = inferred.graph
 
     weights = {i.name for i in graph.initializer}
@@ -371,9 +369,6 @@ def convert(model, inputs=None, streams=1, align=64, inplace=True, views=True, n
     sizes = {}
     for v in planned:
         t = types.get(v)
-        if t is None or not t.HasField("tensor_type") or not t.tensor_type.HasField("shape") \
-                or _static_dims(t.tensor_type.shape) is None:
-            t = hints.get(v, t)
         if (t is None or not t.HasField("tensor_type")) and v in dropout_masks:
             t = _dropout_mask_type(types.get(dropout_masks[v]), _opset(inferred))
         what = "graph input" if planned[v] is None else \
@@ -560,7 +555,6 @@ def dumps(problem):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    start = time.perf_counter()
     try:
         given = {}
         for spec in args.input:
@@ -577,6 +571,7 @@ def main(argv=None):
         except ImportError:
             raise ConvertError("the onnx package is missing: pip install 'onnx>=1.14'") \
                 from None
+        start = time.perf_counter()  # the conversion: load, inference, planning, writing
         try:
             model = onnx.load(args.model, load_external_data=False)
         except Exception as e:

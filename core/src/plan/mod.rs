@@ -39,6 +39,7 @@ mod error;
 mod greedy;
 mod monitor;
 pub(crate) mod place;
+mod problem;
 mod search;
 mod sweep;
 mod validate;
@@ -48,5 +49,10 @@ pub use buffer::{Buffer, Plan};
 pub use error::PlanError;
 pub use greedy::{greedy_by_breadth, greedy_by_peak, greedy_by_size};
 pub use monitor::Monitor;
+pub use problem::{
+    arrange, check_layout, problem_lower_bound, solve, Alias, ArenaError, Fit, Graph, Group, Item,
+    Layout, Lifetimes, Method, Objects, PlannedArena, Problem, ProblemError, SolveOptions, Solved,
+    Space, Strategy, StrategyOrder, Uses,
+};
 pub use search::{search, SearchOptions, Solution};
 pub use validate::validate;

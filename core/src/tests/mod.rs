@@ -12,6 +12,8 @@ mod model;
 mod module_map;
 #[cfg(feature = "alloc")]
 mod plan;
+#[cfg(feature = "alloc")]
+mod plan_problem;
 #[cfg(not(loom))]
 mod pool;
 #[cfg(not(loom))]

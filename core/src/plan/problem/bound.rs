@@ -1,0 +1,94 @@
+//! A lower bound valid for every constraint kind.
+
+use alloc::vec::Vec;
+
+use super::error::ProblemError;
+use super::reach::Time;
+use super::solve::SolveOptions;
+use super::units::Units;
+use super::Problem;
+
+/// No layout's total arena (the sum over its spaces) is below this.
+///
+/// The bound is the most bytes live at one moment of one sequential order, where the bytes of
+/// a unit (an alias tree, or a group) are the union of its live members' byte ranges (an
+/// in-place write and the buffer it overwrites, live together at the writing step, count once;
+/// two buffers of a group never overlap, so they count apart). It is raised to the sum over
+/// spaces of the highest pinned end in each. Why it holds:
+///
+/// - intervals: buffers live at one moment that are not of one unit conflict pairwise, so no
+///   two share a byte; a unit's live members take at least the union of their ranges;
+/// - a graph: the moments are those of one topological order (file order where it can), and
+///   two buffers live together there always conflict under the dependency rule (if `b` is
+///   written at or before `a`'s last read in some valid order, that read cannot reach `b`'s
+///   producer: see `Reach::schedule`), so the same argument holds; parallel streams only add
+///   conflicts, so the bound of any one order is valid;
+/// - every space's arena reaches its highest pinned buffer.
+///
+/// `O(e log e)` for `e` events, plus `O(k log k)` a event for units of `k > 1` buffers.
+pub fn problem_lower_bound(problem: &Problem) -> Result<u64, ProblemError> {
+    let time = Time::new(problem, SolveOptions::default().bit_limit)?;
+    let units = Units::new(problem, &time)?;
+    Ok(bound(problem, &time, &units))
+}
+
+pub(super) fn bound(p: &Problem, time: &Time<'_>, units: &Units) -> u64 {
+    let schedule = time.schedule();
+    let mut events: Vec<(u64, u8, u32)> = Vec::with_capacity(2 * p.items.len());
+    for (b, &(s, e)) in schedule.iter().enumerate() {
+        if p.items[b].size > 0 {
+            events.push((s, 1, b as u32));
+            events.push((e, 0, b as u32));
+        }
+    }
+    events.sort_unstable();
+    let mut live: Vec<Vec<u32>> = alloc::vec![Vec::new(); units.members.len()];
+    let mut bytes = alloc::vec![0u64; units.members.len()];
+    let (mut total, mut peak) = (0u64, 0u64);
+    let mut ranges: Vec<(u64, u64)> = Vec::new();
+    for (_, kind, b) in events {
+        let u = units.unit[b as usize] as usize;
+        if kind == 1 {
+            live[u].push(b);
+        } else if let Some(at) = live[u].iter().position(|&x| x == b) {
+            live[u].swap_remove(at);
+        }
+        let now = if live[u].len() <= 1 {
+            live[u].first().map_or(0, |&x| p.items[x as usize].size)
+        } else {
+            ranges.clear();
+            ranges.extend(live[u].iter().map(|&x| {
+                let x = x as usize;
+                (units.rel[x], units.rel[x] + p.items[x].size)
+            }));
+            union_length(&mut ranges)
+        };
+        total = total - bytes[u] + now;
+        bytes[u] = now;
+        if kind == 1 {
+            peak = peak.max(total);
+        }
+    }
+    let mut pinned = alloc::vec![0u64; p.spaces.len()];
+    for (u, base) in units.pinned.iter().enumerate() {
+        if let Some(base) = base {
+            let s = units.spaces[u][0] as usize;
+            pinned[s] = pinned[s].max(base + units.extent[u]);
+        }
+    }
+    peak.max(pinned.iter().sum())
+}
+
+/// The bytes covered by `ranges` (`[lo, hi)` each).
+fn union_length(ranges: &mut [(u64, u64)]) -> u64 {
+    ranges.sort_unstable();
+    let (mut covered, mut reach) = (0u64, 0u64);
+    for &(lo, hi) in ranges.iter() {
+        let lo = lo.max(reach);
+        if hi > lo {
+            covered += hi - lo;
+            reach = hi;
+        }
+    }
+    covered
+}

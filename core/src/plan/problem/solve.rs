@@ -1,0 +1,222 @@
+//! The constrained planner: the exact interval search where the problem is an interval
+//! problem once its units are merged, and an ensemble of placements everywhere; the smallest
+//! layout kept.
+
+use alloc::vec::Vec;
+
+use super::super::{search, Buffer, Monitor, SearchOptions};
+use super::arrange::{place, Conflicts, Fit, Objects, Strategy, StrategyOrder};
+use super::bound::bound;
+use super::error::ProblemError;
+use super::reach::Time;
+use super::units::Units;
+use super::{Layout, Lifetimes, Problem};
+
+/// How long [`solve`] may look, and how much memory it may use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SolveOptions {
+    /// The exact search's options (interval problems only).
+    pub search: SearchOptions,
+    /// Run the exact search where it applies (`false`: placements only).
+    pub exact: bool,
+    /// The most bits a graph problem's conflict rows may take (`(nodes + 64) × (nodes +
+    /// buffers)`); past it the problem is refused with `GraphTooLarge`.
+    pub bit_limit: u64,
+}
+
+impl Default for SolveOptions {
+    /// The search's defaults, the search on, 2³¹ bits (256 MiB) of graph rows.
+    fn default() -> Self {
+        SolveOptions {
+            search: SearchOptions::default(),
+            exact: true,
+            bit_limit: 1 << 31,
+        }
+    }
+}
+
+/// Which solver made a layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Method {
+    /// The exact interval search over the units as rectangles (extent × the hull of their
+    /// members' lifetimes); `proven`: it proved that rectangle problem optimal.
+    Search {
+        /// The search proved its plan optimal for the rectangles.
+        proven: bool,
+    },
+    /// One placement heuristic.
+    Placement(Strategy),
+}
+
+/// What [`solve`] found.
+///
+/// Invariant: `lower_bound <= layout.total()`; `optimal` only when no layout has a smaller
+/// total: when the two are equal, or when the search proved the rectangle problem optimal
+/// and the rectangles lose nothing (every unit's lifetime hull is covered, moment by moment,
+/// by members spanning its whole extent).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Solved {
+    /// The smallest layout found.
+    pub layout: Layout,
+    /// [`problem_lower_bound`](super::problem_lower_bound)'s bound.
+    pub lower_bound: u64,
+    /// Proven optimal (see the type's invariant).
+    pub optimal: bool,
+    /// The solver that made `layout`.
+    pub method: Method,
+    /// Every solver tried and its total arena (refused placements left out).
+    pub tried: Vec<(Method, u64)>,
+}
+
+/// The ensemble the planner runs: four orders, both fit rules, one arena per space.
+const ORDERS: [StrategyOrder; 4] = [
+    StrategyOrder::Size,
+    StrategyOrder::Breadth,
+    StrategyOrder::Start,
+    StrategyOrder::SizeLastIndex,
+];
+
+/// The smallest layout it finds for `problem`, and whether it is proven optimal.
+///
+/// Checks the problem (see [`ProblemError`]), merges aliases and groups into units, then:
+///
+/// - placements: each unit at a free base by best and first fit, in four orders
+///   ([`StrategyOrder`]); `O(u log u + c log c)` each for `u` units and `c` conflicting
+///   pairs (finding the pairs: a sweep for intervals, `O(n²)` bit reads for a graph after the
+///   `O(N·(N + E)/64)` reachability rows);
+/// - where the problem is an interval problem with one space and no pins, the exact
+///   [`search`](super::search) on the units as rectangles (valid: a rectangle covers all
+///   its members), within `options.search` and `monitor`;
+///
+/// and keeps the smallest total. A capacity is honoured by spilling to the next space; when
+/// no space has room, `NoRoom`.
+pub fn solve<M: Monitor + ?Sized>(
+    problem: &Problem,
+    options: &SolveOptions,
+    monitor: &mut M,
+) -> Result<Solved, ProblemError> {
+    let time = Time::new(problem, options.bit_limit)?;
+    let units = Units::new(problem, &time)?;
+    let lower_bound = bound(problem, &time, &units);
+    let conflicts = Conflicts::new(problem, &time, &units);
+    let mut tried = Vec::new();
+    let mut best: Option<(Layout, Method)> = None;
+    let mut last_err = None;
+    let mut keep = |layout: Layout, method: Method, tried: &mut Vec<(Method, u64)>| {
+        let total = layout.total();
+        tried.push((method, total));
+        if best.as_ref().is_none_or(|(b, _)| total < b.total()) {
+            best = Some((layout, method));
+        }
+    };
+    for order in ORDERS {
+        for fit in [Fit::Best, Fit::First] {
+            let strategy = Strategy {
+                order,
+                fit,
+                objects: Objects::Single,
+            };
+            match place(problem, &time, &units, &conflicts, strategy) {
+                Ok(layout) => keep(layout, Method::Placement(strategy), &mut tried),
+                Err(e) => last_err = Some(e),
+            }
+        }
+    }
+    let mut rect_proven = false;
+    if let (true, Some(rects)) = (options.exact, rectangles(problem, &units)) {
+        if let Ok(found) = search(&rects, &options.search, monitor) {
+            let layout = from_rectangles(problem, &units, &found.plan.offsets);
+            let fits = problem.spaces[0]
+                .capacity
+                .is_none_or(|c| layout.arenas[0] <= c);
+            if fits {
+                let method = Method::Search {
+                    proven: found.optimal,
+                };
+                rect_proven = found.optimal;
+                keep(layout, method, &mut tried);
+            }
+        }
+    }
+    let Some((layout, method)) = best else {
+        return Err(last_err.unwrap_or(ProblemError::NoSpace));
+    };
+    let optimal = layout.total() == lower_bound
+        || (matches!(method, Method::Search { .. })
+            && rect_proven
+            && rectangles_exact(problem, &units));
+    Ok(Solved {
+        layout,
+        lower_bound,
+        optimal,
+        method,
+        tried,
+    })
+}
+
+/// The units as interval buffers (extent, hull of the members' intervals, the unit's
+/// alignment), when the problem is an interval problem in one space without pins.
+fn rectangles(p: &Problem, units: &Units) -> Option<Vec<Buffer>> {
+    let Lifetimes::Intervals(iv) = &p.lifetimes else {
+        return None;
+    };
+    if p.spaces.len() != 1 || units.pinned.iter().any(Option::is_some) {
+        return None;
+    }
+    let rects = units
+        .members
+        .iter()
+        .enumerate()
+        .map(|(u, m)| {
+            let start = m.iter().map(|&b| iv[b as usize].0).min().unwrap_or(0);
+            let end = m.iter().map(|&b| iv[b as usize].1).max().unwrap_or(1);
+            Buffer::new(u as u64, units.extent[u], start, end).with_align(units.align[u])
+        })
+        .collect();
+    Some(rects)
+}
+
+fn from_rectangles(p: &Problem, units: &Units, bases: &[u64]) -> Layout {
+    let n = p.items.len();
+    let mut layout = Layout {
+        spaces: alloc::vec![0; n],
+        offsets: alloc::vec![0; n],
+        arenas: alloc::vec![0; p.spaces.len()],
+    };
+    for b in 0..n {
+        layout.offsets[b] = bases[units.unit[b] as usize] + units.rel[b];
+        layout.arenas[0] = layout.arenas[0].max(layout.offsets[b] + p.items[b].size);
+    }
+    layout
+}
+
+/// Whether the rectangles lose nothing: in every unit of more than one buffer, the members
+/// spanning the whole extent cover the unit's lifetime hull without a gap, so at every moment
+/// of the hull all its bytes are taken anyway.
+fn rectangles_exact(p: &Problem, units: &Units) -> bool {
+    let Lifetimes::Intervals(iv) = &p.lifetimes else {
+        return false;
+    };
+    units.members.iter().enumerate().all(|(u, m)| {
+        if m.len() == 1 {
+            return true;
+        }
+        let start = m.iter().map(|&b| iv[b as usize].0).min().unwrap_or(0);
+        let end = m.iter().map(|&b| iv[b as usize].1).max().unwrap_or(0);
+        let mut full: Vec<(u64, u64)> = m
+            .iter()
+            .map(|&b| b as usize)
+            .filter(|&b| units.rel[b] == 0 && p.items[b].size == units.extent[u])
+            .map(|b| iv[b])
+            .collect();
+        full.sort_unstable();
+        let mut reach = start;
+        for (s, e) in full {
+            if s > reach {
+                return false;
+            }
+            reach = reach.max(e);
+        }
+        reach >= end
+    })
+}

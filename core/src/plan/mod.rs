@@ -51,8 +51,8 @@ pub use greedy::{greedy_by_breadth, greedy_by_peak, greedy_by_size};
 pub use monitor::Monitor;
 pub use problem::{
     arrange, check_layout, problem_lower_bound, solve, Alias, ArenaError, Fit, Graph, Group, Item,
-    Layout, Lifetimes, Method, Objects, PlannedArena, Problem, ProblemError, SolveOptions, Solved,
-    Space, Strategy, StrategyOrder, Uses,
+    Layout, Lifetimes, Method, Objects, PlannedArena, Problem, ProblemError, Rectangles,
+    SolveOptions, Solved, Space, Strategy, StrategyOrder, Uses,
 };
 pub use search::{search, SearchOptions, Solution};
 pub use validate::validate;

@@ -37,6 +37,7 @@ mod bound;
 mod check;
 mod error;
 mod reach;
+mod rectangles;
 mod solve;
 mod units;
 
@@ -47,6 +48,7 @@ pub use arrange::{arrange, Fit, Objects, Strategy, StrategyOrder};
 pub use bound::problem_lower_bound;
 pub use check::check_layout;
 pub use error::ProblemError;
+pub use rectangles::Rectangles;
 pub use solve::{solve, Method, SolveOptions, Solved};
 
 /// A planning problem: the buffers (`items`), when each is live, and the constraints on where

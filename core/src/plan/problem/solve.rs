@@ -4,11 +4,12 @@
 
 use alloc::vec::Vec;
 
-use super::super::{search, Buffer, Monitor, SearchOptions};
+use super::super::{search, Monitor, SearchOptions};
 use super::arrange::{place, Conflicts, Fit, Objects, Strategy, StrategyOrder};
 use super::bound::bound;
 use super::error::ProblemError;
 use super::reach::Time;
+use super::rectangles::Rectangles;
 use super::units::Units;
 use super::{Layout, Lifetimes, Problem};
 
@@ -123,9 +124,9 @@ pub fn solve<M: Monitor + ?Sized>(
         }
     }
     let mut rect_proven = false;
-    if let (true, Some(rects)) = (options.exact, rectangles(problem, &units)) {
-        if let Ok(found) = search(&rects, &options.search, monitor) {
-            let layout = from_rectangles(problem, &units, &found.plan.offsets);
+    if let (true, Some(rects)) = (options.exact, Rectangles::from_units(problem, &units)) {
+        if let Ok(found) = search(&rects.buffers, &options.search, monitor) {
+            let layout = rects.layout(problem, &found.plan.offsets);
             let fits = problem.spaces[0]
                 .capacity
                 .is_none_or(|c| layout.arenas[0] <= c);
@@ -152,42 +153,6 @@ pub fn solve<M: Monitor + ?Sized>(
         method,
         tried,
     })
-}
-
-/// The units as interval buffers (extent, hull of the members' intervals, the unit's
-/// alignment), when the problem is an interval problem in one space without pins.
-fn rectangles(p: &Problem, units: &Units) -> Option<Vec<Buffer>> {
-    let Lifetimes::Intervals(iv) = &p.lifetimes else {
-        return None;
-    };
-    if p.spaces.len() != 1 || units.pinned.iter().any(Option::is_some) {
-        return None;
-    }
-    let rects = units
-        .members
-        .iter()
-        .enumerate()
-        .map(|(u, m)| {
-            let start = m.iter().map(|&b| iv[b as usize].0).min().unwrap_or(0);
-            let end = m.iter().map(|&b| iv[b as usize].1).max().unwrap_or(1);
-            Buffer::new(u as u64, units.extent[u], start, end).with_align(units.align[u])
-        })
-        .collect();
-    Some(rects)
-}
-
-fn from_rectangles(p: &Problem, units: &Units, bases: &[u64]) -> Layout {
-    let n = p.items.len();
-    let mut layout = Layout {
-        spaces: alloc::vec![0; n],
-        offsets: alloc::vec![0; n],
-        arenas: alloc::vec![0; p.spaces.len()],
-    };
-    for b in 0..n {
-        layout.offsets[b] = bases[units.unit[b] as usize] + units.rel[b];
-        layout.arenas[0] = layout.arenas[0].max(layout.offsets[b] + p.items[b].size);
-    }
-    layout
 }
 
 /// Whether the rectangles lose nothing: in every unit of more than one buffer, the members

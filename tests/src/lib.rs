@@ -15,6 +15,8 @@
 pub mod contents;
 pub mod cuda_replay;
 pub mod device_replay;
+/// Runs a static memory plan's schedule on real memory and checks every buffer's data.
+pub mod plan_exec;
 pub mod replay;
 pub mod stream_patterns;
 pub mod threaded;

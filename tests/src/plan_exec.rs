@@ -45,7 +45,8 @@ pub struct Executed {
     pub orders: usize,
     /// Bytes written by producers.
     pub bytes_written: u64,
-    /// Bytes verified by consumers.
+    /// Bytes verified, counted at each check (a buffer read at a step is checked before and
+    /// after that step's writes).
     pub bytes_checked: u64,
 }
 

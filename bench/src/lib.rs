@@ -13,6 +13,8 @@ mod heapmap;
 pub mod machine;
 pub mod micro;
 pub mod plan;
+pub mod plan_constrained;
+pub mod plan_file;
 pub mod plan_trace;
 mod plot;
 pub mod pool;

@@ -37,7 +37,8 @@
 use tagalloc_bench::{
     cold, device, efficiency,
     machine::{load_average, Machine},
-    micro, plan, plan_trace, pool, programs, random_actions, replay, snapshot, threads,
+    micro, plan, plan_constrained, plan_trace, pool, programs, random_actions, replay, snapshot,
+    threads,
 };
 
 use std::path::{Path, PathBuf};
@@ -66,7 +67,9 @@ SUBCOMMANDS (none: the default suite, the first four shortened, about a minute):
                         ../shared/traces, else the bundled traces)
     snapshot TRACE      replay a trace through a pool up to --at and draw its heap as an
                         SVG: regions, chunks in use and free, fragmentation
-    plan [CSV...]       static memory planning problems (files or directories; default:
+    plan [PROBLEM...]   static memory planning problems, .csv (intervals) or .json
+                        (aliases, groups, graphs with streams, pins, spaces:
+                        docs/plan-format.md); files or directories; default:
                         ../shared/plans/*.csv, else the bundled bench/data/plans); not in
                         the default suite
     plan-trace [TRACE...]
@@ -720,13 +723,17 @@ fn run(args: &Args) -> Result<(), Failure> {
         }
     }
     let mut problems = Vec::new();
+    let mut constrained = Vec::new();
     if only("plan") {
         let paths = problem_paths(args, mode)?;
         if paths.is_empty() {
             return Err(Failure::Input("no planning problems to solve".into()));
         }
         for p in &paths {
-            problems.push(plan::load(p).map_err(Failure::Input)?);
+            match plan::load_any(p).map_err(Failure::Input)? {
+                plan::Input::Intervals(q) => problems.push(q),
+                plan::Input::Constrained(q) => constrained.push(q),
+            }
         }
     }
 
@@ -912,10 +919,23 @@ fn run(args: &Args) -> Result<(), Failure> {
             })),
             out: args.out.clone(),
         };
-        let bar = progress(problems.len() as u64);
-        let (md, json) = plan::run(&problems, &opts, &bar).map_err(run_err)?;
-        bar.finish_and_clear();
-        emit(md, "plan", json);
+        if !problems.is_empty() {
+            let bar = progress(problems.len() as u64);
+            let (md, json) = plan::run(&problems, &opts, &bar).map_err(run_err)?;
+            bar.finish_and_clear();
+            emit(md, "plan", json);
+        }
+        if !constrained.is_empty() {
+            let opts = plan_constrained::Options {
+                budget: opts.budget,
+                out: opts.out,
+                orders: 4,
+            };
+            let bar = progress(constrained.len() as u64);
+            let (md, json) = plan_constrained::run(&constrained, &opts, &bar).map_err(run_err)?;
+            bar.finish_and_clear();
+            emit(md, "plan_constrained", json);
+        }
     }
 
     if only("plan-trace") {

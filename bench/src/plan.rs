@@ -27,8 +27,42 @@ pub struct Problem {
     pub buffers: Vec<Buffer>,
     /// The file's id of each buffer (its `id` column; the row number, from 0, without one).
     pub ids: Vec<String>,
+    /// The `offset` column's pins, when it has any (such a problem goes to the constrained
+    /// planner: see [`Input`]).
+    pub pinned: Option<Vec<Option<u64>>>,
     /// How long reading and checking the file took: spent from the problem's time budget.
     pub loaded_in: Duration,
+}
+
+/// A problem file as read: a plain interval problem (the exact search and the greedy
+/// heuristics, as MiniMalloc's benchmark), or one with constraints (`*.json`, or a CSV with
+/// pinned offsets), for `tagalloc::plan::solve` and its baselines.
+pub enum Input {
+    /// A CSV of intervals.
+    Intervals(Problem),
+    /// A JSON problem, or a CSV with pins.
+    Constrained(crate::plan_file::Loaded),
+}
+
+/// Reads one problem file of either format (by its extension: `.json`, else CSV).
+pub fn load_any(path: &Path) -> Result<Input, String> {
+    if path.extension().is_some_and(|x| x == "json") {
+        return crate::plan_file::load(path).map(Input::Constrained);
+    }
+    let p = load(path)?;
+    let Some(pinned) = &p.pinned else {
+        return Ok(Input::Intervals(p));
+    };
+    let rows: Vec<_> = p
+        .buffers
+        .iter()
+        .zip(pinned)
+        .map(|(b, &o)| (b.size, b.start, b.end, b.align, o))
+        .collect();
+    let mut loaded = crate::plan_file::from_csv(&p.name, p.ids.clone(), &rows)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    loaded.loaded_in = p.loaded_in;
+    Ok(Input::Constrained(loaded))
 }
 
 /// The shared problem collection, `../shared/plans` beside the repository, if it exists.
@@ -43,7 +77,7 @@ pub fn bundled_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("data/plans")
 }
 
-/// The `*.csv` files directly in `dir`, sorted by name.
+/// The `*.csv` and `*.json` files directly in `dir`, sorted by name.
 pub fn csv_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
     let entries =
         fs::read_dir(dir).map_err(|e| format!("cannot list problems in {}: {e}", dir.display()))?;
@@ -52,7 +86,7 @@ pub fn csv_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
         let path = entry
             .map_err(|e| format!("cannot list problems in {}: {e}", dir.display()))?
             .path();
-        if path.extension().is_some_and(|x| x == "csv") && path.is_file() {
+        if path.extension().is_some_and(|x| x == "csv" || x == "json") && path.is_file() {
             files.push(path);
         }
     }
@@ -77,9 +111,10 @@ pub fn load(path: &Path) -> Result<Problem, String> {
 
 /// The input format, as errors and `--help` state it.
 pub const FORMAT: &str = "expected comma-separated values with a header line naming the \
-    columns id (optional), lower (or start), upper (or end), size and alignment (optional, \
-    or align), one buffer a line: it is live from lower to upper (exclusive) and takes size \
-    bytes aligned to alignment";
+    columns id (optional), lower (or start), upper (or end), size, alignment (optional, \
+    or align) and offset (optional: a pinned offset, empty for none), one buffer a line: it \
+    is live from lower to upper (exclusive) and takes size bytes aligned to alignment; or a \
+    .json problem (docs/plan-format.md)";
 
 /// Parses a problem from CSV text. Refused, naming the line: a header without the columns
 /// `lower` (or `start`), `upper` (or `end`) and `size`, or with a column named twice (an alias
@@ -108,12 +143,13 @@ pub fn parse(name: &str, text: &str) -> Result<Problem, String> {
     }
     let columns: Vec<&str> = header.split(',').map(str::trim).collect();
     // Each column a role may have, and the role's names.
-    const ROLES: [&[&str]; 5] = [
+    const ROLES: [&[&str]; 6] = [
         &["id"],
         &["lower", "start"],
         &["upper", "end"],
         &["size"],
         &["alignment", "align"],
+        &["offset"],
     ];
     let mut role_of = [None::<usize>; ROLES.len()];
     for (col, name) in columns.iter().enumerate() {
@@ -128,9 +164,12 @@ pub fn parse(name: &str, text: &str) -> Result<Problem, String> {
                 ));
             }
             role_of[r] = Some(col);
+        } else {
+            return Err(format!("line 1: unknown column `{name}`: {FORMAT}"));
         }
     }
-    let [id, lower, upper, size, align] = role_of;
+    let [id, lower, upper, size, align, offset] = role_of;
+    let mut pinned = Vec::new();
     let (Some(lower), Some(upper), Some(size)) = (lower, upper, size) else {
         return Err(format!(
             "line 1: header `{header}` lacks the columns lower, upper and size: {FORMAT}"
@@ -200,6 +239,14 @@ pub fn parse(name: &str, text: &str) -> Result<Problem, String> {
             }
             b = b.with_align(a);
         }
+        if let Some(col) = offset {
+            // MiniMalloc's column: an empty cell leaves the buffer free.
+            pinned.push(if cells[col].is_empty() {
+                None
+            } else {
+                Some(num(col, "offset")?)
+            });
+        }
         buffers.push(b);
         line_of.push(i + 1);
     }
@@ -212,6 +259,7 @@ pub fn parse(name: &str, text: &str) -> Result<Problem, String> {
         name: name.to_string(),
         buffers,
         ids: names,
+        pinned: pinned.iter().any(Option::is_some).then_some(pinned),
         loaded_in: Duration::ZERO,
     })
 }

@@ -72,6 +72,9 @@ fn method(m: Method) -> String {
         Method::Search { proven: true } => "search (rectangles proven)".into(),
         Method::Search { proven: false } => "search".into(),
         Method::Placement(s) => format!("{:?}, {:?} fit", s.order, s.fit).to_lowercase(),
+        Method::Improved(s) => {
+            format!("local search from {:?}, {:?} fit", s.order, s.fit).to_lowercase()
+        }
     }
 }
 

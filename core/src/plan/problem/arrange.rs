@@ -73,6 +73,11 @@ pub(super) struct Conflicts {
 }
 
 impl Conflicts {
+    /// The conflicting pairs, each counted from both sides: the work of one placement.
+    pub(super) fn pairs(&self) -> u64 {
+        self.adj.iter().map(|a| a.len() as u64).sum()
+    }
+
     /// Intervals: a sweep in start order against the buffers still live, `O(n log n + c)`.
     /// A graph: every pair tested, `O(n²)` bit reads.
     pub(super) fn new(p: &Problem, time: &Time<'_>, units: &Units) -> Conflicts {
@@ -135,7 +140,7 @@ pub fn arrange(problem: &Problem, strategy: Strategy) -> Result<Layout, ProblemE
 }
 
 /// The unit order of `order`, pinned units first.
-fn unit_order(
+pub(super) fn unit_order(
     p: &Problem,
     time: &Time<'_>,
     units: &Units,
@@ -208,13 +213,27 @@ pub(super) fn place(
     c: &Conflicts,
     strategy: Strategy,
 ) -> Result<Layout, ProblemError> {
+    let order = unit_order(p, time, units, c, strategy.order);
+    place_in(p, units, c, &order, strategy.fit, strategy.objects)
+}
+
+/// Places the units in `order` (a permutation of the units, pinned ones first) by `fit` in
+/// `objects`.
+pub(super) fn place_in(
+    p: &Problem,
+    units: &Units,
+    c: &Conflicts,
+    order: &[u32],
+    fit_rule: Fit,
+    objects: Objects,
+) -> Result<Layout, ProblemError> {
     let n = p.items.len();
     let k = units.members.len();
     let mut base: Vec<Option<(u32, u64)>> = vec![None; k]; // (space, base) of placed units
     let mut bands: Vec<Vec<(u64, u64)>> = vec![Vec::new(); p.spaces.len()]; // (lo, hi) per space
     let mut top = vec![0u64; p.spaces.len()];
     let mut forbidden: Vec<(u64, u64)> = Vec::new();
-    for u in unit_order(p, time, units, c, strategy.order) {
+    for &u in order {
         let u = u as usize;
         let extent = units.extent[u];
         let first_member = units.members[u][0] as usize;
@@ -244,13 +263,13 @@ pub(super) fn place(
         for &s in &units.spaces[u] {
             let cap = p.spaces[s as usize].capacity;
             forbid(p, units, c, &base, u, s, &mut forbidden);
-            let at = match strategy.objects {
+            let at = match objects {
                 Objects::Single => fit(
                     &forbidden,
                     units.align[u],
                     0,
                     cap.map(|c| c.checked_sub(extent)),
-                    strategy.fit,
+                    fit_rule,
                 ),
                 Objects::Many => {
                     let mut at = None;
@@ -261,7 +280,7 @@ pub(super) fn place(
                                 units.align[u],
                                 lo,
                                 Some(Some(hi - extent)),
-                                strategy.fit,
+                                fit_rule,
                             );
                             if at.is_some() {
                                 break;

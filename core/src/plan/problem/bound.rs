@@ -46,7 +46,9 @@ pub(super) fn bound(p: &Problem, time: &Time<'_>, units: &Units) -> u64 {
     let mut bytes = alloc::vec![0u64; units.members.len()];
     let (mut total, mut peak) = (0u64, 0u64);
     let mut ranges: Vec<(u64, u64)> = Vec::new();
-    for (_, kind, b) in events {
+    // The total after each start, for picking the moments a graph's cliques grow from.
+    let mut after_start: Vec<(u64, usize)> = Vec::new();
+    for (k, &(_, kind, b)) in events.iter().enumerate() {
         let u = units.unit[b as usize] as usize;
         if kind == 1 {
             live[u].push(b);
@@ -67,7 +69,11 @@ pub(super) fn bound(p: &Problem, time: &Time<'_>, units: &Units) -> u64 {
         bytes[u] = now;
         if kind == 1 {
             peak = peak.max(total);
+            after_start.push((total, k));
         }
+    }
+    if matches!(time, Time::Graph(_)) {
+        peak = peak.max(grown_cliques(p, time, units, &events, &mut after_start));
     }
     let mut pinned = alloc::vec![0u64; p.spaces.len()];
     for (u, base) in units.pinned.iter().enumerate() {
@@ -92,3 +98,70 @@ fn union_length(ranges: &mut [(u64, u64)]) -> u64 {
     }
     covered
 }
+
+/// Moments of the sweep grown into larger cliques: on a graph with parallel streams, buffers
+/// of another branch conflict with everything live at a moment of the file's order without
+/// being live at it. From each of the most crowded moments (up to [`SEEDS`]), the live units
+/// (counted as the sweep counts them) are extended greedily, larger first, by every buffer of
+/// another unit that conflicts with all the buffers taken so far. Pairwise conflicting
+/// buffers of distinct units never share a byte, and a buffer conflicting with all the live
+/// members of a unit is apart from their union, so each clique's bytes are a lower bound.
+/// `O(SEEDS · (e + n · k))` for cliques of `k` buffers.
+fn grown_cliques(
+    p: &Problem,
+    time: &Time<'_>,
+    units: &Units,
+    events: &[(u64, u8, u32)],
+    after_start: &mut [(u64, usize)],
+) -> u64 {
+    after_start.sort_unstable_by(|a, b| b.cmp(a));
+    let mut seeds: Vec<usize> = after_start.iter().take(SEEDS).map(|&(_, k)| k).collect();
+    seeds.sort_unstable();
+    let mut by_size: Vec<usize> = (0..p.items.len())
+        .filter(|&b| p.items[b].size > 0)
+        .collect();
+    by_size.sort_unstable_by_key(|&b| core::cmp::Reverse(p.items[b].size));
+    let mut live: Vec<u32> = Vec::new();
+    let mut best = 0u64;
+    let mut next_seed = 0;
+    let mut taken_unit = alloc::vec![false; units.members.len()];
+    for (k, &(_, kind, b)) in events.iter().enumerate() {
+        if next_seed == seeds.len() {
+            break;
+        }
+        if kind == 1 {
+            live.push(b);
+        } else if let Some(at) = live.iter().position(|&x| x == b) {
+            live.swap_remove(at);
+        }
+        if k != seeds[next_seed] {
+            continue;
+        }
+        next_seed += 1;
+        let (_, seed_total) = after_start
+            .iter()
+            .map(|&(t, e)| (e, t))
+            .find(|&(e, _)| e == k)
+            .unwrap_or((k, 0));
+        let mut clique: Vec<usize> = live.iter().map(|&x| x as usize).collect();
+        for &m in &clique {
+            taken_unit[units.unit[m] as usize] = true;
+        }
+        let mut weight = seed_total;
+        for &c in &by_size {
+            if !taken_unit[units.unit[c] as usize] && clique.iter().all(|&m| time.conflict(m, c)) {
+                taken_unit[units.unit[c] as usize] = true;
+                clique.push(c);
+                weight += p.items[c].size;
+            }
+        }
+        best = best.max(weight);
+        for &m in &clique {
+            taken_unit[units.unit[m] as usize] = false;
+        }
+    }
+    best
+}
+
+/// The most crowded moments a graph's cliques grow from.
+const SEEDS: usize = 1024;

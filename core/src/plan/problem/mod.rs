@@ -36,6 +36,7 @@ mod arrange;
 mod bound;
 mod check;
 mod error;
+mod improve;
 mod reach;
 mod rectangles;
 mod solve;

@@ -5,9 +5,10 @@
 use alloc::vec::Vec;
 
 use super::super::{search, Monitor, SearchOptions};
-use super::arrange::{place, Conflicts, Fit, Objects, Strategy, StrategyOrder};
+use super::arrange::{place, unit_order, Conflicts, Fit, Objects, Strategy, StrategyOrder};
 use super::bound::bound;
 use super::error::ProblemError;
+use super::improve::improve;
 use super::reach::Time;
 use super::rectangles::Rectangles;
 use super::units::Units;
@@ -20,17 +21,22 @@ pub struct SolveOptions {
     pub search: SearchOptions,
     /// Run the exact search where it applies (`false`: placements only).
     pub exact: bool,
+    /// Work (conflicting pairs visited) the local search over placement orders may spend
+    /// after the ensemble, when its best layout is above the bound; 0 for none.
+    pub improve_work: u64,
     /// The most bits a graph problem's conflict rows may take (`(nodes + 64) × (nodes +
     /// buffers)`); past it the problem is refused with `GraphTooLarge`.
     pub bit_limit: u64,
 }
 
 impl Default for SolveOptions {
-    /// The search's defaults, the search on, 2³¹ bits (256 MiB) of graph rows.
+    /// The search's defaults, the search on, 2²⁵ pairs of local search (tens of milliseconds
+    /// on a 700-tensor graph), 2³¹ bits (256 MiB) of graph rows.
     fn default() -> Self {
         SolveOptions {
             search: SearchOptions::default(),
             exact: true,
+            improve_work: 1 << 25,
             bit_limit: 1 << 31,
         }
     }
@@ -47,6 +53,8 @@ pub enum Method {
     },
     /// One placement heuristic.
     Placement(Strategy),
+    /// The local search over placement orders, from this heuristic's order.
+    Improved(Strategy),
 }
 
 /// What [`solve`] found.
@@ -88,6 +96,8 @@ const ORDERS: [StrategyOrder; 4] = [
 /// - where the problem is an interval problem with one space and no pins, the exact
 ///   [`search`](super::search) on the units as rectangles (valid: a rectangle covers all
 ///   its members), within `options.search` and `monitor`;
+/// - where neither reached the bound nor settled it, a local search over the best
+///   placement's order (`options.improve_work`, and `monitor`);
 ///
 /// and keeps the smallest total. A capacity is honoured by spilling to the next space; when
 /// no space has room, `NoRoom`.
@@ -103,13 +113,6 @@ pub fn solve<M: Monitor + ?Sized>(
     let mut tried = Vec::new();
     let mut best: Option<(Layout, Method)> = None;
     let mut last_err = None;
-    let mut keep = |layout: Layout, method: Method, tried: &mut Vec<(Method, u64)>| {
-        let total = layout.total();
-        tried.push((method, total));
-        if best.as_ref().is_none_or(|(b, _)| total < b.total()) {
-            best = Some((layout, method));
-        }
-    };
     for order in ORDERS {
         for fit in [Fit::Best, Fit::First] {
             let strategy = Strategy {
@@ -118,7 +121,7 @@ pub fn solve<M: Monitor + ?Sized>(
                 objects: Objects::Single,
             };
             match place(problem, &time, &units, &conflicts, strategy) {
-                Ok(layout) => keep(layout, Method::Placement(strategy), &mut tried),
+                Ok(layout) => keep(&mut best, &mut tried, layout, Method::Placement(strategy)),
                 Err(e) => last_err = Some(e),
             }
         }
@@ -131,11 +134,33 @@ pub fn solve<M: Monitor + ?Sized>(
                 .capacity
                 .is_none_or(|c| layout.arenas[0] <= c);
             if fits {
+                rect_proven = found.optimal;
                 let method = Method::Search {
                     proven: found.optimal,
                 };
-                rect_proven = found.optimal;
-                keep(layout, method, &mut tried);
+                keep(&mut best, &mut tried, layout, method);
+            }
+        }
+    }
+    // Where the search could not settle it: the local search from the best heuristic's order.
+    if let Some((layout, Method::Placement(s))) = &best {
+        let (s, total) = (*s, layout.total());
+        let settled = rect_proven && rectangles_exact(problem, &units);
+        if total > lower_bound && !settled && options.improve_work > 0 {
+            let order = unit_order(problem, &time, &units, &conflicts, s.order);
+            let better = improve(
+                problem,
+                &units,
+                &conflicts,
+                order,
+                s.fit,
+                total,
+                lower_bound,
+                options.improve_work,
+                monitor,
+            );
+            if let Some(layout) = better {
+                keep(&mut best, &mut tried, layout, Method::Improved(s));
             }
         }
     }
@@ -153,6 +178,20 @@ pub fn solve<M: Monitor + ?Sized>(
         method,
         tried,
     })
+}
+
+/// Records a layout tried, and keeps it if it is the smallest so far.
+fn keep(
+    best: &mut Option<(Layout, Method)>,
+    tried: &mut Vec<(Method, u64)>,
+    layout: Layout,
+    method: Method,
+) {
+    let total = layout.total();
+    tried.push((method, total));
+    if best.as_ref().is_none_or(|(b, _)| total < b.total()) {
+        *best = Some((layout, method));
+    }
 }
 
 /// Whether the rectangles lose nothing: in every unit of more than one buffer, the members

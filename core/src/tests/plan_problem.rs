@@ -537,7 +537,7 @@ fn brute_force(p: &Problem, limit: u64) -> Option<u64> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: if cfg!(miri) { 4 } else { 200 }, ..ProptestConfig::default() })]
 
     #[test]
     fn every_layout_is_valid_and_above_the_bound(seed in any::<u64>(), n in 1usize..24, graph in any::<bool>()) {
@@ -581,6 +581,10 @@ proptest! {
 /// The random problems above are mostly solvable, so the property tests test layouts, not
 /// refusals.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "400 random problems: minutes under Miri; no unsafe code is involved"
+)]
 fn random_problems_are_mostly_solvable() {
     for graph in [false, true] {
         let solvable = (0..200u64)

@@ -29,7 +29,10 @@ fn repo() -> PathBuf {
 /// The folder of the `onnx` package's light models.
 fn light_models() -> PathBuf {
     let out = Command::new("python3")
-        .args(["-c", "import onnx, os; print(os.path.dirname(onnx.__file__))"])
+        .args([
+            "-c",
+            "import onnx, os; print(os.path.dirname(onnx.__file__))",
+        ])
         .output()
         .expect("python3 runs");
     assert!(
@@ -85,7 +88,10 @@ fn every_converted_cnn_plans_checks_and_runs() {
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
             assert!(solved.layout.total() >= solved.lower_bound);
             // The converter found views and in-place outputs.
-            assert!(loaded.problem.items.iter().any(|i| i.alias.is_some()), "{name}: no alias");
+            assert!(
+                loaded.problem.items.iter().any(|i| i.alias.is_some()),
+                "{name}: no alias"
+            );
         }
     }
 }
@@ -100,7 +106,11 @@ fn the_plan_file_names_every_onnx_value() {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("plan-file");
     std::fs::create_dir_all(&dir).unwrap();
     let problem = dir.join("squeezenet.json");
-    convert(&light_models().join("light_squeezenet.onnx"), &problem, None);
+    convert(
+        &light_models().join("light_squeezenet.onnx"),
+        &problem,
+        None,
+    );
     let csv = dir.join("plan.csv");
     let o = Command::new(env!("CARGO_BIN_EXE_tagalloc-bench"))
         .args(["plan", "--budget", "1"])

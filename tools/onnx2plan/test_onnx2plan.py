@@ -5,6 +5,7 @@ with CI=true in the environment they fail instead.
 """
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -730,18 +731,7 @@ class CommandLine(ErrorAssertions, unittest.TestCase):
 # The nine light CNNs shipped with onnx
 
 
-@needs_onnx
-class LightModels(unittest.TestCase):
-    def input_of(self, model):
-        weights = {i.name for i in model.graph.initializer}
-        inputs = [i for i in model.graph.input if i.name not in weights]
-        self.assertEqual(len(inputs), 1)
-        dims = [d.dim_value if d.HasField("dim_value") else None
-                for d in inputs[0].type.tensor_type.shape.dim]
-        if None in dims:  # dynamic: the usual ImageNet size
-            dims = [1, 3, 224, 224]
-        return inputs[0].name, dims
-
+class ConsumerAssertions:
     def check_consumers(self, model, p):
         """Each buffer lists every node that reads it."""
         bufs = buffers(p)
@@ -753,6 +743,19 @@ class LightModels(unittest.TestCase):
                     self.assertIn(n.name, bufs[i]["consumers"], (n.name, i))
                     listed += 1
         self.assertEqual(listed, sum(len(b["consumers"]) for b in p["buffers"]))
+
+
+@needs_onnx
+class LightModels(ConsumerAssertions, unittest.TestCase):
+    def input_of(self, model):
+        weights = {i.name for i in model.graph.initializer}
+        inputs = [i for i in model.graph.input if i.name not in weights]
+        self.assertEqual(len(inputs), 1)
+        dims = [d.dim_value if d.HasField("dim_value") else None
+                for d in inputs[0].type.tensor_type.shape.dim]
+        if None in dims:  # dynamic: the usual ImageNet size
+            dims = [1, 3, 224, 224]
+        return inputs[0].name, dims
 
     def test_all_nine(self):
         d = light_dir()
@@ -796,6 +799,166 @@ class LightModels(unittest.TestCase):
                              r"2 streams, [0-9.]+ s")
             with open(out) as f:
                 check(self, json.load(f))
+
+
+# ---------------------------------------------------------------------------------------
+# The generated models (make_models.py)
+
+MAKE_MODELS = os.path.join(HERE, "make_models.py")
+
+# model -> its input, two shapes to convert it at, its output
+GENERATED = {
+    "transformer": ("tokens", [[1, 128, 512], [4, 384, 512]], "output"),
+    "unet": ("image", [[1, 3, 256, 256], [1, 3, 320, 480]], "mask"),
+    "mobilenet": ("image", [[1, 3, 224, 224], [1, 3, 192, 320]], "logits"),
+}
+
+
+@needs_onnx
+class GeneratedModels(ConsumerAssertions, ErrorAssertions, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.TemporaryDirectory()
+        cls.made = None
+        if HAVE_ONNX:
+            cls.made = subprocess.run(
+                [sys.executable, MAKE_MODELS, cls.dir.name, "--layers", "12", "--depth", "4"],
+                capture_output=True, text=True, timeout=120)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.dir.cleanup()
+
+    def model_path(self, name):
+        self.assertEqual(self.made.returncode, 0, self.made.stderr)
+        return os.path.join(self.dir.name, f"{name}.onnx")
+
+    def test_make_models_writes_checked_small_models(self):
+        self.assertEqual(self.made.returncode, 0, self.made.stderr)
+        lines = self.made.stdout.strip().splitlines()
+        self.assertEqual(len(lines), 3, self.made.stdout)
+        for line, name in zip(lines, GENERATED):
+            self.assertIn(f"{name}.onnx: ", line)
+            path = self.model_path(name)
+            self.assertLess(os.path.getsize(path), 20_000_000)
+            model = onnx.load(path)
+            onnx.checker.check_model(model)
+            onnx.shape_inference.infer_shapes(model, strict_mode=True)
+            inp, _, out = GENERATED[name]
+            self.assertEqual([i.name for i in model.graph.input], [inp])
+            self.assertEqual([o.name for o in model.graph.output], [out])
+            dims = model.graph.input[0].type.tensor_type.shape.dim
+            params = [d.dim_param for d in dims if d.HasField("dim_param")]
+            self.assertEqual(params, ["batch", "seq"] if name == "transformer"
+                             else ["height", "width"])
+
+    def convert_both(self, name):
+        """The model at its two shapes, sequential and on two streams, checked as the light
+        CNNs are; returns [(dims, streams, problem, stats)]."""
+        path = self.model_path(name)
+        model = onnx.load(path)
+        inp, shapes, out = GENERATED[name]
+        done = []
+        for dims in shapes:
+            for streams in (1, 2):
+                with self.subTest(dims=dims, streams=streams):
+                    p, stats = onnx2plan.convert(onnx.load(path), {inp: dims}, streams=streams,
+                                                 name=name)
+                    check(self, p)
+                    self.assertEqual(stats["nodes"], len(model.graph.node))
+                    self.assertEqual(stats["buffers"], stats["nodes"] + 1)
+                    self.assertGreater(stats["inplace"], 0)
+                    b = buffers(p)
+                    self.assertEqual(b[inp]["size"], 4 * math.prod(dims))
+                    if streams == 2:
+                        self.check_consumers(model, p)
+                        self.assertEqual([x["id"] for x in p["buffers"] if x.get("output")],
+                                         [out])
+                    else:
+                        self.assertNotIn("nodes", p)
+                        self.assertEqual(max(x["upper"] for x in p["buffers"]), stats["nodes"])
+                        self.assertEqual(b[out]["upper"], stats["nodes"])
+                    done.append((dims, streams, p, stats))
+        self.assertEqual(len(done), 4)
+        return done
+
+    def test_transformer(self):
+        for (batch, seq, d), _, p, stats in self.convert_both("transformer"):
+            b = buffers(p)
+            self.assertEqual(stats["views"], 4 * 12)  # four Reshapes a layer
+            self.assertEqual(b["layer0/scores"]["size"], 4 * batch * 8 * seq * seq)
+            self.assertEqual(b["layer11/fc1"]["size"], 4 * batch * seq * 4 * d)
+            self.assertEqual(b["layer3/q_heads"]["alias"], alias("layer3/q", view=True))
+            self.assertEqual(b["output"]["size"], 4 * batch * seq * d)
+            # tokens, a graph input, is never overwritten: the Add writes over its other input
+            self.assertEqual(b["layer0/residual1"]["alias"], alias("layer0/attn_out"))
+            self.assertEqual(b["layer1/residual1"]["alias"], alias("layer0/residual2"))
+
+    def test_unet(self):
+        for (_, _, hh, ww), _, p, _ in self.convert_both("unet"):
+            b = buffers(p)
+            self.assertEqual(b["down0/conv1"]["size"], 4 * 64 * hh * ww)
+            self.assertEqual(b["bottom/conv2_relu"]["size"], 4 * 1024 * hh * ww // 256)
+            self.assertEqual(b["up0/concat"]["size"], 4 * 128 * hh * ww)
+            self.assertEqual(b["mask"]["size"], 4 * 2 * hh * ww)
+            self.assertEqual(b["down2/conv1_relu"]["alias"], alias("down2/conv1"))
+
+    def test_mobilenet(self):
+        for (_, _, hh, ww), streams, p, stats in self.convert_both("mobilenet"):
+            b = buffers(p)
+            self.assertEqual(b["stem"]["size"], 4 * 32 * (hh // 2) * (ww // 2))
+            self.assertEqual(b["block16/project"]["size"], 4 * 320 * (hh // 32) * (ww // 32))
+            self.assertEqual(b["logits"]["size"], 4 * 1000)
+            self.assertEqual(b["logits"]["alias"], alias("classifier", view=True))
+            adds = [x for x in p["buffers"] if x["id"].endswith("/residual")]
+            self.assertEqual(len(adds), 10)  # stride 1, channels unchanged
+            if streams == 1:
+                self.assertTrue(all("alias" in x for x in adds))
+
+    def test_cli_converts_each(self):
+        for name, (inp, shapes, _) in GENERATED.items():
+            with self.subTest(model=name):
+                out = os.path.join(self.dir.name, f"{name}.json")
+                dims = ",".join(map(str, shapes[1]))
+                r = run_cli(self.model_path(name), "--input", f"{inp}={dims}", "--streams",
+                            "2", "--out", out)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertRegex(r.stderr, rf"^onnx2plan: {name}: \d+ nodes, \d+ planned "
+                                 r"buffers \(\d+ bytes\), \d+ views, [1-9]\d* in-place "
+                                 r"aliases, 2 streams, [0-9.]+ s$")
+                with open(out) as f:
+                    check(self, json.load(f))
+
+    def test_a_dynamic_dim_not_given_is_refused(self):
+        for name, needles in (
+                ("transformer", ["'tokens'", "dimension 0 ('batch')", "--input tokens="]),
+                ("unet", ["'image'", "dimension 2 ('height')", "--input image="]),
+                ("mobilenet", ["'image'", "dimension 2 ('height')", "--input image="])):
+            with self.subTest(model=name):
+                out = os.path.join(self.dir.name, "refused.json")
+                self.assert_error(run_cli(self.model_path(name), "--out", out), *needles)
+                self.assertFalse(os.path.exists(out))
+
+    def test_shapes_the_model_does_not_take_are_refused(self):
+        path = self.model_path("unet")
+        with self.assertRaisesRegex(onnx2plan.ConvertError, "'up3/concat'"):
+            onnx2plan.convert(onnx.load(path), {"image": [1, 3, 200, 200]})  # 200 / 16
+        with self.assertRaisesRegex(onnx2plan.ConvertError, "'layer0/q_matmul'"):
+            onnx2plan.convert(onnx.load(self.model_path("transformer")),
+                              {"tokens": [1, 128, 256]})
+
+    def test_big_sizes(self):
+        import make_models
+        layers = make_models.big_transformer_layers()
+        _, stats = onnx2plan.convert(make_models.transformer(layers),
+                                     {"tokens": [1, 128, 512]})
+        self.assertLessEqual(abs(stats["buffers"] - 5000), 20, (layers, stats))
+        self.assertEqual(make_models.deepest_unet(), 9)  # 512 = 2^9: the bottom is 1x1
+        p, _ = onnx2plan.convert(make_models.unet(9), {"image": [1, 3, 512, 512]})
+        check(self, p)
+        self.assertEqual(buffers(p)["bottom/conv2_relu"]["size"], 4 * 1024)
+        with self.assertRaises(onnx2plan.ConvertError):
+            onnx2plan.convert(make_models.unet(10), {"image": [1, 3, 512, 512]})
 
 
 class Schema(unittest.TestCase):

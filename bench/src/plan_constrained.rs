@@ -323,3 +323,50 @@ pub fn run(
         .collect();
     Ok((md, Value::Array(json)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan_file;
+
+    #[test]
+    fn a_problem_with_spaces_is_planned_checked_and_written_with_its_spaces() {
+        let text = r#"{
+            "format": "tagalloc-plan-problem/1",
+            "spaces": [{"name": "sram", "capacity": 96}, {"name": "dram"}],
+            "buffers": [
+                {"id": "a", "size": 64, "align": 32, "lower": 0, "upper": 3},
+                {"id": "b", "size": 64, "lower": 1, "upper": 2},
+                {"id": "v", "size": 32, "lower": 1, "upper": 3, "alias": {"of": "a", "offset": 32, "view": true}},
+                {"id": "c", "size": 16, "lower": 2, "upper": 4, "spaces": ["dram"]},
+                {"id": "d", "size": 8, "lower": 0, "upper": 4, "offset": 88}
+            ],
+            "groups": [{"members": ["b", "c"], "gap": 8}]
+        }"#;
+        let mut p = plan_file::parse("spaces", text).unwrap();
+        p.file = "spaces".into();
+        let opts = Options {
+            budget: Duration::from_millis(200),
+            out: Some(
+                std::env::temp_dir().join(format!("tagalloc-spaces-{}.csv", std::process::id())),
+            ),
+            orders: 2,
+        };
+        let (md, json) = run(std::slice::from_ref(&p), &opts, &ProgressBar::hidden()).unwrap();
+        assert!(md.contains("| spaces | intervals |"), "{md}");
+        let out = opts.out.unwrap();
+        let text = std::fs::read_to_string(&out).unwrap();
+        std::fs::remove_file(&out).unwrap();
+        let mut lines = text.lines();
+        assert_eq!(lines.next(), Some("id,space,offset"));
+        let rows: Vec<&str> = lines.collect();
+        // The group went to dram (c may only go there), d stayed pinned in sram.
+        assert!(rows.iter().any(|r| r.starts_with("b,dram,")), "{text}");
+        assert!(rows.contains(&"d,sram,88"), "{text}");
+        assert!(
+            rows.iter().any(|r| r.starts_with("# arena sram ")),
+            "{text}"
+        );
+        assert_eq!(json[0]["buffers"], 5);
+    }
+}

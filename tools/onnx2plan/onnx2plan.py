@@ -21,6 +21,8 @@ FORMAT = "tagalloc-plan-problem/1"
 
 # Ops whose output 0 is its input 0's bytes, unchanged (Dropout: inference, output 0 only).
 VIEW_OPS = frozenset(["Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"])
+# Ops whose output 0 has as many elements as their input 0, by definition.
+SHAPE_KEEPING = frozenset(["Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"])
 
 # Element-wise ops whose output 0 may overwrite one of their inputs.
 INPLACE_UNARY = (
@@ -367,6 +369,7 @@ def convert(model, inputs=None, streams=1, align=64, inplace=True, views=True, n
 
     # Sizes.
     sizes = {}
+    counts = {}
     for v in planned:
         t = types.get(v)
         if (t is None or not t.HasField("tensor_type")) and v in dropout_masks:
@@ -388,7 +391,19 @@ def convert(model, inputs=None, streams=1, align=64, inplace=True, views=True, n
         count = 1
         for d in dims:
             count *= d
+        counts[v] = count
         sizes[v] = -(-count * bits // 8)
+
+    # Shape inference does not check that a reshape keeps its element count: a shape fixed in
+    # the model (a Reshape to [1, N]) then gives a problem for a model that cannot run.
+    for n, node_id, _ in nodes:
+        if n.op_type in SHAPE_KEEPING and n.input and n.output:
+            x, out = n.input[0], n.output[0]
+            if x in counts and out in counts and counts[x] != counts[out]:
+                raise ConvertError(
+                    f"node {node_id!r} ({n.op_type}) turns {counts[x]} elements of {x!r} into "
+                    f"{counts[out]} of {out!r}: the model cannot run at these input shapes "
+                    f"(a shape fixed in the model?)")
 
     # Consumers (node positions, each once, file order), outputs.
     consumers = {v: [] for v in planned}

@@ -677,6 +677,19 @@ class CommandLine(ErrorAssertions, unittest.TestCase):
         with open(self.path("p.json")) as f:
             self.assertEqual([b["size"] for b in json.load(f)["buffers"]], [48, 48, 48])
 
+    def test_a_reshape_fixed_in_the_model_refuses_another_batch(self):
+        # Reshape to [1, 12]: right at batch 1, wrong at batch 2, and shape inference does
+        # not notice (the converter does).
+        m = make_model([h.make_node("Relu", ["x"], ["r"]),
+                        h.make_node("Reshape", ["r", "shape"], ["y"])],
+                       [vi("x", ["N", 3, 4])], [vi("y", None)], [ints("shape", [1, 12])])
+        ok = run_cli(self.save(m, "fixed.onnx"), "--input", "x=1,3,4", "--out",
+                     self.path("p.json"))
+        self.assertEqual(ok.returncode, 0, ok.stderr)
+        self.assert_error(run_cli(self.path("fixed.onnx"), "--input", "x=2,3,4", "--out",
+                                  self.path("p.json")),
+                          "Reshape", "24 elements of 'r'", "12 of 'y'", "cannot run")
+
     def test_unknown_input(self):
         m = self.save(self.dynamic())
         self.assert_error(run_cli(m, "--input", "nope=1,3", "--out", self.path("p.json")),

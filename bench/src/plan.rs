@@ -152,6 +152,8 @@ pub fn parse(name: &str, text: &str) -> Result<Problem, String> {
         &["offset"],
     ];
     let mut role_of = [None::<usize>; ROLES.len()];
+    // A column no role takes (a misspelt `alignmnet`) would be ignored: refused instead.
+    let mut unknown = None;
     for (col, name) in columns.iter().enumerate() {
         if let Some(earlier) = columns[..col].iter().find(|c| *c == name) {
             return Err(format!("line 1: column `{earlier}` named twice"));
@@ -164,8 +166,8 @@ pub fn parse(name: &str, text: &str) -> Result<Problem, String> {
                 ));
             }
             role_of[r] = Some(col);
-        } else {
-            return Err(format!("line 1: unknown column `{name}`: {FORMAT}"));
+        } else if unknown.is_none() {
+            unknown = Some(*name);
         }
     }
     let [id, lower, upper, size, align, offset] = role_of;
@@ -175,6 +177,9 @@ pub fn parse(name: &str, text: &str) -> Result<Problem, String> {
             "line 1: header `{header}` lacks the columns lower, upper and size: {FORMAT}"
         ));
     };
+    if let Some(name) = unknown {
+        return Err(format!("line 1: unknown column `{name}`: {FORMAT}"));
+    }
     let mut buffers = Vec::new();
     // The line of each buffer, for the planner's errors, and of each id seen.
     let mut line_of = Vec::new();
@@ -602,6 +607,38 @@ mod tests {
     }
 
     #[test]
+    fn an_offset_column_pins_and_sends_the_problem_to_the_constrained_planner() {
+        let dir = std::env::temp_dir().join(format!("tagalloc-offset-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let (free, pinned) = (dir.join("free.csv"), dir.join("pinned.csv"));
+        fs::write(&free, "id,lower,upper,size,offset\na,0,2,8,\nb,1,3,8,\n").unwrap();
+        fs::write(
+            &pinned,
+            "id,lower,upper,size,offset\na,0,2,8,\nb,1,3,8,16\n",
+        )
+        .unwrap();
+        assert!(matches!(load_any(&free), Ok(Input::Intervals(_))));
+        let Ok(Input::Constrained(p)) = load_any(&pinned) else {
+            panic!("a pinned CSV is a constrained problem")
+        };
+        assert_eq!(p.problem.items[1].pinned, Some(16));
+        assert_eq!(p.ids, ["a", "b"]);
+        fs::write(
+            &pinned,
+            "id,lower,upper,size,offset\na,0,2,8,0\nb,1,3,8,4\n",
+        )
+        .unwrap();
+        let Err(e) = load_any(&pinned) else {
+            panic!("overlapping pins accepted")
+        };
+        assert!(
+            e.contains("`a` and `b`: pinned where they share bytes"),
+            "{e}"
+        );
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn refusals_name_the_line_and_the_cause() {
         let big = 1u64 << 63;
         let cases = [
@@ -645,6 +682,15 @@ mod tests {
             (
                 "id,from,to,bytes\n0,0,2,8\n",
                 "lacks the columns lower, upper and size: expected",
+            ),
+            (
+                "id,lower,upper,size,alignmnet\n0,0,2,8,64\n",
+                "line 1: unknown column `alignmnet`",
+            ),
+            ("id,lower,upper,size,offset\n0,0,2,8,\n1,1,3,8,16\n", ""),
+            (
+                "id,lower,upper,size,offset\n0,0,2,8,x\n",
+                "line 2: offset `x` is not a number",
             ),
         ];
         for (text, want) in cases {

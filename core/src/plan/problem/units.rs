@@ -228,6 +228,34 @@ impl Units {
             }
             space_lists.push(list);
         }
+        // Pinned buffers of different units that share bytes while live: no placement can
+        // help. A sweep over their addresses, `O(k log k + overlapping pairs)`.
+        let mut fixed: Vec<(u32, u64, u64, usize)> = Vec::new();
+        for (u, base) in pinned.iter().enumerate() {
+            if let Some(base) = base {
+                for &b in &members[u] {
+                    let b = b as usize;
+                    if p.items[b].size > 0 {
+                        let at = base + rel[b];
+                        fixed.push((space_lists[u][0], at, at + p.items[b].size, b));
+                    }
+                }
+            }
+        }
+        fixed.sort_unstable();
+        let mut open: Vec<(u32, u64, usize)> = Vec::new();
+        for &(s, at, end, b) in &fixed {
+            open.retain(|&(os, oend, _)| os == s && oend > at);
+            for &(_, _, x) in &open {
+                if unit[x] != unit[b] && time.conflict(x, b) {
+                    return Err(ProblemError::PinnedOverlap {
+                        first: x.min(b),
+                        second: x.max(b),
+                    });
+                }
+            }
+            open.push((s, end, b));
+        }
         let units = Units {
             unit,
             rel,

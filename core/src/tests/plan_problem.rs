@@ -603,3 +603,69 @@ fn random_problems_are_mostly_solvable() {
         );
     }
 }
+
+/// A value from the edges of `u64`, or a small one.
+fn extreme(x: u64) -> u64 {
+    [
+        0,
+        1,
+        7,
+        64,
+        1 << 32,
+        1 << 62,
+        1 << 63,
+        u64::MAX - 1,
+        u64::MAX,
+    ][(x % 9) as usize]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: if cfg!(miri) { 4 } else { 300 }, ..ProptestConfig::default() })]
+
+    /// Absurd sizes, alignments, pins, alias offsets, gaps and capacities are refused or
+    /// solved, never a panic or an overflow; whatever is solved passes the check.
+    #[test]
+    fn extreme_values_are_refused_or_solved(
+        raw in proptest::collection::vec((any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>()), 1..6),
+        gap in any::<u64>(),
+        cap in any::<u64>(),
+        graph in any::<bool>(),
+    ) {
+        let n = raw.len();
+        let items: Vec<Item> = raw
+            .iter()
+            .enumerate()
+            .map(|(k, &(s, a, o, f))| {
+                let mut it = Item::new(extreme(s)).with_align(1 << (a % 64));
+                match f % 4 {
+                    0 => it.pinned = Some(extreme(o)),
+                    1 if k > 0 => it.alias = Some(Alias { of: (o % k as u64) as usize, offset: extreme(o >> 8), view: f % 8 < 4 }),
+                    _ => {}
+                }
+                it
+            })
+            .collect();
+        let lifetimes = if graph {
+            Lifetimes::Graph(Graph {
+                streams: vec![0, 1, 0],
+                edges: vec![(0, 2)],
+                uses: (0..n).map(|k| uses(Some(k % 3), &[2][..(k % 3 < 2) as usize])).collect(),
+            })
+        } else {
+            Lifetimes::Intervals((0..n as u64).map(|k| (k % 3, k % 3 + 1 + k % 2)).collect())
+        };
+        let p = Problem {
+            items,
+            lifetimes,
+            groups: if n >= 2 { vec![Group { members: vec![0, n - 1], gap: extreme(gap) }] } else { vec![] },
+            spaces: vec![Space { capacity: Some(extreme(cap)) }, Space::default()],
+        };
+        if let Ok(s) = solve(&p, &SolveOptions::default(), &mut || false) {
+            prop_assert_eq!(check_layout(&p, &s.layout), Ok(()));
+        }
+        let _ = problem_lower_bound(&p);
+        for objects in [Objects::Single, Objects::Many] {
+            let _ = arrange(&p, Strategy { order: StrategyOrder::Start, fit: Fit::First, objects });
+        }
+    }
+}

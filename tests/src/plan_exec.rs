@@ -1,5 +1,5 @@
-//! An execution checker for static memory plans: runs a [`Problem`]'s schedule on real memory
-//! laid out by a [`Layout`], every producer writing a pattern named by its buffer and every
+//! An execution checker for static memory plans: runs a [`Problem`](tagalloc::plan::Problem)'s schedule on real memory
+//! laid out by a [`Layout`](tagalloc::plan::Layout), every producer writing a pattern named by its buffer and every
 //! consumer verifying the patterns of what it reads. A layout that lets one buffer clobber
 //! another while it is still read shows as corrupt data, whatever
 //! [`check_layout`](tagalloc::plan::check_layout) says (it is not called here).
@@ -24,7 +24,7 @@
 //! [`check_layout`](tagalloc::plan::check_layout) checks.
 //!
 //! Only safe code: each space's region is a `Vec<u8>` with room to align its start, and
-//! [`PlannedArena`]'s addresses are mapped back to indices into it.
+//! [`PlannedArena`](tagalloc::plan::PlannedArena)'s addresses are mapped back to indices into it.
 
 #![forbid(unsafe_code)]
 

@@ -94,7 +94,7 @@ const ORDERS: [StrategyOrder; 4] = [
 ///   pairs (finding the pairs: a sweep for intervals, `O(n²)` bit reads for a graph after the
 ///   `O(N·(N + E)/64)` reachability rows);
 /// - where the problem is an interval problem with one space and no pins, the exact
-///   [`search`](super::search) on the units as rectangles (valid: a rectangle covers all
+///   [`search`](crate::plan::search) on the units as rectangles (valid: a rectangle covers all
 ///   its members), within `options.search` and `monitor`;
 /// - where neither reached the bound nor settled it, a local search over the best
 ///   placement's order (`options.improve_work`, and `monitor`);

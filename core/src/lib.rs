@@ -113,7 +113,13 @@
 //!   `sweep` (time cut into sections, and who conflicts with whom), `bound` (the lower bound),
 //!   `validate` (the independent check of a plan), `monitor` (the caller's say in a running
 //!   search), `place` (the tightest-gap step), `greedy` (the three greedy orders), `search`
-//!   (branch and bound, `tagalloc::plan::search`).
+//!   (branch and bound, `tagalloc::plan::search`); and `problem` (`plan/problem/`: problems
+//!   with aliases, contiguous groups, dependency graphs with streams, pins and spaces; its
+//!   `units` (aliases and groups merged, every structural refusal), `reach` (conflicts from
+//!   intervals or graph reachability bitsets), `bound` (the bound valid for every kind),
+//!   `arrange` (unit placements: orders, fits, spaces), `rectangles` (units as an interval
+//!   problem), `improve` (local search over placement orders), `solve`, `check` (the
+//!   independent check of a layout), `arena` (`PlannedArena`), `error`).
 //! - `model/` (for tests and the `model` feature; hidden): `reference` (the reference model
 //!   that predicts every address) and `adapter` (the one adapter that the core's tests, the
 //!   fuzz targets, the trace replay and the benchmarks drive both heaps through).

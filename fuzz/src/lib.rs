@@ -14,6 +14,8 @@
 //! - [`misuse`]: double, stale, interior, wrongly sized and foreign frees and reallocs, frees
 //!   queued while the heap's lock is held and calls that re-enter it, and requests and
 //!   constructors at the limits of the size arithmetic.
+//! - [`plans`]: the static planner on problems with aliases, groups, streams, pins and spaces,
+//!   every layout against the independent `check_layout`.
 //! - [`streams`]: the CUDA backend's stream-ordered device pool (`tagalloc_cuda::DevicePool`)
 //!   over the fake driver, on several streams, with graph captures, streams forgotten and
 //!   destroyed, and the fake's timeline as the oracle of stream-ordered reuse.
@@ -29,6 +31,7 @@ pub mod driver;
 pub mod misuse;
 pub mod ops;
 pub mod pattern;
+pub mod plans;
 pub mod rig;
 pub mod streams;
 pub mod trace;
@@ -152,4 +155,9 @@ pub fn run_misuse(input: &Input<Step>) {
 /// driver, checked against the fake's timeline (see [`streams`]).
 pub fn run_stream_order(input: &streams::StreamInput) {
     streams::run(input);
+}
+
+/// `plan_problem`: the static planner on problems with constraints (see [`plans`]).
+pub fn run_plan_problem(input: &plans::PlanInput) {
+    plans::run(input)
 }

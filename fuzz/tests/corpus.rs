@@ -68,3 +68,34 @@ fn misuse_seeds() {
 fn stream_order_seeds() {
     replay::<StreamInput>("stream_order", tagalloc_fuzz::run_stream_order);
 }
+
+#[test]
+fn plan_problem_seeds() {
+    replay::<tagalloc_fuzz::plans::PlanInput>("plan_problem", tagalloc_fuzz::run_plan_problem);
+}
+
+/// The planner's seeds (kept from a minimised corpus, one per combination of what a problem
+/// has) reach problems that `solve` takes with a graph, aliases, groups, pins and spaces.
+#[test]
+fn plan_problem_seeds_reach_every_constraint_solved() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus/plan_problem");
+    let mut reached = [false; 5];
+    for e in fs::read_dir(&dir).unwrap() {
+        let data = fs::read(e.unwrap().path()).unwrap();
+        let Ok(input) =
+            tagalloc_fuzz::plans::PlanInput::arbitrary_take_rest(Unstructured::new(&data))
+        else {
+            continue;
+        };
+        let (graph, aliases, groups, pins, spaces, solved) = tagalloc_fuzz::plans::features(&input);
+        if solved {
+            for (r, f) in reached
+                .iter_mut()
+                .zip([graph, aliases, groups, pins, spaces])
+            {
+                *r |= f;
+            }
+        }
+    }
+    assert_eq!(reached, [true; 5], "graph, aliases, groups, pins, spaces");
+}

@@ -25,7 +25,8 @@ use super::{Layout, Lifetimes, Problem};
 /// The problem's own checks (alias cycles, in-place safety and the like) are
 /// [`solve`](super::solve)'s; a problem with an alias cycle gets `Misplaced` here.
 /// Time: `O(n log n + s)` for the `s` pairs sharing bytes, plus for a graph `O(N·(N + E))`
-/// for reachability and `N²` bytes.
+/// for reachability and `N²` bits (refused as `GraphTooLarge` past the solver's default
+/// limit).
 pub fn check_layout(problem: &Problem, layout: &Layout) -> Result<(), ProblemError> {
     let n = problem.items.len();
     if layout.spaces.len() != n
@@ -134,8 +135,8 @@ enum Conflict<'p> {
     Intervals(&'p [(u64, u64)]),
     Graph {
         uses: &'p [super::Uses],
-        /// `reach[v * nodes + w]`: a non-empty path leads from `v` to `w`.
-        reach: Vec<bool>,
+        /// Bit `v * nodes + w`: a non-empty path leads from `v` to `w`.
+        reach: Vec<u64>,
         nodes: usize,
     },
 }
@@ -181,14 +182,20 @@ impl<'p> Conflict<'p> {
                         }
                     }
                 }
-                let mut reach = vec![false; nodes * nodes];
+                // The same bound on memory as the solver's rows.
+                let bits = nodes
+                    .checked_mul(nodes)
+                    .filter(|&b| b as u64 <= super::SolveOptions::default().bit_limit)
+                    .ok_or(ProblemError::GraphTooLarge)?;
+                let mut reach = vec![0u64; bits.div_ceil(64)];
                 let mut stack = Vec::new();
                 for v in 0..nodes {
                     stack.clear();
                     stack.extend(next[v].iter().copied());
                     while let Some(w) = stack.pop() {
-                        if !reach[v * nodes + w] {
-                            reach[v * nodes + w] = true;
+                        let bit = v * nodes + w;
+                        if reach[bit / 64] >> (bit % 64) & 1 == 0 {
+                            reach[bit / 64] |= 1 << (bit % 64);
                             stack.extend(next[w].iter().copied());
                         }
                     }
@@ -210,7 +217,10 @@ impl<'p> Conflict<'p> {
                     let Some(q) = uses[y].producer else {
                         return false;
                     };
-                    let at = |v: usize| v < *nodes && q < *nodes && reach[v * nodes + q];
+                    let at = |v: usize| {
+                        let bit = v * nodes + q;
+                        v < *nodes && q < *nodes && reach[bit / 64] >> (bit % 64) & 1 == 1
+                    };
                     if uses[x].output {
                         false
                     } else if !uses[x].consumers.is_empty() {

@@ -669,3 +669,33 @@ proptest! {
         }
     }
 }
+
+/// Found by the `plan_problem` fuzz target: a group whose second member is a view inside a
+/// larger buffer. The group's start is its first member's root (here pinned at 7936), not
+/// offset 0, and the check must measure the second member's lowest place from there.
+#[test]
+fn a_group_member_inside_a_larger_tree_is_checked_from_the_groups_start() {
+    let p = Problem {
+        items: vec![
+            Item::new(0).with_align(32).pinned_at(7936),
+            Item::new(3328).with_align(32),
+            Item::new(1402).with_alias(Alias::view(1, 259)),
+        ],
+        lifetimes: Lifetimes::Intervals(vec![(0, 4), (1, 4), (2, 3)]),
+        groups: vec![Group {
+            members: vec![0, 2],
+            gap: 0,
+        }],
+        ..Problem::default()
+    };
+    let l = solved(&p);
+    assert_eq!(l.offsets[0], 7936);
+    assert_eq!(l.offsets[2], 7936 + 259);
+    let mut lower = l.clone();
+    lower.offsets[1] -= 32;
+    lower.offsets[2] -= 32;
+    assert_eq!(
+        check_layout(&p, &lower),
+        Err(ProblemError::Misplaced { buffer: 2 })
+    );
+}

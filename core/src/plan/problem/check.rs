@@ -94,12 +94,16 @@ pub fn check_layout(problem: &Problem, layout: &Layout) -> Result<(), ProblemErr
                 .and_then(|e| e.checked_add(g.gap))
                 .ok_or(ProblemError::TooLarge)?;
             let at = layout.offsets[m];
-            // The member's root must stay at or above 0: it cannot go lower than its offset
-            // within its tree.
-            let in_tree = at - layout.offsets[root[m]];
+            // The member's root must stay at or above the group's start (where the first
+            // member's root is): the member cannot go lower than that plus its offset within
+            // its tree.
+            let start = layout.offsets[root[g.members[0]]];
+            let in_tree = at
+                .checked_sub(layout.offsets[root[m]])
+                .ok_or(ProblemError::Misplaced { buffer: m })?;
             let step = tree_align[root[m]];
-            let lowest = floor.max(in_tree);
-            if at < floor || at.checked_sub(step).is_some_and(|lower| lower >= lowest) {
+            let lowest = floor.max(start.saturating_add(in_tree));
+            if at < lowest || at.checked_sub(step).is_some_and(|lower| lower >= lowest) {
                 return Err(ProblemError::Misplaced { buffer: m });
             }
         }

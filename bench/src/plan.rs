@@ -278,26 +278,42 @@ pub struct Options {
     pub out: Option<PathBuf>,
 }
 
-/// Writes each problem's plan as CSV (`id,offset`, a line a buffer in file order, then the
-/// arena as a comment): to `out` if it names a `.csv` file (one problem only), else to
-/// `out/NAME.plan.csv`. Returns the files written.
-fn write_plans(problems: &[Problem], rows: &[Row], out: &Path) -> Result<Vec<PathBuf>, String> {
+/// Writes plan files: the text of plan `k` (`text(k)`) for the problem named `names[k]`, to
+/// `out` if it names a `.csv` file (one problem only), else to `out/NAME.plan.csv`. Returns
+/// the files written.
+pub(crate) fn write_plan_files(
+    names: &[&str],
+    out: &Path,
+    text: impl Fn(usize) -> String,
+) -> Result<Vec<PathBuf>, String> {
     let to_file = out.extension().is_some_and(|e| e == "csv");
-    if to_file && problems.len() != 1 {
+    if to_file && names.len() != 1 {
         return Err(format!(
             "--out {} is one file, for one problem; {} were planned (name a directory)",
             out.display(),
-            problems.len()
+            names.len()
         ));
     }
     let mut written = Vec::new();
-    for (p, r) in problems.iter().zip(rows) {
+    for (k, name) in names.iter().enumerate() {
         let path = if to_file {
             out.to_path_buf()
         } else {
             fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
-            out.join(format!("{}.plan.csv", p.name))
+            out.join(format!("{name}.plan.csv"))
         };
+        fs::write(&path, text(k)).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+/// Writes each problem's plan as CSV (`id,offset`, a line a buffer in file order, then the
+/// arena as a comment; see [`write_plan_files`]).
+fn write_plans(problems: &[Problem], rows: &[Row], out: &Path) -> Result<Vec<PathBuf>, String> {
+    let names: Vec<&str> = problems.iter().map(|p| p.name.as_str()).collect();
+    write_plan_files(&names, out, |k| {
+        let (p, r) = (&problems[k], &rows[k]);
         let mut text = String::with_capacity(16 * p.ids.len() + 32);
         text.push_str("id,offset\n");
         for (id, offset) in p.ids.iter().zip(&r.offsets) {
@@ -307,10 +323,8 @@ fn write_plans(problems: &[Problem], rows: &[Row], out: &Path) -> Result<Vec<Pat
             text.push('\n');
         }
         text.push_str(&format!("# arena {}\n", r.arena));
-        fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        written.push(path);
-    }
-    Ok(written)
+        text
+    })
 }
 
 /// Stops the search at a deadline and notes when each better plan turned up, and when the
@@ -539,7 +553,7 @@ pub fn run(
 }
 
 /// `arena / bound` to four decimals (a dash for an empty problem).
-fn ratio(arena: u64, bound: u64) -> String {
+pub(crate) fn ratio(arena: u64, bound: u64) -> String {
     if bound == 0 {
         "—".into()
     } else {

@@ -22,6 +22,7 @@ use tagalloc::plan::{
     Rectangles, SolveOptions, Strategy, StrategyOrder,
 };
 
+use crate::plan::{ratio, write_plan_files};
 use crate::plan_file::Loaded;
 use crate::report::{self, Table};
 
@@ -166,33 +167,12 @@ fn solve(p: &Loaded, opts: &Options) -> Result<Row, String> {
     })
 }
 
-fn ratio(x: u64, base: u64) -> String {
-    if base == 0 {
-        "—".into()
-    } else {
-        format!("{:.4}", x as f64 / base as f64)
-    }
-}
-
-/// Writes each plan as CSV: `id,offset` (and `space` with several spaces), then `# arena`.
+/// Writes each plan as CSV: `id,offset` (and `space` with several spaces), then `# arena`
+/// (see [`write_plan_files`]).
 fn write_plans(problems: &[Loaded], rows: &[Row], out: &Path) -> Result<Vec<PathBuf>, String> {
-    let to_file = out.extension().is_some_and(|e| e == "csv");
-    if to_file && problems.len() != 1 {
-        return Err(format!(
-            "--out {} is one file, for one problem; {} were planned (name a directory)",
-            out.display(),
-            problems.len()
-        ));
-    }
-    let mut written = Vec::new();
-    for (p, r) in problems.iter().zip(rows) {
-        let path = if to_file {
-            out.to_path_buf()
-        } else {
-            std::fs::create_dir_all(out)
-                .map_err(|e| format!("cannot create {}: {e}", out.display()))?;
-            out.join(format!("{}.plan.csv", p.file))
-        };
+    let names: Vec<&str> = problems.iter().map(|p| p.file.as_str()).collect();
+    write_plan_files(&names, out, |k| {
+        let (p, r) = (&problems[k], &rows[k]);
         let spaces = p.spaces.len() > 1;
         let mut text = String::from(if spaces {
             "id,space,offset\n"
@@ -214,10 +194,8 @@ fn write_plans(problems: &[Loaded], rows: &[Row], out: &Path) -> Result<Vec<Path
         } else {
             text.push_str(&format!("# arena {}\n", r.layout.arenas[0]));
         }
-        std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        written.push(path);
-    }
-    Ok(written)
+        text
+    })
 }
 
 /// Solves every problem; returns the markdown section and the JSON array.

@@ -238,15 +238,9 @@ pub(super) fn place_in(
         let extent = units.extent[u];
         let first_member = units.members[u][0] as usize;
         if let Some(pin) = units.pinned[u] {
+            // Pinned units come first in every order, and pins that share bytes while live
+            // are refused when the units are made: nothing placed can be in the way.
             let s = units.spaces[u][0];
-            forbid(p, units, c, &base, u, s, &mut forbidden);
-            if forbidden.iter().any(|&(lo, hi)| lo <= pin && pin < hi) {
-                let other = clash(p, units, c, &base, u, s, pin).unwrap_or(first_member);
-                return Err(ProblemError::PinnedOverlap {
-                    first: first_member.min(other),
-                    second: first_member.max(other),
-                });
-            }
             if p.spaces[s as usize]
                 .capacity
                 .is_some_and(|cap| pin + extent > cap)
@@ -371,32 +365,6 @@ fn forbid(
         }
     }
     out.truncate(merged);
-}
-
-/// The placed buffer whose range makes `pin` a forbidden base for unit `u`, if any.
-fn clash(
-    p: &Problem,
-    units: &Units,
-    c: &Conflicts,
-    base: &[Option<(u32, u64)>],
-    u: usize,
-    s: u32,
-    pin: u64,
-) -> Option<usize> {
-    for &b in &units.members[u] {
-        let b = b as usize;
-        let (lo, hi) = (pin + units.rel[b], pin + units.rel[b] + p.items[b].size);
-        for &q in &c.adj[b] {
-            let q = q as usize;
-            if let Some((qs, qbase)) = base[units.unit[q] as usize] {
-                let qa = qbase + units.rel[q];
-                if qs == s && qa < hi && lo < qa + p.items[q].size {
-                    return Some(q);
-                }
-            }
-        }
-    }
-    None
 }
 
 /// A base in `[lo, hi]` (no upper limit for `None`; `Some(None)`: no room at all), a multiple

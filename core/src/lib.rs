@@ -193,7 +193,7 @@ pub use share::detached::SharedDetachedHeap;
 pub use share::global::GlobalHeap;
 pub use share::lock::{RawLock, SpinLock};
 pub use share::pool::{OomHandler, SharedPool};
-pub use share::tcache::{tcache_enabled, Class, ThreadCache, CLASSES, TOTAL_BYTES};
+pub use share::tcache::{tcache_enabled, Class, OnDamage, ThreadCache, CLASSES, TOTAL_BYTES};
 
 #[cfg(test)]
 mod tests;

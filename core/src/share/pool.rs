@@ -428,8 +428,10 @@ where
             if let Some(batch) = self.transfer.pop(c) {
                 // SAFETY: the transfer holds batches of this pool's blocks of class `c` or
                 // larger, at most a batch each (pushed by `spill`), now given to the cache,
-                // which fits one.
-                return Ok(unsafe { cache.refill_from(c, batch) });
+                // which fits one. A damaged batch (reported) leaves the lock's path below.
+                if let Some(p) = unsafe { cache.refill_from(c, batch) } {
+                    return Ok(p);
+                }
             }
         }
         let first = match self.shared.lock() {

@@ -8,6 +8,20 @@
 //! and only ever sees the batches. A cached block is on a singly linked list of its size class,
 //! threaded through its payload: word 0 the next block, word 1 the cache [key](ThreadCache::new).
 //!
+//! **Safe linking.** A cached block is memory the program has freed, so a write after free or
+//! past the end of its neighbour lands on its link. Followed bare, such a link sends the cache
+//! to any address (a fault at the thread's exit, or glibc's "tcache poisoning": the next
+//! `malloc` returning memory of the attacker's choice). So, as glibc 2.32's safe-linking does
+//! (`PROTECT_PTR`: the link XORed with its own address shifted right by 12), a link is stored
+//! XORed with its own address shifted right by 12 and with a mask derived from the process's
+//! secret key, and every link is checked before it is followed: decoded, it must be null
+//! exactly at the end of the list (the class's count says where) and otherwise a granule-aligned
+//! address below 2^57 (no user address is higher); and the block being taken must still carry
+//! the key. A link or key that fails is [reported](OnDamage) with its block's address, and the
+//! class's list is dropped, never followed: its blocks stay in use for the heap (leaked), which
+//! the malloc library never sees, as it aborts in its report. The checks cost a load that
+//! shares the link's cache line, two XORs and two compares per take.
+//!
 //! **Size classes.** One class per inline chunk size from the smallest (32 bytes, 24 usable)
 //! up to 64 classes (1040 bytes, 1032 usable), as glibc's 64 tcache bins: every request that
 //! rounds to the same chunk shares a class, so a block cached by one request serves any other
@@ -50,6 +64,7 @@
 use core::ptr::NonNull;
 
 use crate::algo::geometry::W;
+use crate::error::CheckError;
 use crate::inline::granule::HOST_GEOMETRY;
 use crate::pool::CacheStats;
 use crate::share::transfer::Batch;
@@ -119,6 +134,73 @@ const fn log2(x: usize) -> u32 {
 
 /// The most bytes (of chunks) one cache holds.
 pub const TOTAL_BYTES: usize = 512 << 10;
+
+/// What a cache does with a damaged link or key (see the module docs), after dropping the
+/// class's list: the malloc library reports the block's address and aborts, as glibc does on a
+/// bad tcache link ("malloc(): unaligned tcache chunk detected"). The default does nothing more.
+pub type OnDamage = fn(CheckError);
+
+/// The default [`OnDamage`]: the list is dropped, nothing else.
+fn ignore_damage(_: CheckError) {}
+
+/// The address bits a decoded link must have clear: the granule's (a payload is granule-aligned)
+/// and those from 2^57 up (x86-64's five-level paging and AArch64's 52-bit addresses stay below).
+const BAD_LINK_BITS: usize = (HOST_GEOMETRY.granule() - 1) | ((!((1u64 << 57) - 1)) as usize);
+
+/// What a link is XORed with besides its own address: derived from the caches' `key`, so that a
+/// program that knows where a block lies still cannot forge its link without the secret.
+#[inline]
+pub(crate) const fn link_mask(key: usize) -> usize {
+    key.rotate_left(29)
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15_u64 as usize)
+}
+
+/// A cached block's link as stored in its first word: `next` (or null) XORed with `at`'s
+/// address shifted right by 12 and with `mask` (see the module docs). The stored pointer keeps
+/// `next`'s provenance.
+#[inline]
+fn encode(at: NonNull<u8>, next: Option<NonNull<u8>>, mask: usize) -> *mut u8 {
+    let salt = (at.as_ptr() as usize >> 12) ^ mask;
+    match next {
+        Some(n) => n.as_ptr().map_addr(|a| a ^ salt),
+        None => core::ptr::without_provenance_mut(salt),
+    }
+}
+
+/// The link stored in the first word of the cached block `at`, decoded (its address not yet
+/// checked).
+///
+/// # Safety
+/// `at` is a cached block (at least 16 bytes, 8-aligned) the caller may read.
+#[inline]
+pub(crate) unsafe fn decode(at: NonNull<u8>, mask: usize) -> *mut u8 {
+    let salt = (at.as_ptr() as usize >> 12) ^ mask;
+    // SAFETY: the caller's promise.
+    unsafe { at.cast::<*mut u8>().read() }.map_addr(|a| a ^ salt)
+}
+
+/// Why the link of `at`, decoded as `next`, cannot be followed when `last` says whether `at`
+/// ends its list and `key` is its second word: `None` when it can.
+#[inline]
+pub(crate) fn link_fault(
+    next: *mut u8,
+    last: bool,
+    key: usize,
+    expected: usize,
+) -> Option<&'static str> {
+    if key != expected {
+        return Some("a cached block's key was overwritten (a write after free?)");
+    }
+    if next.addr() & BAD_LINK_BITS != 0 {
+        return Some("a cached block's link was overwritten (a write after free?)");
+    }
+    if next.is_null() != last {
+        return Some(
+            "a cached block's link disagrees with its list's length (a write after free?)",
+        );
+    }
+    None
+}
 
 /// Whether caches are used at all: not in the `checked` build, where every free must be proven
 /// under the lock.
@@ -244,12 +326,17 @@ struct Bin {
 ///
 /// Invariant: every block on `bins[c]` is a live block (in use for the heap) of the pool the
 /// cache belongs to, of class `c` or a larger chunk, owned by no one else, with the next block
-/// (or null) in its first word and `key` in its second; `count`, `blocks` and `bytes` count
-/// them.
+/// (or null) [encoded](encode) with `mask` in its first word and `key` in its second, unless
+/// the program wrote over them after freeing it (what [`link_fault`] finds); `count`, `blocks`
+/// and `bytes` count them. Every cache of a pool has the same `key` (the transfer's batches and
+/// the double-free check cross caches).
 #[derive(Debug)]
 pub struct ThreadCache {
     bins: [Bin; SLOTS],
     key: usize,
+    /// [`link_mask`] of `key`.
+    mask: usize,
+    on_damage: OnDamage,
     blocks: usize,
     bytes: usize,
     /// `blocks` and `bytes` as the pool last counted them.
@@ -268,18 +355,23 @@ unsafe impl Send for ThreadCache {}
 
 impl ThreadCache {
     /// An empty cache whose cached blocks carry `key` (not 0: a random secret of the process,
-    /// so that the program's own data is never taken for it).
+    /// so that the program's own data is never taken for it, the same for every cache of a
+    /// pool), which also masks their links (see the module docs). A damaged link or key drops
+    /// its class's list and nothing else; [`ThreadCache::on_damage`] sets what else happens.
     pub const fn new(key: usize) -> Self {
+        let key = if key == 0 {
+            0x9e37_79b9_7f4a_7c15_u64 as usize
+        } else {
+            key
+        };
         ThreadCache {
             bins: [Bin {
                 head: None,
                 count: 0,
             }; SLOTS],
-            key: if key == 0 {
-                0x9e37_79b9_7f4a_7c15_u64 as usize
-            } else {
-                key
-            },
+            key,
+            mask: link_mask(key),
+            on_damage: ignore_damage,
             blocks: 0,
             bytes: 0,
             synced: (0, 0),
@@ -288,6 +380,12 @@ impl ThreadCache {
             spills: 0,
             bypass_above: 0,
         }
+    }
+
+    /// The cache, with `f` called on a damaged link or key (see [`OnDamage`]).
+    pub const fn on_damage(mut self, f: OnDamage) -> Self {
+        self.on_damage = f;
+        self
     }
 
     /// The pool's bypass threshold as the cache last learnt it (0 before it has).
@@ -334,21 +432,44 @@ impl ThreadCache {
         Some(p)
     }
 
-    /// Takes the first block of class `c`, its key cleared (see the module docs).
+    /// Takes the first block of class `c`, its key cleared (see the module docs); `None` when
+    /// the class is empty, or when its first block's link or key is damaged (then reported
+    /// and the list dropped, never followed).
     #[inline]
     fn pop(&mut self, c: Class) -> Option<NonNull<u8>> {
+        let (key, mask) = (self.key, self.mask);
         let bin = &mut self.bins[c.index()];
         let p = bin.head?;
         // SAFETY: `p` is on the list (type invariant): a live block of at least 24 bytes that
-        // the cache owns, its next link in word 0, the key in word 1, both 8-aligned.
-        unsafe {
-            bin.head = p.cast::<Option<NonNull<u8>>>().read();
-            p.cast::<usize>().add(1).write(0);
+        // the cache owns, its link in word 0, the key in word 1, both 8-aligned.
+        let (next, k) = unsafe { (decode(p, mask), p.cast::<usize>().add(1).read()) };
+        if let Some(what) = link_fault(next, bin.count == 1, k, key) {
+            self.damaged(c, p, what);
+            return None;
         }
+        bin.head = NonNull::new(next);
+        // SAFETY: as above.
+        unsafe { p.cast::<usize>().add(1).write(0) };
         bin.count -= 1;
         self.blocks -= 1;
         self.bytes -= c.chunk_bytes();
         Some(p)
+    }
+
+    /// Drops class `c`'s list, whose block `at` has a damaged link or key (`what`), and calls
+    /// the damage handler: the list's blocks stay in use for the heap, leaked.
+    #[cold]
+    #[inline(never)]
+    fn damaged(&mut self, c: Class, at: NonNull<u8>, what: &'static str) {
+        let bin = &mut self.bins[c.index()];
+        let n = bin.count as usize;
+        *bin = Bin {
+            head: None,
+            count: 0,
+        };
+        self.blocks -= n;
+        self.bytes -= n * c.chunk_bytes();
+        (self.on_damage)(CheckError::new(what, at.as_ptr() as usize));
     }
 
     /// Whether `ptr` carries the key of a cached block.
@@ -394,11 +515,11 @@ impl ThreadCache {
     /// As for [`ThreadCache::put`].
     #[inline]
     pub(crate) unsafe fn push(&mut self, c: Class, ptr: NonNull<u8>) {
-        let key = self.key;
+        let (key, mask) = (self.key, self.mask);
         let bin = &mut self.bins[c.index()];
         // SAFETY: the caller gives the block up; it has at least 24 bytes, 16-aligned.
         unsafe {
-            ptr.cast::<Option<NonNull<u8>>>().write(bin.head);
+            ptr.cast::<*mut u8>().write(encode(ptr, bin.head, mask));
             ptr.cast::<usize>().add(1).write(key);
         }
         bin.head = Some(ptr);
@@ -427,29 +548,42 @@ impl ThreadCache {
     }
 
     /// Takes up to `n` blocks of class `c` as a batch for another cache (through the pool's
-    /// transfer), keys kept: they stay cached. `None` when the class is empty.
+    /// transfer), keys kept: they stay cached. `None` when the class is empty, or when a link
+    /// or key on the way is damaged (reported, the list dropped).
     pub(crate) fn take_batch(&mut self, c: Class, n: u32) -> Option<Batch> {
-        let bin = &mut self.bins[c.index()];
+        let (key, mask) = (self.key, self.mask);
+        let bin = &self.bins[c.index()];
         let head = bin.head?;
-        let len = n.min(bin.count).max(1);
+        let count = bin.count;
+        let len = n.min(count).max(1);
         let mut last = head;
-        for _ in 1..len {
-            // SAFETY: `last` is on the list (type invariant), and the list holds `count ≥ len`
-            // blocks, so its link is a block.
-            match unsafe { last.cast::<Option<NonNull<u8>>>().read() } {
-                Some(next) => last = next,
-                None => break,
+        let mut rest = core::ptr::null_mut();
+        for i in 1..=len {
+            // SAFETY: `last` is on the list (type invariant), its `i`th block of `count`.
+            let (next, k) = unsafe { (decode(last, mask), last.cast::<usize>().add(1).read()) };
+            if let Some(what) = link_fault(next, i == count, k, key) {
+                self.damaged(c, last, what);
+                return None;
+            }
+            rest = next;
+            match NonNull::new(next) {
+                Some(n) if i < len => last = n,
+                _ => break,
             }
         }
         // SAFETY: as above; the rest of the list becomes the bin's, and the batch ends here.
-        unsafe {
-            bin.head = last.cast::<Option<NonNull<u8>>>().read();
-            last.cast::<Option<NonNull<u8>>>().write(None);
-        }
+        unsafe { last.cast::<*mut u8>().write(encode(last, None, mask)) };
+        let bin = &mut self.bins[c.index()];
+        bin.head = NonNull::new(rest);
         bin.count -= len;
         self.blocks -= len as usize;
         self.bytes -= len as usize * c.chunk_bytes();
-        Some(Batch { head, len })
+        Some(Batch {
+            head,
+            len,
+            key,
+            on_damage: self.on_damage,
+        })
     }
 
     /// Gives back a batch [`ThreadCache::take_batch`] took from class `c` (the transfer had no
@@ -462,24 +596,31 @@ impl ThreadCache {
         unsafe { self.link(c, batch.head, batch.len) };
     }
 
-    /// Puts the `n` linked blocks from `head` in front of class `c`'s list.
+    /// Puts the `n` linked blocks from `head` in front of class `c`'s list. A damaged link or
+    /// key among them is reported and the `n` blocks are dropped (leaked), never followed.
     ///
     /// # Safety
-    /// `head` starts `n ≥ 1` blocks linked through their first words, with the caches' key in
-    /// their second, of this cache's pool, of class `c` or larger chunks, given up by the
-    /// caller, and the class has room for them.
+    /// `head` starts `n ≥ 1` blocks linked as a [`Batch`]'s (encoded with this cache's mask),
+    /// with the caches' key in their second words, of this cache's pool, of class `c` or larger
+    /// chunks, given up by the caller, and the class has room for them.
     unsafe fn link(&mut self, c: Class, head: NonNull<u8>, n: u32) {
-        let bin = &mut self.bins[c.index()];
+        let (key, mask) = (self.key, self.mask);
         let mut tail = head;
-        for _ in 1..n {
-            // SAFETY: the caller's promise: `n` linked blocks.
-            match unsafe { tail.cast::<Option<NonNull<u8>>>().read() } {
+        for i in 1..=n {
+            // SAFETY: the caller's promise: `n` linked blocks, `tail` the `i`th.
+            let (next, k) = unsafe { (decode(tail, mask), tail.cast::<usize>().add(1).read()) };
+            if let Some(what) = link_fault(next, i == n, k, key) {
+                (self.on_damage)(CheckError::new(what, tail.as_ptr() as usize));
+                return;
+            }
+            match NonNull::new(next) {
                 Some(next) => tail = next,
                 None => break,
             }
         }
+        let bin = &mut self.bins[c.index()];
         // SAFETY: `tail` is the last of them; the bin's list follows it.
-        unsafe { tail.cast::<Option<NonNull<u8>>>().write(bin.head) };
+        unsafe { tail.cast::<*mut u8>().write(encode(tail, bin.head, mask)) };
         bin.head = Some(head);
         bin.count += n;
         self.blocks += n as usize;
@@ -492,27 +633,35 @@ impl ThreadCache {
     }
 
     /// Takes `batch` into class `c`, then one block of it for the caller (a refill from the
-    /// transfer, counted as a miss).
+    /// transfer, counted as a miss); `None` when a link or key of the batch is damaged
+    /// (reported; the batch's blocks from there on are dropped, never followed).
     ///
     /// # Safety
     /// `batch` is as [`Batch`] says, of blocks of this cache's pool of class `c` or larger
     /// chunks, given up by the caller; at most [`ThreadCache::batch`] of them, and the cache
     /// [fits](ThreadCache::fits_batch) it.
-    pub(crate) unsafe fn refill_from(&mut self, c: Class, batch: Batch) -> NonNull<u8> {
+    pub(crate) unsafe fn refill_from(&mut self, c: Class, batch: Batch) -> Option<NonNull<u8>> {
         let first = batch.head;
         // SAFETY: the caller's promise: `first` is a block of the batch, given up; its link
-        // is read before it is handed out with its key cleared.
-        let rest = unsafe {
-            let rest = first.cast::<Option<NonNull<u8>>>().read();
-            first.cast::<usize>().add(1).write(0);
-            rest
+        // and key are read and checked before it is handed out with its key cleared.
+        let (rest, k) = unsafe {
+            (
+                decode(first, self.mask),
+                first.cast::<usize>().add(1).read(),
+            )
         };
-        if let (Some(head), n @ 1..) = (rest, batch.len.saturating_sub(1)) {
+        if let Some(what) = link_fault(rest, batch.len == 1, k, self.key) {
+            (self.on_damage)(CheckError::new(what, first.as_ptr() as usize));
+            return None;
+        }
+        // SAFETY: as above.
+        unsafe { first.cast::<usize>().add(1).write(0) };
+        if let (Some(head), n @ 1..) = (NonNull::new(rest), batch.len.saturating_sub(1)) {
             // SAFETY: the rest of the batch, given up by the caller, which fits it.
             unsafe { self.link(c, head, n) };
         }
         self.misses += 1;
-        first
+        Some(first)
     }
 
     /// Takes every block for the pool (see [`ThreadCache::drain`]), class by class.

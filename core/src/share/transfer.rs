@@ -26,37 +26,50 @@
 
 use core::ptr::NonNull;
 
+use crate::error::CheckError;
 use crate::share::lock::{Locked, SpinLock};
-use crate::share::tcache::{Class, CLASSES};
+use crate::share::tcache::{decode, link_fault, link_mask, Class, OnDamage, CLASSES};
 use crate::sync::{const_unless_loom, AtomicUsize, Ordering};
 
 /// Batches one class holds at most.
 pub const DEPTH: usize = 4;
 
-/// Blocks of one class linked through their first words (the last link null), each with the
-/// caches' key in its second word; `len` of them, at least one.
+/// Blocks of one class linked through their first words as a cache links them (each link
+/// encoded with its own address and the mask of `key`, the last one null: see
+/// [`crate::ThreadCache`]'s safe linking), each with `key`, the caches' key, in its second
+/// word; `len` of them, at least one. `on_damage` is the handler of the cache it came from.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Batch {
     pub(crate) head: NonNull<u8>,
     pub(crate) len: u32,
+    pub(crate) key: usize,
+    pub(crate) on_damage: OnDamage,
 }
 
 impl Batch {
     /// Calls `each` on every block of the batch, in order, with its key cleared (a block
-    /// leaving every cache, for the heap).
+    /// leaving every cache, for the heap). A damaged link or key stops the walk there: it is
+    /// reported to `on_damage`, and the blocks from there on are dropped, never followed.
     ///
     /// # Safety
-    /// The batch is as its type says, and owned by the caller, which gives it up.
+    /// The batch is as its type says (but for what the program wrote over its blocks after
+    /// freeing them), and owned by the caller, which gives it up.
     pub(crate) unsafe fn drain(self, mut each: impl FnMut(NonNull<u8>)) {
+        let mask = link_mask(self.key);
         let mut next = Some(self.head);
-        for _ in 0..self.len {
+        for i in 1..=self.len {
             let Some(p) = next else { break };
             // SAFETY: the caller's promise: `p` is a block of the batch, at least 24 bytes,
-            // 8-aligned, owned; its link is read before the block is given away.
-            unsafe {
-                next = p.cast::<Option<NonNull<u8>>>().read();
-                p.cast::<usize>().add(1).write(0);
+            // 8-aligned, owned; its link and key are read and checked before the block is
+            // given away.
+            let (link, k) = unsafe { (decode(p, mask), p.cast::<usize>().add(1).read()) };
+            if let Some(what) = link_fault(link, i == self.len, k, self.key) {
+                (self.on_damage)(CheckError::new(what, p.as_ptr() as usize));
+                return;
             }
+            // SAFETY: as above.
+            unsafe { p.cast::<usize>().add(1).write(0) };
+            next = NonNull::new(link);
             each(p);
         }
     }

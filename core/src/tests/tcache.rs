@@ -681,3 +681,151 @@ fn flushing_the_transfer_gives_its_batches_to_the_heap() {
     // SAFETY: the cache belongs to this pool.
     unsafe { flush_all_back(&pool, &mut [&mut a]) };
 }
+
+std::thread_local! {
+    /// The damage the cache reported on this thread (the handler is a plain `fn`).
+    static DAMAGE: core::cell::RefCell<Vec<crate::CheckError>> = const { core::cell::RefCell::new(Vec::new()) };
+}
+
+fn record_damage(e: crate::CheckError) {
+    DAMAGE.with(|d| d.borrow_mut().push(e));
+}
+
+fn damage_seen() -> Vec<usize> {
+    DAMAGE.with(|d| d.borrow_mut().drain(..).map(|e| e.at).collect())
+}
+
+/// `n` blocks of `size` bytes freed into a fresh cache (with the damage recorder) in order, so
+/// that the last one freed is its class's first; the cache and the blocks.
+fn cached(pool: &TestPool, size: usize, n: usize) -> (ThreadCache, Vec<NonNull<u8>>) {
+    let mut cache = ThreadCache::new(KEY).on_damage(record_damage);
+    let blocks: Vec<_> = (0..n).map(|_| pool.alloc(size, 16).unwrap()).collect();
+    for &p in &blocks {
+        // SAFETY: a live block of `size` bytes of this pool, given up.
+        unsafe { pool.free_with_cache(&mut cache, p, size).unwrap() };
+    }
+    (cache, blocks)
+}
+
+/// A cached block's first word is not the next block's address: links are stored masked
+/// (safe linking), so a program reading freed memory finds no heap address there.
+#[test]
+fn a_cached_blocks_link_is_stored_masked() {
+    if !ENABLED {
+        return;
+    }
+    let (pool, _) = pool(64 << 10);
+    let (mut cache, blocks) = cached(&pool, 40, 2);
+    // SAFETY: the block is cached (freed), its first word readable.
+    let word = unsafe { blocks[1].cast::<usize>().read() };
+    assert_ne!(word, blocks[0].as_ptr() as usize);
+    assert_ne!(word, 0, "the last link is not a bare null either");
+    // SAFETY: as above.
+    let last = unsafe { blocks[0].cast::<usize>().read() };
+    assert_ne!(last, 0);
+    // The cache still hands them back, in order.
+    assert_eq!(
+        pool.alloc_with_cache(&mut cache, 40, 16).unwrap(),
+        blocks[1]
+    );
+    assert_eq!(
+        pool.alloc_with_cache(&mut cache, 40, 16).unwrap(),
+        blocks[0]
+    );
+    assert!(damage_seen().is_empty());
+    for &p in &blocks {
+        // SAFETY: live blocks, given up once.
+        unsafe { pool.free_with_cache(&mut cache, p, 40).unwrap() };
+    }
+    // SAFETY: the cache belongs to this pool.
+    unsafe { flush_all_back(&pool, &mut [&mut cache]) };
+}
+
+/// A write after free onto the cached block (first), which may use a live block (second).
+type Damage = fn(NonNull<u8>, NonNull<u8>);
+
+/// Writes after free onto a cached block (its link, its key, the high byte of its link as a
+/// 32-byte overflow of its neighbour does, its link replaced by a plausible address) are
+/// reported with the block's address when the cache reaches the block, and the damaged list is
+/// never followed: the next allocation comes from the heap, the flush frees the blocks before
+/// the damage, and the heap stays sound.
+#[test]
+fn a_damaged_link_or_key_is_reported_and_never_followed() {
+    if !ENABLED {
+        return;
+    }
+    let damages: [(&str, Damage); 4] = [
+        ("link overwritten", |p, _| {
+            // SAFETY: a freed block's first word, the program's misuse this test plays.
+            unsafe { p.cast::<u64>().write(0x4141_4141_4141_4141) }
+        }),
+        ("key overwritten", |p, _| {
+            // SAFETY: as above, its second word.
+            unsafe { p.cast::<u64>().add(1).write(0x4141_4141_4141_4141) }
+        }),
+        ("high byte", |p, _| {
+            // SAFETY: as above, the top byte of its first word.
+            unsafe { p.add(7).write(p.add(7).read() ^ b'A') }
+        }),
+        ("a plausible address", |p, other| {
+            // SAFETY: as above; the link made to point at a live block, encoded or not.
+            unsafe { p.cast::<usize>().write(other.as_ptr() as usize) }
+        }),
+    ];
+    for (name, damage) in damages {
+        let (pool, _) = pool(64 << 10);
+        let live = pool.alloc(40, 16).unwrap();
+        let (mut cache, blocks) = cached(&pool, 40, 3);
+        // The first block freed is the list's last: its link is null, so its top byte is the
+        // mask's.
+        let victim = if name == "high byte" {
+            blocks[0]
+        } else {
+            blocks[1]
+        };
+        damage(victim, live);
+        let mut taken = Vec::new();
+        for _ in 0..3 {
+            taken.push(pool.alloc_with_cache(&mut cache, 40, 16).unwrap());
+        }
+        assert_eq!(damage_seen(), [victim.as_ptr() as usize], "{name}");
+        assert!(
+            !taken.contains(&victim),
+            "{name}: the damaged block is never handed out"
+        );
+        assert!(!taken.contains(&live), "{name}: nor where its link points");
+        for p in taken.into_iter().chain([live]) {
+            // SAFETY: live blocks, given up once.
+            unsafe { pool.free_with_cache(&mut cache, p, 40).unwrap() };
+        }
+        // SAFETY: the cache belongs to this pool.
+        unsafe { pool.flush_cache(&mut cache).unwrap() };
+        pool.with_pool(|p| p.check()).unwrap().unwrap();
+    }
+}
+
+/// A flush (a thread's exit) that meets a damaged link reports it and stops there: the blocks
+/// before it go back to the heap, the rest stay in use (leaked), and the heap stays sound.
+#[test]
+fn a_flush_stops_at_a_damaged_link() {
+    if !ENABLED {
+        return;
+    }
+    let (pool, _) = pool(64 << 10);
+    let (mut cache, blocks) = cached(&pool, 40, 4);
+    // The list runs blocks[3], [2], [1], [0]: damage the second.
+    // SAFETY: a freed block's first word, the misuse this test plays.
+    unsafe { blocks[2].cast::<u64>().write(0x4100_0000_0000_0000) };
+    // SAFETY: the cache belongs to this pool.
+    unsafe { pool.flush_cache(&mut cache).unwrap() };
+    assert_eq!(damage_seen(), [blocks[2].as_ptr() as usize]);
+    assert_eq!(cache.blocks(), 0, "the damaged list is dropped");
+    let s = pool.stats().unwrap();
+    let chunk = Class::of(40, 16).unwrap().chunk_bytes();
+    assert_eq!(
+        s.heap.in_use,
+        3 * chunk,
+        "blocks[2], [1], [0] are leaked, not followed"
+    );
+    pool.with_pool(|p| p.check()).unwrap().unwrap();
+}

@@ -10,20 +10,31 @@
 //! calls on any other pool from that thread take the pool's lock as without a cache.
 //!
 //! **Set-up.** The first call binds the cache: the pool gets an id and a place in the table of
-//! pools with caches, and the thread registers a destructor with glibc's
-//! `__cxa_thread_atexit_impl` (as C++ `thread_local` and Rust's thread-locals with destructors
-//! do). That registration allocates (glibc `calloc`s a list node), and in the malloc library the
-//! allocation comes back here: while the cache is being set up its state says so, and every
-//! call from the thread goes to the pool's lock instead, so nothing recurses into a half-built
-//! cache. A pthread key would not do: `pthread_setspecific` allocates for keys past the first
-//! 32, and when the program's own `pthread_setspecific` is what allocates (its first call in a
-//! thread, for such a key), a nested call from here installs a second-level table that the
-//! outer call then overwrites, losing the value and so the destructor.
+//! pools with caches, and the thread's exit is set to flush it: a pthread key with a
+//! destructor, created once per process, whose value the thread sets to its slot. Neither
+//! allocates, as long as the key is one of the first 32 (`PTHREAD_KEY_2NDLEVEL_SIZE`: glibc
+//! keeps their values in the thread's descriptor), which a key created at the library's first
+//! allocation is. So nothing of this library's own lies among the program's blocks: glibc's
+//! other registration, `__cxa_thread_atexit_impl` (C++ `thread_local`, Rust's thread-locals
+//! with destructors), `calloc`s a list node, which in the malloc library sat just before the
+//! program's first block, where an underflow of that block destroyed it and glibc's exit then
+//! faulted on it. Past the first 32 keys `pthread_setspecific` allocates, and a nested call
+//! from inside the program's own first `pthread_setspecific` of such a key would install a
+//! second-level table the outer call then overwrites, losing the value; so a key past them is
+//! deleted and `__cxa_thread_atexit_impl` is used instead (its node allocated while the state
+//! below sends the thread's calls to the pool's lock, so nothing recurses into a half-built
+//! cache).
 //!
-//! **Thread exit.** The destructor runs for every thread that registered it, joined or not (and
-//! for the thread that calls `exit`): it marks the cache gone (later calls from the exiting thread, say from other
-//! destructors, go to the lock) and flushes it into its pool, if the pool is still in the
-//! table. The table, under its own spin lock, is what makes that sound for a
+//! **Thread exit.** The destructor runs for every thread that set the key, joined or not, after
+//! the thread-local destructors (so their frees still go through the cache): it marks the cache
+//! gone (later calls from the exiting thread, say from other keys' destructors, go to the lock)
+//! and flushes it into its pool, if the pool is still in the table. A process's `exit` runs no
+//! key destructor: the calling thread's cache stays as it is, counted as cached, and the
+//! program's last writes after free are not read (glibc's tcache is not emptied at exit either).
+//!
+//! **Damaged links.** A cached block's link or key found overwritten (safe linking: see
+//! [`tagalloc::ThreadCache`]) is reported on stderr with the block's address, and the process
+//! aborts ([`report_damage`]), as glibc does on a bad tcache link. The table, under its own spin lock, is what makes that sound for a
 //! [`crate::HostAllocator`] that is dropped while threads still hold caches of it: its drop
 //! takes it out of the table, and a cache whose pool is gone forgets its blocks.
 //!
@@ -171,18 +182,7 @@ fn bind<K: Hooks, L: RawLock>(s: &Slot, pool: &Pool<K, L>, id: &AtomicU32) {
             Some(false) => return Err(OFF),
             None => return Err(UNBOUND),
         }
-        // SAFETY: `release_at_exit` is an `extern "C"` function of this object, which
-        // `__dso_handle` names so that the loader keeps it while the destructor is pending;
-        // the argument is unused. This allocates (glibc's `calloc`, which in the malloc
-        // library is ours: the state set above sends it to the lock).
-        if unsafe {
-            __cxa_thread_atexit_impl(
-                release_at_exit,
-                core::ptr::null_mut(),
-                &raw const __dso_handle as *mut c_void,
-            )
-        } != 0
-        {
+        if !release_at_thread_exit(s) {
             registry(|t| t.remove(addr, pid));
             return Err(OFF);
         }
@@ -191,7 +191,7 @@ fn bind<K: Hooks, L: RawLock>(s: &Slot, pool: &Pool<K, L>, id: &AtomicU32) {
     match bound {
         Ok(pid) => {
             // SAFETY: the state keeps every other use of the cache out until it is `ACTIVE`.
-            unsafe { *s.cache.get() = ThreadCache::new(secret()) };
+            unsafe { *s.cache.get() = ThreadCache::new(secret()).on_damage(report_damage) };
             s.memo.iter().for_each(|w| w.set(0));
             s.pool.set(addr);
             s.id.set(pid);
@@ -404,6 +404,121 @@ pub(crate) fn unbind<K: Hooks, L: RawLock>(pool: &Pool<K, L>, id: &AtomicU32) {
     let pid = id.load(Relaxed);
     if pid != 0 {
         registry(|t| t.remove(pool as *const Pool<K, L> as usize, pid));
+    }
+}
+
+/// glibc's `PTHREAD_KEY_2NDLEVEL_SIZE`: the keys whose values live in the thread's descriptor,
+/// so that `pthread_setspecific` of them never allocates.
+const KEYS_WITHOUT_ALLOCATION: libc::pthread_key_t = 32;
+
+/// Sets the calling thread's exit to run [`release_at_exit`] (see the module docs): through
+/// the process's pthread key when it is one of the first 32, else through
+/// `__cxa_thread_atexit_impl`. `false` if neither could be set.
+fn release_at_thread_exit(s: &Slot) -> bool {
+    if let Some(key) = exit_key() {
+        // SAFETY: `key` is a live key of this process; the value, the thread's own slot, is
+        // only handed back to `release_key`. Below `KEYS_WITHOUT_ALLOCATION` this allocates
+        // nothing.
+        return unsafe { libc::pthread_setspecific(key, s as *const Slot as *const c_void) } == 0;
+    }
+    // SAFETY: `release_at_exit` is an `extern "C"` function of this object, which
+    // `__dso_handle` names so that the loader keeps it while the destructor is pending; the
+    // argument is unused. This allocates (glibc's `calloc`, which in the malloc library is
+    // ours: the state `bind` set sends it to the lock).
+    unsafe {
+        __cxa_thread_atexit_impl(
+            release_at_exit,
+            core::ptr::null_mut(),
+            &raw const __dso_handle as *mut c_void,
+        ) == 0
+    }
+}
+
+/// The process's key whose destructor gives an exiting thread's cache back, created at the
+/// first bind; `None` when it could not be created or is not among the first 32 (then it is
+/// deleted, and never tried again).
+fn exit_key() -> Option<libc::pthread_key_t> {
+    /// Not tried yet.
+    const UNTRIED: usize = 0;
+    /// No key: the fallback.
+    const NONE: usize = 1;
+    /// Otherwise the key plus 2.
+    static KEY: AtomicUsize = AtomicUsize::new(UNTRIED);
+    let k = KEY.load(Relaxed);
+    if k == UNTRIED {
+        let mut key: libc::pthread_key_t = 0;
+        // SAFETY: `key` is writable; `release_key` is an `extern "C"` function of this object,
+        // which stays loaded while threads hold caches (it is the allocator).
+        let made = unsafe { libc::pthread_key_create(&mut key, Some(release_key)) } == 0;
+        let fresh = if made && key < KEYS_WITHOUT_ALLOCATION {
+            key as usize + 2
+        } else {
+            if made {
+                // SAFETY: the key was just created and is used by no one.
+                unsafe { libc::pthread_key_delete(key) };
+            }
+            NONE
+        };
+        return match KEY.compare_exchange(UNTRIED, fresh, Relaxed, Relaxed) {
+            Ok(_) => (fresh >= 2).then(|| (fresh - 2) as libc::pthread_key_t),
+            Err(other) => {
+                if fresh >= 2 {
+                    // SAFETY: another thread's key won; this one is used by no one.
+                    unsafe { libc::pthread_key_delete(key) };
+                }
+                (other >= 2).then(|| (other - 2) as libc::pthread_key_t)
+            }
+        };
+    }
+    (k >= 2).then(|| (k - 2) as libc::pthread_key_t)
+}
+
+/// The exit key's destructor: [`release_at_exit`].
+unsafe extern "C" fn release_key(_: *mut c_void) {
+    // SAFETY: no preconditions beyond being called at the thread's exit.
+    unsafe { release_at_exit(core::ptr::null_mut()) }
+}
+
+/// Reports a cached block's damaged link or key (see [`tagalloc::ThreadCache`]) on stderr,
+/// without allocating, and aborts, as glibc does on a bad tcache link.
+pub(crate) fn report_damage(e: tagalloc::CheckError) {
+    use core::fmt::Write;
+    /// A message on the stack; what does not fit is cut.
+    struct Line {
+        bytes: [u8; 256],
+        len: usize,
+    }
+    impl Write for Line {
+        fn write_str(&mut self, s: &str) -> core::fmt::Result {
+            let room = self.bytes.len() - 1 - self.len;
+            let take = s.len().min(room);
+            if let (Some(d), Some(src)) = (
+                self.bytes.get_mut(self.len..self.len + take),
+                s.as_bytes().get(..take),
+            ) {
+                d.copy_from_slice(src);
+                self.len += take;
+            }
+            Ok(())
+        }
+    }
+    let mut line = Line {
+        bytes: [0; 256],
+        len: 0,
+    };
+    let _ = write!(
+        line,
+        "tagalloc: heap corruption at {:#x}: {}; aborting",
+        e.at, e.what
+    );
+    if let Some(end) = line.bytes.get_mut(line.len) {
+        *end = b'\n';
+        line.len += 1;
+    }
+    // SAFETY: `write` reads `len` bytes of the buffer; `abort` has no preconditions.
+    unsafe {
+        libc::write(2, line.bytes.as_ptr().cast(), line.len);
+        libc::abort();
     }
 }
 
@@ -635,12 +750,16 @@ mod tests {
     static POOL: HostPool = host_pool();
     static CACHES: CacheBinding = CacheBinding::new();
 
-    /// Reports, when its thread exits, whether the initial-exec word was null by then.
-    struct Witness(std::sync::mpsc::Sender<bool>);
+    /// When its thread exits: reports whether the initial-exec word was still set (the cache
+    /// still bound), then frees its block through the cache.
+    struct Witness(std::sync::mpsc::Sender<bool>, usize);
 
     impl Drop for Witness {
         fn drop(&mut self) {
-            let _ = self.0.send(tls_slot::get().is_null());
+            let _ = self.0.send(tls_slot::get().is_null() != tls_slot::PRESENT);
+            let p = NonNull::new(self.1 as *mut u8).unwrap();
+            // SAFETY: a live 40-byte block of `POOL`, given up once.
+            unsafe { CACHES.free(&POOL, p, 40).unwrap() };
         }
     }
 
@@ -651,16 +770,18 @@ mod tests {
         static WITNESS: core::cell::RefCell<Option<Witness>> = const { core::cell::RefCell::new(None) };
     }
 
+    /// The cache's exit destructor (a pthread key's) runs after the thread-locals' destructors:
+    /// their frees still go through the bound cache, and it then gives everything back.
     #[test]
     fn a_bound_thread_finds_its_cache_through_the_word_until_it_exits() {
         let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         let (tx, rx) = std::sync::mpsc::channel();
         let during = std::thread::spawn(move || {
-            // Registered before the cache is bound, so its destructor runs after the cache's.
-            WITNESS.with(|w| *w.borrow_mut() = Some(Witness(tx)));
             assert!(tls_slot::get().is_null());
             let p = CACHES.alloc(&POOL, 40, 16).unwrap();
             let bound = tls_slot::get();
+            let kept = CACHES.alloc(&POOL, 40, 16).unwrap();
+            WITNESS.with(|w| *w.borrow_mut() = Some(Witness(tx, kept.as_ptr() as usize)));
             // SAFETY: a live 40-byte block of `POOL`, given up once (into this thread's cache).
             unsafe { CACHES.free(&POOL, p, 40).unwrap() };
             bound.is_null()
@@ -668,8 +789,8 @@ mod tests {
         .join()
         .unwrap();
         assert_eq!(during, !tls_slot::PRESENT);
-        // The cache's destructor cleared the word before later destructors ran, and gave the
-        // cache back.
+        // The thread-local's destructor found the cache bound, and the cache's destructor,
+        // after it, gave the cache back with the block freed into it.
         assert!(rx.recv().unwrap());
         let s = POOL.stats().unwrap();
         assert_eq!(s.heap.in_use, 0);

@@ -43,9 +43,14 @@ fn start() {
     options::start(at_exit);
 }
 
-/// The exit handler registered when `TAGALLOC_STATS` is set: the pool's figures.
+/// The exit handler: the calling thread's cache goes back to the pool (no key destructor runs
+/// at `exit`; its blocks' tags and links are checked as they leave), then, when
+/// `TAGALLOC_STATS` is set, the pool's figures.
 extern "C" fn at_exit() {
-    report::stats("at exit", report::To::Exit, pool::stats());
+    pool::flush_calling_thread();
+    if options::stats() {
+        report::stats("at exit", report::To::Exit, pool::stats());
+    }
 }
 
 /// Starts the library when it is loaded, in case the program's first allocation comes late:

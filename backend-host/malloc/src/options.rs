@@ -8,6 +8,11 @@
 //!   the address in one of the pool's regions, the tags the free follows plausible. Either
 //!   way a double free or a foreign pointer is refused, counted and reported once on stderr,
 //!   and damaged tags are reported and abort.
+//! - `TAGALLOC_ON_MISUSE`: what a detected double free or foreign pointer does. `abort` (the
+//!   default, and what glibc, Scudo and hardened_malloc do): reported on stderr, then the
+//!   process aborts. `continue`: the call is refused, counted and the first one reported, and
+//!   the program goes on (what the Rust API always does: it returns the error). Any other value
+//!   is reported in one line and the default is kept. Damaged tags abort either way.
 //! - `TAGALLOC_STATS`: set likewise, the heap's figures are written when the process exits
 //!   (an `atexit` handler), each line naming the program and its pid: to stderr while it is
 //!   open, else (a program that closed it, as coreutils do) to
@@ -17,8 +22,8 @@
 //! **No allocation, no recursion.** The pool needs no initialisation at all (it is a `const`
 //! in a `static`: nothing is mapped until the first allocation), so the allocator works before
 //! and while this runs. Starting means reading two variables with libc's `getenv` (no
-//! allocation, unlike `std::env`), registering the fork handlers and, for the statistics,
-//! the exit handler. `pthread_atfork` and `atexit` may themselves call `malloc` (when their
+//! allocation, unlike `std::env`), registering the fork handlers and
+//! the exit handler (the calling thread's cache, and the statistics). `pthread_atfork` and `atexit` may themselves call `malloc` (when their
 //! preallocated tables are full); such a call, and any call made by another thread meanwhile,
 //! finds the start under way and is served at once with the defaults, instead of waiting for
 //! a start that is waiting for it. Nothing here uses `dlsym`, Rust's `std::env`, formatting
@@ -39,9 +44,13 @@ const READY: u8 = 2;
 static STATE: AtomicU8 = AtomicU8::new(NOT_STARTED);
 static CHECKED: AtomicBool = AtomicBool::new(false);
 static STATS: AtomicBool = AtomicBool::new(false);
+/// Whether a double free or a foreign pointer aborts (`TAGALLOC_ON_MISUSE`); so from the first
+/// call, before the environment is read.
+static ABORT_ON_MISUSE: AtomicBool = AtomicBool::new(true);
 
 /// Starts the library if it has not started: reads the environment, registers the handlers
-/// (`at_exit` to print the statistics at exit, when `TAGALLOC_STATS` asks for them). Returns at
+/// (`at_exit`: the calling thread's cache back to the pool at exit, and the statistics, when
+/// `TAGALLOC_STATS` asks for them). Returns at
 /// once if another call (this thread's, further up the stack, or another thread's) is starting
 /// it.
 #[inline]
@@ -61,6 +70,14 @@ fn start_now(at_exit: extern "C" fn()) {
         return;
     }
     CHECKED.store(flag(c"TAGALLOC_CHECKED"), Ordering::Relaxed);
+    with_value(c"TAGALLOC_ON_MISUSE", |v| match v {
+        None | Some(b"abort") => {}
+        Some(b"continue") => ABORT_ON_MISUSE.store(false, Ordering::Relaxed),
+        Some(_) => report::line(format_args!(
+            "tagalloc: TAGALLOC_ON_MISUSE is neither \"abort\" nor \"continue\"; a double free \
+             or an invalid pointer aborts (the default)"
+        )),
+    });
     let stats = flag(c"TAGALLOC_STATS");
     STATS.store(stats, Ordering::Relaxed);
     if stats {
@@ -74,14 +91,13 @@ fn start_now(at_exit: extern "C" fn()) {
              may hang"
         ));
     }
-    if stats {
-        // SAFETY: `at_exit` is an `extern "C"` function without arguments of this library,
-        // which stays loaded for the life of the process.
-        if unsafe { libc::atexit(at_exit) } != 0 {
-            report::line(format_args!(
-                "tagalloc: atexit refused; no statistics will be printed at exit"
-            ));
-        }
+    // SAFETY: `at_exit` is an `extern "C"` function without arguments of this library, which
+    // stays loaded for the life of the process. Registered this early, it takes one of the
+    // static slots of glibc's exit list: nothing is allocated.
+    if unsafe { libc::atexit(at_exit) } != 0 && stats {
+        report::line(format_args!(
+            "tagalloc: atexit refused; no statistics will be printed at exit"
+        ));
     }
     STATE.store(READY, Ordering::Release);
 }
@@ -107,4 +123,17 @@ fn with_value<R>(name: &CStr, f: impl FnOnce(Option<&[u8]>) -> R) -> R {
 #[inline]
 pub(crate) fn checked() -> bool {
     CHECKED.load(Ordering::Relaxed)
+}
+
+/// Whether a detected double free or foreign pointer aborts the process
+/// (`TAGALLOC_ON_MISUSE`, `abort` by default) rather than being refused.
+#[inline]
+pub(crate) fn abort_on_misuse() -> bool {
+    ABORT_ON_MISUSE.load(Ordering::Relaxed)
+}
+
+/// Whether the heap's figures are written at exit (`TAGALLOC_STATS`).
+#[inline]
+pub(crate) fn stats() -> bool {
+    STATS.load(Ordering::Relaxed)
 }

@@ -338,6 +338,11 @@ pub(crate) fn trim() -> bool {
         .is_ok_and(|t| t.regions > 0 || t.bytes > 0 || t.released > 0)
 }
 
+/// Gives the calling thread's cache back to the pool (at `exit`).
+pub(crate) fn flush_calling_thread() {
+    CACHES.flush_current(&POOL);
+}
+
 /// The pool's statistics; `None` only if this thread holds the pool's lock.
 pub(crate) fn stats() -> Option<PoolStats> {
     POOL.stats().ok()

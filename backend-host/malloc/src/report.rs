@@ -8,6 +8,8 @@ use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use tagalloc::{BlockError, CheckError, Error, PoolStats};
 
+use crate::options;
+
 /// Room for one message; the last [`MARK`] bytes are kept for the end of line.
 const CAPACITY: usize = 1024;
 /// What ends a message that had to be cut, and its newline.
@@ -119,15 +121,14 @@ pub(crate) fn bad_pointer(call: &str, ptr: *mut u8, why: BlockError) {
     }
 }
 
-/// Counts a refused `call` of `ptr`, and reports the first one on stderr, naming the cause
-/// in glibc's words too.
+/// Counts a refused `call` of `ptr`. A double free or a foreign pointer is reported and the
+/// process aborts, as glibc does, unless `TAGALLOC_ON_MISUSE=continue` asked to go on: then
+/// the first refusal is reported on stderr, naming the cause in glibc's words too.
 #[cold]
 #[inline(never)]
 pub(crate) fn refusal(call: &str, ptr: *mut u8, why: Error) {
     REFUSED.fetch_add(1, Ordering::Relaxed);
-    if REPORTED.swap(true, Ordering::Relaxed) {
-        return;
-    }
+    let misuse = matches!(why, Error::DoubleFree | Error::ForeignPointer);
     let what = match why {
         Error::DoubleFree => {
             "a double free: the block was freed already (glibc: \"free(): double free detected\")"
@@ -138,10 +139,28 @@ pub(crate) fn refusal(call: &str, ptr: *mut u8, why: Error) {
         }
         _ => "refused by the heap",
     };
-    line(format_args!(
-        "tagalloc: {call}({ptr:p}) refused: {what} ({why}); nothing was freed. Further refusals \
-         are counted, not reported (TAGALLOC_STATS=1 prints the count at exit)."
-    ));
+    if misuse && options::abort_on_misuse() {
+        line(format_args!(
+            "tagalloc: {call}({ptr:p}): {what}; aborting (TAGALLOC_ON_MISUSE=continue refuses \
+             such calls and goes on)"
+        ));
+        // SAFETY: `abort` has no preconditions; it does not return.
+        unsafe { libc::abort() }
+    }
+    if REPORTED.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    if misuse {
+        line(format_args!(
+            "tagalloc: {call}({ptr:p}) refused: {what}; nothing was freed. Further refusals are \
+             counted, not reported (TAGALLOC_STATS=1 prints the count at exit)."
+        ));
+    } else {
+        line(format_args!(
+            "tagalloc: {call}({ptr:p}) refused: {why}; nothing was freed. Further refusals are \
+             counted, not reported (TAGALLOC_STATS=1 prints the count at exit)."
+        ));
+    }
 }
 
 /// Reports damaged heap tags found by a `call` of `ptr` and aborts, as glibc does for memory

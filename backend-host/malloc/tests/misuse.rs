@@ -1,5 +1,6 @@
 //! Misuse of the library by a C program (`tests/c/misuse.c`), one case per run, in both modes
-//! (default, and `TAGALLOC_CHECKED=1`): each must be refused or reported with its own cause,
+//! (default, and `TAGALLOC_CHECKED=1`), with `TAGALLOC_ON_MISUSE=continue` (a double free or
+//! an invalid pointer aborts by default: `tests/api.rs`): each must be refused or reported with its own cause,
 //! and none may end in a bare signal. A refused free leaves the program's blocks and the
 //! figures (`mallinfo2`) as they were and is reported once on stderr; damaged tags are
 //! reported with their address and the process aborts (SIGABRT), as glibc does.
@@ -31,10 +32,14 @@ fn run(case: &str, checked: bool) -> Run {
     let exe: &'static str = Box::leak(exe.to_str().expect("a UTF-8 path").into());
     let mut p = Program::new(exe, &[case], dir);
     p.limit = Duration::from_secs(60);
+    // The refusals are what is tested: the program must go on past them.
     let env: &[(&str, &str)] = if checked {
-        &[("TAGALLOC_CHECKED", "1")]
+        &[
+            ("TAGALLOC_CHECKED", "1"),
+            ("TAGALLOC_ON_MISUSE", "continue"),
+        ]
     } else {
-        &[]
+        &[("TAGALLOC_ON_MISUSE", "continue")]
     };
     p.run(Some(&library()), env)
 }

@@ -11,6 +11,10 @@
 //! error number and, for a refused page lock, the `RLIMIT_MEMLOCK` in force; its `Display`
 //! says what to do. A pool's source is read with `Pool::source()` or, shared,
 //! `SharedPool::with_pool(|p| p.source().last_error())`.
+//!
+//! **Reuse.** With [`MmapOptions::reuse`], mappings given back are kept a while instead of
+//! unmapped, and a later region is cut from one of them (see [`Reuse`]): a program that frees a
+//! large block and allocates another then neither maps, faults in nor unmaps it again.
 
 use core::fmt;
 use core::ptr::{null_mut, NonNull};
@@ -35,6 +39,81 @@ pub struct MmapOptions {
     locked: bool,
     huge_pages: bool,
     populate: bool,
+    reuse: Reuse,
+}
+
+/// The most mappings a source keeps for reuse ([`Reuse::entries`] is capped to it).
+pub const REUSE_SLOTS: usize = 8;
+
+/// How an [`MmapSource`] keeps mappings given back for reuse (see [`MmapOptions::reuse`]).
+///
+/// A mapping given back (a large block's own region at its free, a wholly free region at a
+/// trim) of at most `bytes` is kept, with the time it was given back, instead of unmapped. A
+/// region obtained later takes the kept mapping closest in size, the smallest that holds it
+/// (its tail beyond the region unmapped) or else the largest (grown with
+/// `mremap(MREMAP_MAYMOVE)`, which moves the pages it has without copying or faulting them, so
+/// only the new tail is faulted in), instead of a new mapping. A kept mapping goes back to the
+/// system when it has been kept `delay_ms` milliseconds, at the next call that obtains or gives
+/// back a region (the clock is read only there; there is no thread), when more than `entries`
+/// or more than `bytes` are kept (the oldest first), and on every trim
+/// ([`tagalloc::RegionSource::purge`]).
+///
+/// The policy follows what glibc, jemalloc and mimalloc do with freed large blocks: glibc raises
+/// its mmap threshold to the size of a freed mapped chunk (up to 32 MiB,
+/// `DEFAULT_MMAP_THRESHOLD_MAX`) and keeps such blocks in its heap until a trim; jemalloc returns
+/// unused dirty pages over `opt.dirty_decay_ms` (10 s); mimalloc purges them after
+/// `purge_delay` (10 ms). [`Reuse::DEFAULT`] keeps up to 8 mappings and 64 MiB (glibc's largest
+/// trim threshold, twice its largest mmap threshold) for 1 s.
+///
+/// Reuse is off for huge-page sources (a moved mapping could lose its huge-page alignment).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reuse {
+    /// The most mappings kept (at most [`REUSE_SLOTS`]); 0: none (reuse off).
+    pub entries: usize,
+    /// The most bytes kept; a mapping larger than this is unmapped at once.
+    pub bytes: usize,
+    /// How long a mapping is kept, in milliseconds of the coarse monotonic clock.
+    pub delay_ms: u64,
+}
+
+impl Reuse {
+    /// Nothing kept: every mapping given back is unmapped at once.
+    pub const OFF: Reuse = Reuse {
+        entries: 0,
+        bytes: 0,
+        delay_ms: 0,
+    };
+
+    /// Up to 8 mappings and 64 MiB, each for 1 s (see the type's docs).
+    pub const DEFAULT: Reuse = Reuse {
+        entries: REUSE_SLOTS,
+        bytes: 64 << 20,
+        delay_ms: 1000,
+    };
+
+    /// Whether anything is kept.
+    pub const fn is_on(&self) -> bool {
+        self.entries > 0 && self.bytes > 0
+    }
+}
+
+/// What an [`MmapSource`]'s reuse did (all zeros without it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReuseStats {
+    /// Mappings kept when given back.
+    pub kept: u64,
+    /// Regions obtained from a kept mapping instead of a new one.
+    pub reused: u64,
+    /// Of those, the ones whose mapping was grown (`mremap`) to fit.
+    pub grown: u64,
+    /// Of those, the ones whose mapping's tail was unmapped to fit.
+    pub shrunk: u64,
+    /// Kept mappings unmapped after [`Reuse::delay_ms`].
+    pub expired: u64,
+    /// Kept mappings unmapped to keep within [`Reuse::entries`] and [`Reuse::bytes`].
+    pub evicted: u64,
+    /// Kept mappings unmapped by [`tagalloc::RegionSource::purge`] (a trim).
+    pub purged: u64,
 }
 
 impl MmapOptions {
@@ -44,7 +123,35 @@ impl MmapOptions {
             locked: false,
             huge_pages: false,
             populate: false,
+            reuse: Reuse::OFF,
         }
+    }
+
+    /// Keep mappings given back for reuse, as `reuse` says (see [`Reuse`]); [`Reuse::OFF`],
+    /// the default, unmaps them at once.
+    ///
+    /// ```
+    /// use tagalloc::RegionSource;
+    /// use tagalloc_host::{MmapOptions, Reuse};
+    ///
+    /// let mut src = MmapOptions::new().reuse(Reuse::DEFAULT).source();
+    /// let (base, len) = src.obtain(5 << 20).unwrap();
+    /// // SAFETY: the region came from `src` and nothing uses it.
+    /// unsafe { src.give_back(base, len) };
+    /// assert_eq!((src.cached(), src.mapped()), (5 << 20, 5 << 20)); // kept, still mapped
+    /// let (again, len) = src.obtain(4 << 20).unwrap(); // cut from it: no new mapping
+    /// assert_eq!((again, len, src.maps()), (base, 4 << 20, 1));
+    /// // SAFETY: as above.
+    /// unsafe { src.give_back(again, len) };
+    /// assert_eq!((src.purge(), src.mapped()), (4 << 20, 0));
+    /// ```
+    pub const fn reuse(self, reuse: Reuse) -> Self {
+        MmapOptions { reuse, ..self }
+    }
+
+    /// How mappings given back are kept for reuse.
+    pub const fn reuse_policy(&self) -> Reuse {
+        self.reuse
     }
 
     /// Lock every region in memory (`mlock`): it is faulted in at once and never paged out.
@@ -222,8 +329,18 @@ pub struct MmapSource {
     options: MmapOptions,
     last_error: Option<SourceError>,
     huge: HugePages,
-    /// Bytes mapped now (regions obtained and grown, less those given back and cut).
+    /// Bytes mapped now (regions obtained and grown, less those given back and cut), the
+    /// mappings kept for reuse included.
     mapped: usize,
+    /// Mappings made (`mmap` of a region).
+    maps: u64,
+    /// Mappings kept for reuse, as `(base, len, when)`; `len == 0`: an empty slot.
+    kept: [(usize, usize, u64); REUSE_SLOTS],
+    /// The bytes of `kept`.
+    cached: usize,
+    reuse_stats: ReuseStats,
+    /// The clock [`Reuse::delay_ms`] is measured with, in milliseconds.
+    clock: fn() -> u64,
 }
 
 impl Default for MmapSource {
@@ -250,7 +367,28 @@ impl MmapSource {
                 advice_refused: 0,
             },
             mapped: 0,
+            maps: 0,
+            kept: [(0, 0, 0); REUSE_SLOTS],
+            cached: 0,
+            reuse_stats: ReuseStats {
+                kept: 0,
+                reused: 0,
+                grown: 0,
+                shrunk: 0,
+                expired: 0,
+                evicted: 0,
+                purged: 0,
+            },
+            clock: os::coarse_ms,
         }
+    }
+
+    /// This source with `clock` (milliseconds, never going back) instead of the coarse
+    /// monotonic clock for [`Reuse::delay_ms`]: for tests, which move time themselves.
+    pub const fn with_clock(self, clock: fn() -> u64) -> Self {
+        let mut s = self;
+        s.clock = clock;
+        s
     }
 
     /// The options.
@@ -269,9 +407,166 @@ impl MmapSource {
         self.huge
     }
 
-    /// Bytes mapped now.
+    /// Bytes mapped now, the mappings kept for reuse included.
     pub fn mapped(&self) -> usize {
         self.mapped
+    }
+
+    /// Mappings made for regions (`mmap` calls that succeeded; a region cut from a kept mapping
+    /// is not one).
+    pub fn maps(&self) -> u64 {
+        self.maps
+    }
+
+    /// What reuse did.
+    pub fn reuse_stats(&self) -> ReuseStats {
+        self.reuse_stats
+    }
+
+    /// Whether mappings given back are kept (see [`Reuse`]).
+    fn reusing(&self) -> bool {
+        self.options.reuse.is_on() && !self.options.huge_pages
+    }
+
+    /// Unmaps the kept mapping in slot `i`, if any; its bytes.
+    fn drop_kept(&mut self, i: usize) -> usize {
+        let Some(&(base, len, _)) = self.kept.get(i) else {
+            return 0;
+        };
+        if len == 0 {
+            return 0;
+        }
+        if let Some(slot) = self.kept.get_mut(i) {
+            *slot = (0, 0, 0);
+        }
+        self.cached -= len;
+        // SAFETY: a kept mapping of this source, which nothing uses (the pool gave it back) and
+        // which is no longer in `kept`.
+        if unsafe { self.unmap(base, len) } {
+            self.mapped -= len;
+        }
+        len
+    }
+
+    /// Unmaps the kept mappings older than the delay at `now`.
+    fn expire(&mut self, now: u64) {
+        let delay = self.options.reuse.delay_ms;
+        for i in 0..REUSE_SLOTS {
+            if matches!(self.kept.get(i), Some(&(_, len, at)) if len > 0 && now.saturating_sub(at) >= delay)
+            {
+                self.drop_kept(i);
+                self.reuse_stats.expired += 1;
+            }
+        }
+    }
+
+    /// The slot of the oldest kept mapping, if any.
+    fn oldest(&self) -> Option<usize> {
+        (0..REUSE_SLOTS)
+            .filter(|&i| self.kept.get(i).is_some_and(|k| k.1 > 0))
+            .min_by_key(|&i| self.kept.get(i).map_or(0, |k| k.2))
+    }
+
+    /// Keeps the mapping `base..base + len` for reuse, if reuse is on and it fits the bound;
+    /// whether it did (else the caller unmaps it).
+    fn keep(&mut self, base: usize, len: usize) -> bool {
+        let reuse = self.options.reuse;
+        if !self.reusing() || len > reuse.bytes {
+            return false;
+        }
+        let now = (self.clock)();
+        self.expire(now);
+        let limit = reuse.entries.min(REUSE_SLOTS);
+        loop {
+            let count = self.kept.iter().filter(|k| k.1 > 0).count();
+            if count < limit && self.cached + len <= reuse.bytes {
+                break;
+            }
+            let Some(i) = self.oldest() else { break };
+            self.drop_kept(i);
+            self.reuse_stats.evicted += 1;
+        }
+        let Some(slot) = self.kept.iter_mut().find(|k| k.1 == 0) else {
+            return false;
+        };
+        *slot = (base, len, now);
+        self.cached += len;
+        self.reuse_stats.kept += 1;
+        true
+    }
+
+    /// A region of `len` bytes (a multiple of the granularity) cut from a kept mapping: the
+    /// smallest that holds it, its tail unmapped, else the largest, grown in place or moved
+    /// (`mremap(MREMAP_MAYMOVE)`: its pages move without being copied or faulted). `None` when
+    /// nothing is kept, or the kept mapping could not be fitted (then it is unmapped).
+    fn reuse_kept(&mut self, len: usize) -> Option<(NonNull<u8>, usize)> {
+        if self.cached == 0 {
+            return None;
+        }
+        self.expire((self.clock)());
+        let live = |k: &&(usize, usize, u64)| k.1 > 0;
+        let pick = self
+            .kept
+            .iter()
+            .enumerate()
+            .filter(|(_, k)| live(k) && k.1 >= len)
+            .min_by_key(|(_, k)| k.1)
+            .or_else(|| {
+                self.kept
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, k)| live(k))
+                    .max_by_key(|(_, k)| k.1)
+            })
+            .map(|(i, &k)| (i, k))?;
+        let (i, (base, have, _)) = pick;
+        if let Some(slot) = self.kept.get_mut(i) {
+            *slot = (0, 0, 0);
+        }
+        self.cached -= have;
+        if have > len {
+            // SAFETY: the tail of a kept mapping of this source, which nothing uses.
+            if unsafe { self.unmap(base + len, have - len) } {
+                self.mapped -= have - len;
+                self.reuse_stats.shrunk += 1;
+            } else {
+                // The tail stays mapped: the region keeps it (`len ≥ min` is all it promises).
+                self.reuse_stats.reused += 1;
+                return NonNull::new(base as *mut u8).map(|p| (p, have));
+            }
+        } else if have < len {
+            // A locked mapping's new pages are locked (and faulted in) by the kernel.
+            // SAFETY: `base..base + have` is a kept mapping of this source, which nothing uses;
+            // with `MREMAP_MAYMOVE` the kernel extends it in place or moves it whole to free
+            // addresses, and never touches other mappings.
+            let p =
+                unsafe { libc::mremap(base as *mut libc::c_void, have, len, libc::MREMAP_MAYMOVE) };
+            if p == libc::MAP_FAILED {
+                self.fail(Call::Remap, len - have);
+                // SAFETY: the kept mapping, still whole, which nothing uses.
+                if unsafe { self.unmap(base, have) } {
+                    self.mapped -= have;
+                }
+                return None;
+            }
+            let at = p.addr();
+            self.mapped += len - have;
+            if self.options.populate
+                && !self.options.locked
+                && self.populate(at + have, len - have).is_err()
+            {
+                // SAFETY: the mapping just moved or grown, which nothing uses.
+                if unsafe { self.unmap(at, len) } {
+                    self.mapped -= len;
+                }
+                return None;
+            }
+            self.reuse_stats.grown += 1;
+            self.reuse_stats.reused += 1;
+            return NonNull::new(p.cast()).map(|p| (p, len));
+        }
+        self.reuse_stats.reused += 1;
+        NonNull::new(base as *mut u8).map(|p| (p, len))
     }
 
     /// Records a failed call (the error number is read now) and returns the pool's error.
@@ -406,8 +701,18 @@ impl MmapSource {
     }
 }
 
-// SAFETY: every region is a fresh anonymous private read-write mapping, used by nothing but
-// the pool it is handed to until it is given back (`munmap`ped) or its tail is cut; growth is
+impl Drop for MmapSource {
+    /// Unmaps the mappings kept for reuse (the regions handed out are their pool's business).
+    fn drop(&mut self) {
+        self.purge();
+    }
+}
+
+// SAFETY: every region is an anonymous private read-write mapping, fresh or kept for reuse
+// (a mapping given back by the pool, which nothing uses since, and which is handed out once:
+// it leaves `kept` as it is handed out), used by nothing but the pool it is handed to until it
+// is given back (`munmap`ped or kept) or its tail is cut; a kept mapping grown with
+// `MREMAP_MAYMOVE` is one mapping, at the address the kernel returns; growth is
 // `mremap` without `MREMAP_MAYMOVE`, so a grown region is the same mapping, extended in place
 // and reachable from its base; released pages (`MADV_DONTNEED`) stay mapped and read as
 // zeros. Bases are aligned to the granularity: the page size (any mapping), or the huge-page
@@ -434,6 +739,11 @@ unsafe impl RegionSource for MmapSource {
             .checked_next_multiple_of(g)
             .filter(|&l| l <= isize::MAX as usize)
             .ok_or(Error::SizeOverflow)?;
+        if self.reusing() {
+            if let Some(got) = self.reuse_kept(len) {
+                return Ok(got);
+            }
+        }
         let base = if self.options.huge_pages {
             self.map_huge(len)?
         } else {
@@ -457,14 +767,36 @@ unsafe impl RegionSource for MmapSource {
             }
         }
         self.mapped += len;
+        self.maps += 1;
         Ok((base, len))
     }
 
     unsafe fn give_back(&mut self, base: NonNull<u8>, len: usize) {
+        // The caller's contract: the region came from here and nothing uses it, so it may be
+        // kept and handed out again.
+        if self.keep(base.addr().get(), len) {
+            return;
+        }
         // SAFETY: the caller's contract: the region came from here and nothing uses it.
         if unsafe { self.unmap(base.addr().get(), len) } {
             self.mapped -= len;
         }
+    }
+
+    fn cached(&self) -> usize {
+        self.cached
+    }
+
+    fn purge(&mut self) -> usize {
+        let mut bytes = 0;
+        for i in 0..REUSE_SLOTS {
+            let n = self.drop_kept(i);
+            if n > 0 {
+                bytes += n;
+                self.reuse_stats.purged += 1;
+            }
+        }
+        bytes
     }
 
     fn grow(&mut self, base: NonNull<u8>, len: usize, additional: usize) -> Result<usize, Error> {

@@ -71,6 +71,22 @@ pub(crate) fn memlock_limit() -> Option<u64> {
     Some(lim.rlim_cur as u64)
 }
 
+/// Milliseconds of the coarse monotonic clock (`CLOCK_MONOTONIC_COARSE`: read from the vDSO,
+/// without a system call, to the kernel's tick, a few milliseconds); 0 if it cannot be read.
+pub(crate) fn coarse_ms() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable `timespec`.
+    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) } != 0 {
+        return 0;
+    }
+    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
+    let ms = u64::try_from(ts.tv_nsec).unwrap_or(0) / 1_000_000;
+    secs.saturating_mul(1000).saturating_add(ms)
+}
+
 /// The calling thread's last error number.
 pub(crate) fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)

@@ -262,24 +262,27 @@ pub extern "C" fn malloc_stats() {
     report::stats("malloc_stats", report::To::Stderr, pool::stats());
 }
 
-/// The pool's figures in glibc's `struct mallinfo2`: `arena` the bytes held from the system,
-/// `ordblks` the free chunks, `uordblks` the bytes in use, `fordblks` the free bytes,
-/// `usmblks` the peak bytes held; the other fields (fastbins, separate mappings, top chunk)
-/// have no counterpart and are 0.
+/// The pool's figures in glibc's `struct mallinfo2`: `arena` the bytes held from the system
+/// (the pool's regions and the mappings kept for reuse), `ordblks` the free chunks, `uordblks`
+/// the bytes in use, `fordblks` the free bytes (free chunks and kept mappings), `usmblks` the
+/// peak bytes held, `keepcost` the bytes of the mappings kept for reuse (what `malloc_trim`
+/// gives back besides free regions and pages, as glibc's is the releasable top); the other
+/// fields (fastbins, separate mappings) have no counterpart and are 0.
 #[no_mangle]
 pub extern "C" fn mallinfo2() -> libc::mallinfo2 {
     let s = pool::stats().unwrap_or_default();
+    let held = s.reserved.saturating_add(s.cached);
     libc::mallinfo2 {
-        arena: s.reserved,
+        arena: held,
         ordblks: s.heap.free_chunks,
         smblks: 0,
         hblks: 0,
         hblkhd: 0,
-        usmblks: s.peak_reserved,
+        usmblks: s.peak_reserved.max(held),
         fsmblks: 0,
         uordblks: s.heap.in_use,
-        fordblks: s.heap.free,
-        keepcost: 0,
+        fordblks: s.heap.free.saturating_add(s.cached),
+        keepcost: s.cached,
     }
 }
 

@@ -5,7 +5,7 @@
 //! a given size (the size tells a bypassed block, whose region goes back to the system at
 //! once). The inline heap keeps every block's size in the tag word before it, and that is the
 //! size the block is freed with: `Pool::free` compares it with the bypass threshold, and for a
-//! block above it finds the block's region in the pool's bypass table and unmaps it. The tags
+//! block above it finds the block's region in the pool's bypass table and gives it back. The tags
 //! are read under the pool's lock, with the free: the lock holder rewrites a block's tag word
 //! when its neighbour changes state (the `PREV_IN_USE` bit), so reading it without the lock
 //! would race.
@@ -13,7 +13,7 @@
 //! **How a pointer is proven first** (`block_size`), before a byte at it is read: its address
 //! must lie in one of the pool's regions, found in the table its hooks keep ([`Ranges`]); one
 //! that does not is foreign, or a double free if it lies in a range given back lately (a large
-//! block unmapped by its first free). Inside a region, by default the tags the free will follow
+//! block given back by its first free, its mapping kept for reuse or unmapped). Inside a region, by default the tags the free will follow
 //! must be plausible (`InlineHeap::usable_size_in`, `O(1)`: in use, a whole number of
 //! granules, inside the region, the neighbours' flags and footers agreeing, else a walk names
 //! the cause); in checked mode (`TAGALLOC_CHECKED`) the region is walked from its start to the
@@ -47,7 +47,7 @@
 use core::ptr::NonNull;
 
 use tagalloc::{BlockError, Class, Error, InlineHeap, Pool, PoolStats, SharedPool};
-use tagalloc_host::{CacheBinding, HostAllocator, MmapSource, ProofMemo};
+use tagalloc_host::{CacheBinding, HostAllocator, MmapOptions, MmapSource, ProofMemo, Reuse};
 
 use crate::lock::PoolLock;
 use crate::options;
@@ -59,15 +59,17 @@ use crate::report;
 pub(crate) const MIN_ALIGN: usize = 16;
 
 /// The pool: the host pool (an inline heap over `mmap` regions) with the host allocator's policy:
-/// regions doubling from 1 MiB to 64 MiB, requests above 1 MiB in mappings of their own (unmapped
-/// on free), a free of 128 KiB or more unmapping the regions it leaves wholly free, `malloc_trim`
-/// unmapping wholly free regions and free region ends and releasing the pages of free chunks of 64
-/// KiB or more. Its lock is [`PoolLock`], which the fork handlers can reach. Nothing is mapped
-/// until the first allocation.
+/// regions doubling from 1 MiB to 64 MiB, requests above 1 MiB in mappings of their own, a free
+/// of 128 KiB or more giving back the regions it leaves wholly free, `malloc_trim` giving back
+/// wholly free regions and free region ends and releasing the pages of free chunks of 64 KiB or
+/// more. The source keeps the mappings given back for reuse ([`Reuse::DEFAULT`]: up to 8 and 64
+/// MiB, for 1 s), so that a large block freed and another allocated cost no new mapping, and
+/// `malloc_trim` unmaps them. Its lock is [`PoolLock`], which the fork handlers can reach.
+/// Nothing is mapped until the first allocation.
 static POOL: SharedPool<InlineHeap, MmapSource, Ranges, PoolLock> =
     SharedPool::new(Pool::with_hooks(
         InlineHeap::new(),
-        MmapSource::new(),
+        MmapOptions::new().reuse(Reuse::DEFAULT).source(),
         HostAllocator::POLICY,
         Ranges::new(),
     ));
@@ -328,14 +330,14 @@ pub(crate) unsafe fn usable_size(ptr: NonNull<u8>) -> usize {
     }
 }
 
-/// Gives memory back to the system (`Pool::trim`); whether anything was.
+/// Gives memory back to the system (`Pool::trim`: free regions, free ends, the pages of free
+/// chunks, and the mappings the source kept for reuse); whether anything was.
 /// The calling thread's cache and the batches the caches handed to one another go back to
 /// the pool first (other threads keep their caches).
 pub(crate) fn trim() -> bool {
     CACHES.flush_current(&POOL);
     let _ = POOL.flush_transfer();
-    POOL.trim()
-        .is_ok_and(|t| t.regions > 0 || t.bytes > 0 || t.released > 0)
+    POOL.trim().is_ok_and(|t| t.gave_back() || t.released > 0)
 }
 
 /// Gives the calling thread's cache back to the pool (at `exit`).

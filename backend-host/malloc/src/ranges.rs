@@ -1,6 +1,6 @@
 //! The address ranges the pool holds from the system, and those it gave back lately: what
 //! `free` consults before it reads a single byte at a pointer, so that a stack address, an
-//! `mmap` of the program's or a large block unmapped by its first free is refused by its
+//! `mmap` of the program's or a large block given back by its first free is refused by its
 //! address instead of read (a bare SIGSEGV where nothing is mapped, garbage followed where
 //! something is).
 //!
@@ -12,7 +12,10 @@
 //! ([`Ranges::complete`]) and `free` asks the heap, which walks its list of regions, instead.
 //! The ranges given back are kept in a ring of the last [`GONE`], so that a second free of a
 //! large block, whose region went back to the system at its first free, is named a double
-//! free (a range obtained again over one of them takes it off the ring).
+//! free (a range obtained again over one of them takes it off the ring). The source keeps such
+//! a region's mapping a while for reuse (`tagalloc_host::Reuse`), but to the pool, and so to
+//! the hooks, it was given back at the free: its range stays on the ring, still mapped, until a
+//! region is obtained over it.
 //!
 //! A free into a thread's cache proves its pointer without the lock: the hooks also publish
 //! the live ranges to [`MIRROR`] under a sequence lock (the sequence odd while they change),

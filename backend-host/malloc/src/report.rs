@@ -356,11 +356,12 @@ fn report_to(fd: i32, when: &str, program: &Program, pid: u32, figures: Option<P
     };
     let h = &s.heap;
     line(format_args!(
-        "tagalloc: {program}[{pid}] {when}: reserved {} (peak {}) in {} regions; in use {} (peak {}) in \
-         {} blocks",
+        "tagalloc: {program}[{pid}] {when}: reserved {} (peak {}) in {} regions, {} more kept for \
+         reuse; in use {} (peak {}) in {} blocks",
         Bytes(s.reserved),
         Bytes(s.peak_reserved),
         h.regions,
+        Bytes(s.cached),
         Bytes(h.in_use),
         Bytes(h.peak_in_use),
         h.live,

@@ -136,7 +136,8 @@ needs_cc! {
         refused("merged-next", "a double free", "invalid pointer", 2);
     }
 
-    /// A large block (a mapping of its own, unmapped by its first free), freed twice.
+    /// A large block (a mapping of its own, given back by its first free, its mapping kept
+    /// for reuse), freed twice.
     #[test]
     fn a_double_free_of_a_large_block_is_refused() {
         refused("large", "a double free", "invalid pointer", 1);

@@ -85,6 +85,10 @@ pub struct PoolStats {
     pub heap: Stats,
     /// Bytes held from the source now.
     pub reserved: usize,
+    /// Bytes of regions given back that the source keeps for reuse
+    /// ([`RegionSource::cached`]): not the pool's (not in `reserved`, not under its limit), but
+    /// still held from the system, until reused, aged out or trimmed.
+    pub cached: usize,
     /// The most bytes held at once.
     pub peak_reserved: usize,
     /// Regions obtained from the source.
@@ -136,13 +140,16 @@ pub struct Trimmed {
     pub bytes: usize,
     /// Bytes of pages released inside regions that stayed.
     pub released: usize,
+    /// Bytes the source kept for reuse and returned to the system ([`RegionSource::purge`]).
+    pub purged: usize,
 }
 
 impl Trimmed {
-    /// Whether anything went back to the source (a region, or a region's free end): what a
-    /// request that ran out may try again after.
+    /// Whether anything went back to the source (a region, or a region's free end) or from
+    /// the source to the system (what it kept for reuse): what a request that ran out may try
+    /// again after.
     pub fn gave_back(&self) -> bool {
-        self.regions > 0 || self.bytes > 0
+        self.regions > 0 || self.bytes > 0 || self.purged > 0
     }
 }
 
@@ -275,6 +282,7 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
                     refused_frees: 0,
                 },
                 reserved: 0,
+                cached: 0,
                 peak_reserved: 0,
                 regions_obtained: 0,
                 regions_given_back: 0,
@@ -496,7 +504,8 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
 
     /// Gives back every wholly free region, then (with [`Policy::release_above`] set, where the
     /// source can) the free ends of the regions that stay and the pages inside large free
-    /// chunks.
+    /// chunks; last, the source returns to the system what it keeps for reuse
+    /// ([`RegionSource::purge`]), those regions included.
     ///
     /// # Time Complexity
     /// `O(regions)`, plus `O(free chunks)` of at least [`Policy::release_above`] when pages are
@@ -520,6 +529,7 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
             out.released += released;
             self.counts.released += released as u64;
         }
+        out.purged = self.source.purge();
         out
     }
 
@@ -610,6 +620,7 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
         PoolStats {
             heap: self.heap.stats(),
             reserved: self.reserved,
+            cached: self.source.cached(),
             ..self.counts
         }
     }
@@ -996,8 +1007,9 @@ impl<S: RegionSource<Base = NonNull<u8>>, K: Hooks> Pool<InlineHeap, S, K> {
 }
 
 impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Drop for Pool<H, S, K> {
-    /// Gives back every wholly free region. A region that still holds a live block is kept
-    /// (never unmapped under its owner): it leaks with the pool.
+    /// Gives back every wholly free region, and has the source return what it keeps for
+    /// reuse. A region that still holds a live block is kept (never unmapped under its owner):
+    /// it leaks with the pool.
     fn drop(&mut self) {
         let Pool {
             heap,
@@ -1010,5 +1022,6 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Drop for Pool<H, S,
             unsafe { source.give_back(base, len) };
             hooks.given_back(S::addr(base), len);
         });
+        source.purge();
     }
 }

@@ -6,7 +6,11 @@
 //! range), give back a region's tail ([`RegionSource::shrink`]: unmapping the pages past a
 //! point), release the pages of a free range while keeping it ([`RegionSource::release`]:
 //! `madvise(MADV_DONTNEED)`), and say how much it could still supply
-//! ([`RegionSource::available`], for a pool that reserves a fraction up front). Backends
+//! ([`RegionSource::available`], for a pool that reserves a fraction up front). A source may
+//! keep regions given back for reuse instead of returning them at once (the host source keeps
+//! freed large mappings a while: see `tagalloc_host::Reuse`): it says how many bytes it keeps
+//! ([`RegionSource::cached`]) and gives them all back when the pool is trimmed
+//! ([`RegionSource::purge`]). Backends
 //! implement it: anonymous `mmap` in `tagalloc-host`, device allocations and virtual-memory
 //! growth in `tagalloc-cuda`.
 //!
@@ -86,6 +90,19 @@ pub unsafe trait RegionSource {
     unsafe fn release(&mut self, start: usize, len: usize) -> bool {
         let _ = (start, len);
         false
+    }
+
+    /// Bytes of regions given back that the source keeps for reuse instead of returning them
+    /// (still held from the system: mapped, resident), 0 by default.
+    fn cached(&self) -> usize {
+        0
+    }
+
+    /// Returns to the system everything the source keeps for reuse ([`RegionSource::cached`]);
+    /// the bytes returned. [`crate::Pool::trim`] calls it after giving its free regions back, and
+    /// so does a pool being dropped. By default there is nothing to return.
+    fn purge(&mut self) -> usize {
+        0
     }
 
     /// How many more bytes the source could supply now, if it knows (a device's free memory,

@@ -173,7 +173,9 @@ static void tagalloc(void) {
     CHECK("pvalloc(0) returns a whole page", pv0 && malloc_usable_size(pv0) >= 4096);
     free(pv0);
 
-    /* A large block is a mapping of its own, gone when freed; the heap's figures move. */
+    /* A large block is a mapping of its own, kept for reuse when freed (counted in arena and
+       keepcost) and given back by malloc_trim; the heap's figures move. */
+    malloc_trim(0);
     struct mallinfo2 before = mallinfo2();
     char *big = malloc(8 << 20);
     memset(big, 7, 8 << 20);
@@ -183,7 +185,18 @@ static void tagalloc(void) {
     struct mallinfo2 after = mallinfo2();
     CHECK("mallinfo2 counts a large block in use and held",
           during.uordblks >= before.uordblks + (8 << 20) && during.arena >= before.arena + (8 << 20));
-    CHECK("a freed large block goes back to the system", after.arena + (8 << 20) <= during.arena);
+    CHECK("a freed large block's mapping is kept for reuse, and counted",
+          after.keepcost >= (8 << 20) && after.arena >= after.keepcost &&
+              after.uordblks + (8 << 20) <= during.uordblks);
+    char *again = malloc(6 << 20);
+    struct mallinfo2 reused = mallinfo2();
+    CHECK("a smaller large block reuses it", again && reused.keepcost == 0 &&
+                                                 reused.arena + (2 << 20) <= after.arena);
+    sink = again;
+    free(again);
+    CHECK("malloc_trim gives back the kept mappings",
+          malloc_trim(0) == 1 && mallinfo2().keepcost == 0 &&
+              mallinfo2().arena + (6 << 20) <= during.arena);
 
     /* Many small blocks, then all freed: trim gives the regions back. */
     void *many[20000];

@@ -14,13 +14,16 @@
 //! `malloc` returning memory of the attacker's choice). So, as glibc 2.32's safe-linking does
 //! (`PROTECT_PTR`: the link XORed with its own address shifted right by 12), a link is stored
 //! XORed with its own address shifted right by 12 and with a mask derived from the process's
-//! secret key, and every link is checked before it is followed: decoded, it must be null
-//! exactly at the end of the list (the class's count says where) and otherwise a granule-aligned
-//! address below 2^57 (no user address is higher); and the block being taken must still carry
-//! the key. A link or key that fails is [reported](OnDamage) with its block's address, and the
-//! class's list is dropped, never followed: its blocks stay in use for the heap (leaked), which
-//! the malloc library never sees, as it aborts in its report. The checks cost a load that
-//! shares the link's cache line, two XORs and two compares per take.
+//! secret key, and checked before it is followed. A take (every `malloc` served by the cache)
+//! checks what following needs, as glibc's `tcache_get` checks alignment: the decoded link
+//! granule-aligned and below 2^57 (no user address is higher), and the list ends where its
+//! count says, whatever its last link holds. A walk that leaves the cache (a spill, a flush, a
+//! batch between caches) checks everything: the link null exactly at the end of the list, and
+//! every block still carrying the key. A link or key that fails is [reported](OnDamage) with
+//! its block's address, and the class's list is dropped, never followed: its blocks stay in use
+//! for the heap (leaked), which the malloc library never sees, as it aborts in its report. A
+//! take costs about 13 instructions more, a put 5 (docs/measurements.md, "Safe linking: the
+//! hot path's cost").
 //!
 //! **Size classes.** One class per inline chunk size from the smallest (32 bytes, 24 usable)
 //! up to 64 classes (1040 bytes, 1032 usable), as glibc's 64 tcache bins: every request that
@@ -179,27 +182,28 @@ pub(crate) unsafe fn decode(at: NonNull<u8>, mask: usize) -> *mut u8 {
     unsafe { at.cast::<*mut u8>().read() }.map_addr(|a| a ^ salt)
 }
 
-/// Why the link of `at`, decoded as `next`, cannot be followed when `last` says whether `at`
-/// ends its list and `key` is its second word: `None` when it can.
-#[inline]
-pub(crate) fn link_fault(
-    next: *mut u8,
-    last: bool,
-    key: usize,
-    expected: usize,
-) -> Option<&'static str> {
+/// What a link that decodes to no block's address says.
+const LINK_OVERWRITTEN: &str = "a cached block's link was overwritten (a write after free?)";
+
+/// Whether the link of a cached block, decoded as `next`, can be followed, when `last` says
+/// whether the block ends its list and `key` is its second word.
+#[inline(always)]
+pub(crate) fn link_sound(next: *mut u8, last: bool, key: usize, expected: usize) -> bool {
+    key == expected && next.addr() & BAD_LINK_BITS == 0 && next.is_null() == last
+}
+
+/// What is wrong with a link [`link_sound`] refused, in words.
+#[cold]
+pub(crate) fn link_fault(next: *mut u8, last: bool, key: usize, expected: usize) -> &'static str {
     if key != expected {
-        return Some("a cached block's key was overwritten (a write after free?)");
+        "a cached block's key was overwritten (a write after free?)"
+    } else if next.addr() & BAD_LINK_BITS != 0 {
+        LINK_OVERWRITTEN
+    } else if next.is_null() != last {
+        "a cached block's link disagrees with its list's length (a write after free?)"
+    } else {
+        "a cached block's link is sound"
     }
-    if next.addr() & BAD_LINK_BITS != 0 {
-        return Some("a cached block's link was overwritten (a write after free?)");
-    }
-    if next.is_null() != last {
-        return Some(
-            "a cached block's link disagrees with its list's length (a write after free?)",
-        );
-    }
-    None
 }
 
 /// Whether caches are used at all: not in the `checked` build, where every free must be proven
@@ -433,24 +437,35 @@ impl ThreadCache {
     }
 
     /// Takes the first block of class `c`, its key cleared (see the module docs); `None` when
-    /// the class is empty, or when its first block's link or key is damaged (then reported
-    /// and the list dropped, never followed).
+    /// the class is empty, or when its first block's link is damaged (then reported and the
+    /// list dropped, never followed).
+    ///
+    /// The fast path checks only what following the link needs (glibc's `tcache_get` checks
+    /// its alignment alone): the decoded link aligned and below 2^57; the list ends where its
+    /// count says whatever the last link holds (so nothing past the end is ever reached). The
+    /// key and the list's length are checked where a walk follows several links (a batch, a
+    /// flush). Each check here costs instructions on every `malloc` (docs/measurements.md,
+    /// "Safe linking: the hot path's cost").
     #[inline]
     fn pop(&mut self, c: Class) -> Option<NonNull<u8>> {
-        let (key, mask) = (self.key, self.mask);
+        let mask = self.mask;
         let bin = &mut self.bins[c.index()];
         let p = bin.head?;
         // SAFETY: `p` is on the list (type invariant): a live block of at least 24 bytes that
         // the cache owns, its link in word 0, the key in word 1, both 8-aligned.
-        let (next, k) = unsafe { (decode(p, mask), p.cast::<usize>().add(1).read()) };
-        if let Some(what) = link_fault(next, bin.count == 1, k, key) {
-            self.damaged(c, p, what);
+        let next = unsafe { decode(p, mask) };
+        if next.addr() & BAD_LINK_BITS != 0 {
+            self.damaged(c, p, LINK_OVERWRITTEN);
             return None;
         }
-        bin.head = NonNull::new(next);
+        bin.count -= 1;
+        bin.head = if bin.count == 0 {
+            None
+        } else {
+            NonNull::new(next)
+        };
         // SAFETY: as above.
         unsafe { p.cast::<usize>().add(1).write(0) };
-        bin.count -= 1;
         self.blocks -= 1;
         self.bytes -= c.chunk_bytes();
         Some(p)
@@ -537,14 +552,32 @@ impl ThreadCache {
         by_class.min(by_bytes)
     }
 
-    /// Takes up to `n` blocks of class `c` for the pool (a spill or a flush), keys cleared.
+    /// Takes up to `n` blocks of class `c` for the pool (a spill or a flush), keys cleared,
+    /// each link and key checked in full (a damaged one is reported, and the list dropped).
     pub(crate) fn drain(&mut self, c: Class, n: u32, mut each: impl FnMut(NonNull<u8>)) {
         for _ in 0..n {
-            match self.pop(c) {
+            match self.pop_checked(c) {
                 Some(p) => each(p),
                 None => break,
             }
         }
+    }
+
+    /// [`ThreadCache::pop`] with every check: the key, and the link null exactly at the end of
+    /// the list, besides its address.
+    fn pop_checked(&mut self, c: Class) -> Option<NonNull<u8>> {
+        let (key, mask) = (self.key, self.mask);
+        let bin = &self.bins[c.index()];
+        let p = bin.head?;
+        let last = bin.count == 1;
+        // SAFETY: `p` is on the list (type invariant): a live block of at least 24 bytes that
+        // the cache owns, its link in word 0, the key in word 1, both 8-aligned.
+        let (next, k) = unsafe { (decode(p, mask), p.cast::<usize>().add(1).read()) };
+        if !link_sound(next, last, k, key) {
+            self.damaged(c, p, link_fault(next, last, k, key));
+            return None;
+        }
+        self.pop(c)
     }
 
     /// Takes up to `n` blocks of class `c` as a batch for another cache (through the pool's
@@ -561,8 +594,8 @@ impl ThreadCache {
         for i in 1..=len {
             // SAFETY: `last` is on the list (type invariant), its `i`th block of `count`.
             let (next, k) = unsafe { (decode(last, mask), last.cast::<usize>().add(1).read()) };
-            if let Some(what) = link_fault(next, i == count, k, key) {
-                self.damaged(c, last, what);
+            if !link_sound(next, i == count, k, key) {
+                self.damaged(c, last, link_fault(next, i == count, k, key));
                 return None;
             }
             rest = next;
@@ -609,7 +642,8 @@ impl ThreadCache {
         for i in 1..=n {
             // SAFETY: the caller's promise: `n` linked blocks, `tail` the `i`th.
             let (next, k) = unsafe { (decode(tail, mask), tail.cast::<usize>().add(1).read()) };
-            if let Some(what) = link_fault(next, i == n, k, key) {
+            if !link_sound(next, i == n, k, key) {
+                let what = link_fault(next, i == n, k, key);
                 (self.on_damage)(CheckError::new(what, tail.as_ptr() as usize));
                 return;
             }
@@ -650,7 +684,8 @@ impl ThreadCache {
                 first.cast::<usize>().add(1).read(),
             )
         };
-        if let Some(what) = link_fault(rest, batch.len == 1, k, self.key) {
+        if !link_sound(rest, batch.len == 1, k, self.key) {
+            let what = link_fault(rest, batch.len == 1, k, self.key);
             (self.on_damage)(CheckError::new(what, first.as_ptr() as usize));
             return None;
         }

@@ -28,7 +28,7 @@ use core::ptr::NonNull;
 
 use crate::error::CheckError;
 use crate::share::lock::{Locked, SpinLock};
-use crate::share::tcache::{decode, link_fault, link_mask, Class, OnDamage, CLASSES};
+use crate::share::tcache::{decode, link_fault, link_mask, link_sound, Class, OnDamage, CLASSES};
 use crate::sync::{const_unless_loom, AtomicUsize, Ordering};
 
 /// Batches one class holds at most.
@@ -63,7 +63,8 @@ impl Batch {
             // 8-aligned, owned; its link and key are read and checked before the block is
             // given away.
             let (link, k) = unsafe { (decode(p, mask), p.cast::<usize>().add(1).read()) };
-            if let Some(what) = link_fault(link, i == self.len, k, self.key) {
+            if !link_sound(link, i == self.len, k, self.key) {
+                let what = link_fault(link, i == self.len, k, self.key);
                 (self.on_damage)(CheckError::new(what, p.as_ptr() as usize));
                 return;
             }

@@ -744,31 +744,26 @@ fn a_cached_blocks_link_is_stored_masked() {
 /// A write after free onto the cached block (first), which may use a live block (second).
 type Damage = fn(NonNull<u8>, NonNull<u8>);
 
-/// Writes after free onto a cached block (its link, its key, the high byte of its link as a
-/// 32-byte overflow of its neighbour does, its link replaced by a plausible address) are
-/// reported with the block's address when the cache reaches the block, and the damaged list is
-/// never followed: the next allocation comes from the heap, the flush frees the blocks before
-/// the damage, and the heap stays sound.
+/// Writes after free onto a cached block's link (overwritten, its high byte flipped as a
+/// 32-byte overflow of its neighbour does, replaced by a plausible address) are reported with
+/// the block's address when the cache takes the block, and the damaged list is never
+/// followed: the next allocations come from the heap, and the heap stays sound.
 #[test]
-fn a_damaged_link_or_key_is_reported_and_never_followed() {
+fn a_damaged_link_is_reported_when_taken_and_never_followed() {
     if !ENABLED {
         return;
     }
-    let damages: [(&str, Damage); 4] = [
+    let damages: [(&str, Damage); 3] = [
         ("link overwritten", |p, _| {
             // SAFETY: a freed block's first word, the program's misuse this test plays.
             unsafe { p.cast::<u64>().write(0x4141_4141_4141_4141) }
-        }),
-        ("key overwritten", |p, _| {
-            // SAFETY: as above, its second word.
-            unsafe { p.cast::<u64>().add(1).write(0x4141_4141_4141_4141) }
         }),
         ("high byte", |p, _| {
             // SAFETY: as above, the top byte of its first word.
             unsafe { p.add(7).write(p.add(7).read() ^ b'A') }
         }),
         ("a plausible address", |p, other| {
-            // SAFETY: as above; the link made to point at a live block, encoded or not.
+            // SAFETY: as above; the link made to point at a live block, unencoded.
             unsafe { p.cast::<usize>().write(other.as_ptr() as usize) }
         }),
     ];
@@ -776,30 +771,78 @@ fn a_damaged_link_or_key_is_reported_and_never_followed() {
         let (pool, _) = pool(64 << 10);
         let live = pool.alloc(40, 16).unwrap();
         let (mut cache, blocks) = cached(&pool, 40, 3);
-        // The first block freed is the list's last: its link is null, so its top byte is the
-        // mask's.
-        let victim = if name == "high byte" {
-            blocks[0]
-        } else {
-            blocks[1]
-        };
-        damage(victim, live);
+        // The list runs blocks[2], [1], [0]: blocks[1]'s link leads to blocks[0].
+        damage(blocks[1], live);
         let mut taken = Vec::new();
         for _ in 0..3 {
             taken.push(pool.alloc_with_cache(&mut cache, 40, 16).unwrap());
         }
-        assert_eq!(damage_seen(), [victim.as_ptr() as usize], "{name}");
+        assert_eq!(taken[0], blocks[2], "{name}: the sound head is handed out");
+        assert_eq!(damage_seen(), [blocks[1].as_ptr() as usize], "{name}");
         assert!(
-            !taken.contains(&victim),
+            !taken.contains(&blocks[1]),
             "{name}: the damaged block is never handed out"
         );
         assert!(!taken.contains(&live), "{name}: nor where its link points");
+        assert!(!taken.contains(&blocks[0]), "{name}: nor what follows it");
         for p in taken.into_iter().chain([live]) {
             // SAFETY: live blocks, given up once.
             unsafe { pool.free_with_cache(&mut cache, p, 40).unwrap() };
         }
         // SAFETY: the cache belongs to this pool.
         unsafe { pool.flush_cache(&mut cache).unwrap() };
+        pool.with_pool(|p| p.check()).unwrap().unwrap();
+    }
+}
+
+/// A list ends where its count says: a last link forged to a live block with the secret (it
+/// decodes to a sound address) is never followed, as the class is empty after its last block;
+/// a flush, which checks every link against the count and every key, reports it, as it reports
+/// a key overwritten.
+#[test]
+fn the_last_link_and_the_keys_are_checked_by_a_flush() {
+    if !ENABLED {
+        return;
+    }
+    let mask = crate::share::tcache::link_mask(KEY);
+    for word in [0, 1] {
+        let (pool, _) = pool(64 << 10);
+        let live = pool.alloc(40, 16).unwrap();
+        let (mut cache, blocks) = cached(&pool, 40, 2);
+        // The list runs blocks[1], [0]; blocks[0] ends it.
+        let forge = |victim: NonNull<u8>| {
+            let salt = (victim.as_ptr() as usize >> 12) ^ mask;
+            // SAFETY: a freed block's first word, the misuse this test plays.
+            unsafe { victim.cast::<usize>().write(live.as_ptr() as usize ^ salt) };
+        };
+        let victim = if word == 0 {
+            forge(blocks[0]);
+            let taken: Vec<_> = (0..3)
+                .map(|_| pool.alloc_with_cache(&mut cache, 40, 16).unwrap())
+                .collect();
+            assert_eq!(&taken[..2], &[blocks[1], blocks[0]]);
+            assert_ne!(taken[2], live, "nothing past the list's end is followed");
+            assert!(damage_seen().is_empty());
+            for p in taken {
+                // SAFETY: live blocks, given up once, to the heap.
+                unsafe { pool.free(p, 40).unwrap() };
+            }
+            // SAFETY: the cache belongs to this pool.
+            unsafe { pool.flush_cache(&mut cache).unwrap() };
+            let (again, blocks) = cached(&pool, 40, 2);
+            cache = again;
+            forge(blocks[0]);
+            blocks[0]
+        } else {
+            // SAFETY: a freed block's second word, the misuse this test plays.
+            unsafe { blocks[1].cast::<u64>().add(1).write(0x4141_4141_4141_4141) };
+            blocks[1]
+        };
+        // SAFETY: the cache belongs to this pool.
+        unsafe { pool.flush_cache(&mut cache).unwrap() };
+        assert_eq!(damage_seen(), [victim.as_ptr() as usize], "word {word}");
+        // SAFETY: a live block, given up once.
+        unsafe { pool.free(live, 40).unwrap() };
         pool.with_pool(|p| p.check()).unwrap().unwrap();
     }
 }

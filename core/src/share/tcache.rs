@@ -565,9 +565,10 @@ impl ThreadCache {
 
     /// [`ThreadCache::pop`] with every check: the key, and the link null exactly at the end of
     /// the list, besides its address.
+    #[inline]
     fn pop_checked(&mut self, c: Class) -> Option<NonNull<u8>> {
         let (key, mask) = (self.key, self.mask);
-        let bin = &self.bins[c.index()];
+        let bin = &mut self.bins[c.index()];
         let p = bin.head?;
         let last = bin.count == 1;
         // SAFETY: `p` is on the list (type invariant): a live block of at least 24 bytes that
@@ -577,7 +578,13 @@ impl ThreadCache {
             self.damaged(c, p, link_fault(next, last, k, key));
             return None;
         }
-        self.pop(c)
+        bin.count -= 1;
+        bin.head = NonNull::new(next);
+        // SAFETY: as above.
+        unsafe { p.cast::<usize>().add(1).write(0) };
+        self.blocks -= 1;
+        self.bytes -= c.chunk_bytes();
+        Some(p)
     }
 
     /// Takes up to `n` blocks of class `c` as a batch for another cache (through the pool's

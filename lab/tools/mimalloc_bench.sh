@@ -247,7 +247,7 @@ figure() { # NAME OUTFILE ELAPSED
 canonical() { # NAME FILE
     case "$1" in
     cfrac | espresso) cat "$2" ;;
-    barnes) grep -v 'TIME' "$2" ;;
+    barnes) grep -v -e TIME -e COMPUTE "$2" ;;
     *) return 1 ;;
     esac
 }

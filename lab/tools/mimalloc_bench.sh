@@ -256,6 +256,7 @@ run_timed() {
     local csv=$out/runs.csv round line name cmd input a rundir o t rc status fig kind
     local e s u m
     echo "round,program,allocator,status,figure,kind,elapsed_s,user_s,sys_s,maxrss_kib" >"$csv"
+    rm -rf "$out/reference"  # glibc's outputs of this invocation, not an earlier one's
     mkdir -p "$out/output" "$out/reference"
     for round in $(seq "$rounds"); do
         while IFS='|' read -r name cmd input; do
@@ -353,4 +354,7 @@ args=()
 [ "$timed" = yes ] && args+=(--runs "$out/runs.csv")
 [ "$security" = yes ] && args+=(--security "$out/security.csv")
 python3 "$here/mimalloc_bench.py" "${args[@]}" | tee "$out/tables.md"
-echo "raw results in $out (runs.csv, security.csv, output/), tables in $out/tables.md"
+raw=()
+[ "$timed" = yes ] && raw+=(runs.csv output/)
+[ "$security" = yes ] && raw+=(security.csv)
+echo "raw results in $out: ${raw[*]}; the tables in tables.md"

@@ -59,7 +59,8 @@ pub const REUSE_SLOTS: usize = 16;
 ///
 /// A kept range goes back to the system when it has been kept `delay_ms` milliseconds, at the
 /// next call that obtains or gives back a region (the clock is read only there; there is no
-/// thread), when more than `entries` or more than `bytes` are kept (the oldest first), and on
+/// thread), when more than `entries` or more than `bytes` are kept (the oldest first; past the
+/// bytes only, it loses just its end where that is enough), and on
 /// every trim ([`tagalloc::RegionSource::purge`]). Besides, the bytes kept never exceed the most
 /// the source has ever had handed out at once less what it has handed out now (kept + handed
 /// out ≤ the peak handed out): where a region obtained or grown would pass that, the oldest
@@ -127,7 +128,8 @@ pub struct ReuseStats {
     pub moved: u64,
     /// Kept mappings unmapped after [`Reuse::delay_ms`].
     pub expired: u64,
-    /// Kept mappings unmapped to keep within [`Reuse::entries`] and [`Reuse::bytes`].
+    /// Kept ranges unmapped to keep within [`Reuse::entries`] and [`Reuse::bytes`] (past the
+    /// bytes only, the oldest loses just its end where that is enough).
     pub evicted: u64,
     /// Kept ranges unmapped, wholly or from their end, to keep the bytes kept plus those handed
     /// out within the most ever handed out at once.
@@ -521,12 +523,17 @@ impl MmapSource {
         let limit = reuse.entries.min(REUSE_SLOTS);
         loop {
             let count = self.kept.iter().filter(|k| k.1 > 0).count();
-            if count < limit && self.cached + len <= reuse.bytes {
+            let excess = (self.cached + len).saturating_sub(reuse.bytes);
+            if count < limit && excess == 0 {
                 break;
             }
             let Some(i) = self.oldest() else { break };
-            self.drop_kept(i);
             self.reuse_stats.evicted += 1;
+            // Past the bytes only: the oldest range loses its end, if that is enough.
+            if count < limit && self.cut_end(i, excess) {
+                break;
+            }
+            self.drop_kept(i);
         }
         // A free slot is left: the loop frees one, or there are none kept at all.
         if let Some(slot) = self.kept.iter_mut().find(|k| k.1 == 0) {
@@ -545,7 +552,7 @@ impl MmapSource {
     }
 
     /// Records the bytes handed out now as the peak if they are, and unmaps kept bytes (the
-    /// oldest ranges first, the last from its end) until the bytes kept plus those handed out
+    /// oldest ranges first, the last from its end only if that is enough) until the bytes kept plus those handed out
     /// are within the peak (see [`Reuse`]). Called after every region obtained or grown, the
     /// only calls that add to what is mapped.
     fn bound_to_peak(&mut self) {
@@ -554,27 +561,32 @@ impl MmapSource {
         while self.mapped > self.peak_out {
             let excess = self.mapped - self.peak_out;
             let Some(i) = self.oldest() else { return };
-            let Some(&(base, len, when)) = self.kept.get(i) else {
-                return;
-            };
             self.reuse_stats.over_peak += 1;
-            if len <= excess {
-                self.drop_kept(i);
-                continue;
-            }
-            // `excess` and `len` are multiples of the granularity (so are all lengths here).
-            // SAFETY: the end of a kept range of this source, which nothing uses.
-            if unsafe { self.unmap(base + len - excess, excess) } {
-                self.mapped -= excess;
-                self.cached -= excess;
-                if let Some(slot) = self.kept.get_mut(i) {
-                    *slot = (base, len - excess, when);
-                }
-            } else {
-                // The range stays whole (and counted); give up on it rather than loop.
+            if !self.cut_end(i, excess) {
                 self.drop_kept(i);
             }
         }
+    }
+
+    /// Unmaps the last `bytes` of the kept range in slot `i` if it is longer; whether it did.
+    fn cut_end(&mut self, i: usize, bytes: usize) -> bool {
+        let Some(&(base, len, when)) = self.kept.get(i) else {
+            return false;
+        };
+        if len <= bytes {
+            return false;
+        }
+        // `bytes` and `len` are multiples of the granularity (so are all lengths here).
+        // SAFETY: the end of a kept range of this source, which nothing uses.
+        if !unsafe { self.unmap(base + len - bytes, bytes) } {
+            return false;
+        }
+        self.mapped -= bytes;
+        self.cached -= bytes;
+        if let Some(slot) = self.kept.get_mut(i) {
+            *slot = (base, len - bytes, when);
+        }
+        true
     }
 
     /// A region of `len` bytes (a multiple of the granularity) cut from a kept range: the head

@@ -239,7 +239,7 @@ fn a_kept_range_over_two_mappings_is_moved_to_grow() {
         );
         assert!(holds(g.addr().get(), 8 * MIB, 5), "the pages moved along");
         assert!(holds(g.addr().get() + 8 * MIB, 4 * MIB, 0));
-        assert!(unmapped(addr, len));
+        assert_ne!(g.addr().get(), addr, "moved");
     } else {
         // An older kernel: a fresh mapping, the range still kept.
         assert_eq!(
@@ -342,26 +342,29 @@ fn kept_mappings_stay_within_the_bounds_and_age_out_after_the_delay() {
     give_all_back(&mut src, &held);
     assert_eq!((src.cached(), src.mapped()), (0, 0));
 
-    // Past the byte bound (32 MiB): the oldest go until the new one fits (20 + 16 MiB would
-    // pass it joined too).
+    // Past the byte bound (32 MiB): the oldest go until the new one fits, the last of them
+    // losing only its end where that is enough.
     let evicted = src.reuse_stats().evicted;
-    let (a, la) = src.obtain(20 * MIB).unwrap();
-    let (b, lb) = src.obtain(16 * MIB).unwrap();
-    NOW.store(10, Ordering::Relaxed);
+    let (r, held) = apart(&mut src, &[2 * MIB, 22 * MIB, 16 * MIB]);
+    for (i, &(b, l)) in r.iter().enumerate() {
+        NOW.store(8 + i as u64, Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { src.give_back(b, l) };
+    }
+    // 2 + 22 + 16 = 40 MiB: 8 too many; the 2 MiB range goes, the 22 MiB one loses 6.
+    assert_eq!(src.cached(), 32 * MIB);
+    assert_eq!(src.reuse_stats().evicted, evicted + 2);
+    assert!(unmapped(r[0].0.addr().get(), 2 * MIB), "the oldest went");
+    let y = r[1].0.addr().get();
+    assert!(mapped(y, 16 * MIB) && unmapped(y + 16 * MIB, 6 * MIB));
+    give_all_back(&mut src, &held);
+    assert_eq!((src.cached(), src.mapped()), (0, 0));
+    let (a, la) = src.obtain(16 * MIB).unwrap();
     // SAFETY: as above.
     unsafe { src.give_back(a, la) };
-    // SAFETY: as above.
-    unsafe { src.give_back(b, lb) };
-    assert_eq!(
-        src.cached(),
-        16 * MIB,
-        "20 + 16 MiB is past the bound: the older went"
-    );
-    assert!(unmapped(a.addr().get(), la));
-    assert_eq!(src.reuse_stats().evicted, evicted + 1);
     // A mapping larger than the bound is never kept.
     let (big, lbig) = src.obtain(40 * MIB).unwrap();
-    assert_eq!(src.cached(), 0, "the 16 MiB mapping was grown to 40");
+    assert_eq!(src.cached(), 0, "the kept 16 MiB mapping was grown to 40");
     // SAFETY: as above.
     unsafe { src.give_back(big, lbig) };
     assert!(

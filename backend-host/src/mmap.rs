@@ -72,16 +72,16 @@ pub const REUSE_SLOTS: usize = 16;
 /// its mmap threshold to the size of a freed mapped chunk (up to 32 MiB,
 /// `DEFAULT_MMAP_THRESHOLD_MAX`) and keeps such blocks in its heap until a trim; jemalloc returns
 /// unused dirty pages over `opt.dirty_decay_ms` (10 s); mimalloc purges them after
-/// `purge_delay` (10 ms). [`Reuse::DEFAULT`] keeps up to 8 mappings and 64 MiB (glibc's largest
-/// trim threshold, twice its largest mmap threshold) for 1 s, in up to 16 ranges (the tails
-/// kept make more ranges than blocks freed: with 8, a program freeing blocks of varied sizes
-/// loses tails to the count rather than to the bytes or the delay; a range costs 24 bytes of
-/// the source and a look at each obtain and give-back).
+/// `purge_delay` (10 ms). [`Reuse::DEFAULT`] keeps up to 16 ranges and 64 MiB (glibc's largest
+/// trim threshold, twice its largest mmap threshold) for 1 s. 16 rather than 8 mappings: the
+/// tails kept make more ranges than blocks freed (a range costs 24 bytes of the source and a
+/// look at each obtain and give-back); in a simulation of mimalloc-bench's malloc-large the
+/// byte bound, not the count, then binds.
 ///
 /// Reuse is off for huge-page sources (a moved mapping could lose its huge-page alignment).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Reuse {
-    /// The most mappings kept (at most [`REUSE_SLOTS`]); 0: none (reuse off).
+    /// The most ranges kept (at most [`REUSE_SLOTS`]); 0: none (reuse off).
     pub entries: usize,
     /// The most bytes kept; a mapping larger than this is unmapped at once.
     pub bytes: usize,

@@ -39,5 +39,7 @@ mod tls_slot;
 
 pub use futex::FutexLock;
 pub use global::{HostAllocator, HostPool};
-pub use mmap::{Call, HugePages, MmapOptions, MmapSource, Reuse, ReuseStats, SourceError};
+pub use mmap::{
+    Call, HugePages, MmapOptions, MmapSource, Reuse, ReuseStats, SourceError, REUSE_SLOTS,
+};
 pub use tcache::{CacheBinding, ProofMemo};

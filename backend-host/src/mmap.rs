@@ -13,8 +13,9 @@
 //! `SharedPool::with_pool(|p| p.source().last_error())`.
 //!
 //! **Reuse.** With [`MmapOptions::reuse`], mappings given back are kept a while instead of
-//! unmapped, and a later region is cut from one of them (see [`Reuse`]): a program that frees a
-//! large block and allocates another then neither maps, faults in nor unmaps it again.
+//! unmapped, and a later region is cut from one of them, the rest kept (see [`Reuse`]): a
+//! program that frees a large block and allocates another then neither maps, faults in nor
+//! unmaps it again.
 
 use core::fmt;
 use core::ptr::{null_mut, NonNull};
@@ -42,33 +43,45 @@ pub struct MmapOptions {
     reuse: Reuse,
 }
 
-/// The most mappings a source keeps for reuse ([`Reuse::entries`] is capped to it).
-pub const REUSE_SLOTS: usize = 8;
+/// The most ranges a source keeps for reuse ([`Reuse::entries`] is capped to it).
+pub const REUSE_SLOTS: usize = 16;
 
 /// How an [`MmapSource`] keeps mappings given back for reuse (see [`MmapOptions::reuse`]).
 ///
 /// A mapping given back (a large block's own region at its free, a wholly free region at a
-/// trim) of at most `bytes` is kept, with the time it was given back, instead of unmapped. A
-/// region obtained later takes the kept mapping closest in size, the smallest that holds it
-/// (its tail beyond the region unmapped) or else the largest (grown with
-/// `mremap(MREMAP_MAYMOVE)`, which moves the pages it has without copying or faulting them, so
-/// only the new tail is faulted in), instead of a new mapping. A kept mapping goes back to the
-/// system when it has been kept `delay_ms` milliseconds, at the next call that obtains or gives
-/// back a region (the clock is read only there; there is no thread), when more than `entries`
-/// or more than `bytes` are kept (the oldest first), and on every trim
-/// ([`tagalloc::RegionSource::purge`]).
+/// trim) of at most `bytes` is kept, with the time it was given back, instead of unmapped; one
+/// that ends where a kept range starts, or starts where one ends, is joined to it (the older
+/// time kept). A region obtained later takes the kept range closest in size: the smallest that
+/// holds it, whose head it gets, the rest (its tail) staying kept as a range of its own, with
+/// its time (no system call: a page-aligned part of a mapping can later be unmapped or
+/// `mremap`ped on its own); or else the largest, grown with `mremap(MREMAP_MAYMOVE)`, which
+/// moves the pages it has without copying or faulting them, so only the new tail is faulted in.
+///
+/// A kept range goes back to the system when it has been kept `delay_ms` milliseconds, at the
+/// next call that obtains or gives back a region (the clock is read only there; there is no
+/// thread), when more than `entries` or more than `bytes` are kept (the oldest first; past the
+/// bytes only, it loses just its end where that is enough), and on
+/// every trim ([`tagalloc::RegionSource::purge`]). Besides, the bytes kept never exceed the most
+/// the source has ever had handed out at once less what it has handed out now (kept + handed
+/// out ≤ the peak handed out): where a region obtained or grown would pass that, the oldest
+/// kept ranges are unmapped (the last one only as far as needed, from its end). So the source
+/// never has more mapped than a source without reuse has had at its peak, and a program's
+/// peak resident memory does not rise with reuse.
 ///
 /// The policy follows what glibc, jemalloc and mimalloc do with freed large blocks: glibc raises
 /// its mmap threshold to the size of a freed mapped chunk (up to 32 MiB,
 /// `DEFAULT_MMAP_THRESHOLD_MAX`) and keeps such blocks in its heap until a trim; jemalloc returns
 /// unused dirty pages over `opt.dirty_decay_ms` (10 s); mimalloc purges them after
-/// `purge_delay` (10 ms). [`Reuse::DEFAULT`] keeps up to 8 mappings and 64 MiB (glibc's largest
-/// trim threshold, twice its largest mmap threshold) for 1 s.
+/// `purge_delay` (10 ms). [`Reuse::DEFAULT`] keeps up to 16 ranges and 64 MiB (glibc's largest
+/// trim threshold, twice its largest mmap threshold) for 1 s. 16 rather than 8 mappings: the
+/// tails kept make more ranges than blocks freed (a range costs 24 bytes of the source and a
+/// look at each obtain and give-back); in a simulation of mimalloc-bench's malloc-large the
+/// byte bound, not the count, then binds.
 ///
 /// Reuse is off for huge-page sources (a moved mapping could lose its huge-page alignment).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Reuse {
-    /// The most mappings kept (at most [`REUSE_SLOTS`]); 0: none (reuse off).
+    /// The most ranges kept (at most [`REUSE_SLOTS`]); 0: none (reuse off).
     pub entries: usize,
     /// The most bytes kept; a mapping larger than this is unmapped at once.
     pub bytes: usize,
@@ -84,7 +97,7 @@ impl Reuse {
         delay_ms: 0,
     };
 
-    /// Up to 8 mappings and 64 MiB, each for 1 s (see the type's docs).
+    /// Up to 16 ranges and 64 MiB, each for 1 s (see the type's docs).
     pub const DEFAULT: Reuse = Reuse {
         entries: REUSE_SLOTS,
         bytes: 64 << 20,
@@ -106,12 +119,21 @@ pub struct ReuseStats {
     pub reused: u64,
     /// Of those, the ones whose mapping was grown (`mremap`) to fit.
     pub grown: u64,
-    /// Of those, the ones whose mapping's tail was unmapped to fit.
-    pub shrunk: u64,
+    /// Of those, the ones cut from the head of a larger kept range (the rest stays kept).
+    pub cut: u64,
+    /// Mappings given back that were joined to a kept range next to them.
+    pub joined: u64,
+    /// Of the grown, the joined ranges that `mremap` could not grow (they span mappings),
+    /// moved to a fresh mapping instead.
+    pub moved: u64,
     /// Kept mappings unmapped after [`Reuse::delay_ms`].
     pub expired: u64,
-    /// Kept mappings unmapped to keep within [`Reuse::entries`] and [`Reuse::bytes`].
+    /// Kept ranges unmapped to keep within [`Reuse::entries`] and [`Reuse::bytes`] (past the
+    /// bytes only, the oldest loses just its end where that is enough).
     pub evicted: u64,
+    /// Kept ranges unmapped, wholly or from their end, to keep the bytes kept plus those handed
+    /// out within the most ever handed out at once.
+    pub over_peak: u64,
     /// Kept mappings unmapped by [`tagalloc::RegionSource::purge`] (a trim).
     pub purged: u64,
 }
@@ -139,11 +161,11 @@ impl MmapOptions {
     /// // SAFETY: the region came from `src` and nothing uses it.
     /// unsafe { src.give_back(base, len) };
     /// assert_eq!((src.cached(), src.mapped()), (5 << 20, 5 << 20)); // kept, still mapped
-    /// let (again, len) = src.obtain(4 << 20).unwrap(); // cut from it: no new mapping
-    /// assert_eq!((again, len, src.maps()), (base, 4 << 20, 1));
+    /// let (again, len) = src.obtain(4 << 20).unwrap(); // its head: no new mapping
+    /// assert_eq!((again, len, src.maps(), src.cached()), (base, 4 << 20, 1, 1 << 20));
     /// // SAFETY: as above.
-    /// unsafe { src.give_back(again, len) };
-    /// assert_eq!((src.purge(), src.mapped()), (4 << 20, 0));
+    /// unsafe { src.give_back(again, len) }; // joined to the tail kept
+    /// assert_eq!((src.purge(), src.mapped()), (5 << 20, 0));
     /// ```
     pub const fn reuse(self, reuse: Reuse) -> Self {
         MmapOptions { reuse, ..self }
@@ -338,6 +360,9 @@ pub struct MmapSource {
     kept: [(usize, usize, u64); REUSE_SLOTS],
     /// The bytes of `kept`.
     cached: usize,
+    /// The most bytes ever handed out at once (`mapped - cached`, after each region obtained or
+    /// grown): the bound of `mapped` (see [`Reuse`]).
+    peak_out: usize,
     reuse_stats: ReuseStats,
     /// The clock [`Reuse::delay_ms`] is measured with, in milliseconds.
     clock: fn() -> u64,
@@ -370,13 +395,17 @@ impl MmapSource {
             maps: 0,
             kept: [(0, 0, 0); REUSE_SLOTS],
             cached: 0,
+            peak_out: 0,
             reuse_stats: ReuseStats {
                 kept: 0,
                 reused: 0,
                 grown: 0,
-                shrunk: 0,
+                cut: 0,
+                joined: 0,
+                moved: 0,
                 expired: 0,
                 evicted: 0,
+                over_peak: 0,
                 purged: 0,
             },
             clock: os::coarse_ms,
@@ -467,8 +496,8 @@ impl MmapSource {
             .min_by_key(|&i| self.kept.get(i).map_or(0, |k| k.2))
     }
 
-    /// Keeps the mapping `base..base + len` for reuse, if reuse is on and it fits the bound;
-    /// whether it did (else the caller unmaps it).
+    /// Keeps the mapping `base..base + len` for reuse, if reuse is on and it fits the bounds,
+    /// joined to the kept ranges it touches; whether it did (else the caller unmaps it).
     fn keep(&mut self, base: usize, len: usize) -> bool {
         let reuse = self.options.reuse;
         if !self.reusing() || len > reuse.bytes {
@@ -476,29 +505,95 @@ impl MmapSource {
         }
         let now = (self.clock)();
         self.expire(now);
+        // Join: a kept range ending at `base` or starting at `end` (at most one of each, as
+        // kept ranges never touch) leaves its slot and becomes part of this one.
+        let (mut base, mut end, mut when) = (base, base + len, now);
+        for k in &mut self.kept {
+            let (kb, kl, kw) = *k;
+            if kl > 0 && (kb + kl == base || kb == end) && end - base + kl <= reuse.bytes {
+                base = base.min(kb);
+                end = end.max(kb + kl);
+                when = when.min(kw);
+                *k = (0, 0, 0);
+                self.cached -= kl;
+                self.reuse_stats.joined += 1;
+            }
+        }
+        let len = end - base;
         let limit = reuse.entries.min(REUSE_SLOTS);
         loop {
             let count = self.kept.iter().filter(|k| k.1 > 0).count();
-            if count < limit && self.cached + len <= reuse.bytes {
+            let excess = (self.cached + len).saturating_sub(reuse.bytes);
+            if count < limit && excess == 0 {
                 break;
             }
             let Some(i) = self.oldest() else { break };
-            self.drop_kept(i);
             self.reuse_stats.evicted += 1;
+            // Past the bytes only: the oldest range loses its end, if that is enough.
+            if count < limit && self.cut_end(i, excess) {
+                break;
+            }
+            self.drop_kept(i);
         }
-        let Some(slot) = self.kept.iter_mut().find(|k| k.1 == 0) else {
-            return false;
-        };
-        *slot = (base, len, now);
-        self.cached += len;
-        self.reuse_stats.kept += 1;
+        // A free slot is left: the loop frees one, or there are none kept at all.
+        if let Some(slot) = self.kept.iter_mut().find(|k| k.1 == 0) {
+            *slot = (base, len, when);
+            self.cached += len;
+            self.reuse_stats.kept += 1;
+        } else {
+            // Unreachable (`limit <= REUSE_SLOTS`); the joined ranges and this one go.
+            // SAFETY: ranges of this source's kept mappings and the one given back, which
+            // nothing uses, no longer in `kept`.
+            if unsafe { self.unmap(base, len) } {
+                self.mapped -= len;
+            }
+        }
         true
     }
 
-    /// A region of `len` bytes (a multiple of the granularity) cut from a kept mapping: the
-    /// smallest that holds it, its tail unmapped, else the largest, grown in place or moved
-    /// (`mremap(MREMAP_MAYMOVE)`: its pages move without being copied or faulted). `None` when
-    /// nothing is kept, or the kept mapping could not be fitted (then it is unmapped).
+    /// Records the bytes handed out now as the peak if they are, and unmaps kept bytes (the
+    /// oldest ranges first, the last from its end only if that is enough) until the bytes kept plus those handed out
+    /// are within the peak (see [`Reuse`]). Called after every region obtained or grown, the
+    /// only calls that add to what is mapped.
+    fn bound_to_peak(&mut self) {
+        let out = self.mapped - self.cached;
+        self.peak_out = self.peak_out.max(out);
+        while self.mapped > self.peak_out {
+            let excess = self.mapped - self.peak_out;
+            let Some(i) = self.oldest() else { return };
+            self.reuse_stats.over_peak += 1;
+            if !self.cut_end(i, excess) {
+                self.drop_kept(i);
+            }
+        }
+    }
+
+    /// Unmaps the last `bytes` of the kept range in slot `i` if it is longer; whether it did.
+    fn cut_end(&mut self, i: usize, bytes: usize) -> bool {
+        let Some(&(base, len, when)) = self.kept.get(i) else {
+            return false;
+        };
+        if len <= bytes {
+            return false;
+        }
+        // `bytes` and `len` are multiples of the granularity (so are all lengths here).
+        // SAFETY: the end of a kept range of this source, which nothing uses.
+        if !unsafe { self.unmap(base + len - bytes, bytes) } {
+            return false;
+        }
+        self.mapped -= bytes;
+        self.cached -= bytes;
+        if let Some(slot) = self.kept.get_mut(i) {
+            *slot = (base, len - bytes, when);
+        }
+        true
+    }
+
+    /// A region of `len` bytes (a multiple of the granularity) cut from a kept range: the head
+    /// of the smallest that holds it, its tail staying kept, else the largest, grown in place or
+    /// moved (`mremap(MREMAP_MAYMOVE)`: its pages move without being copied or faulted). `None`
+    /// when nothing is kept, or the kept range could not be grown (then it stays kept: a range
+    /// joined from two mappings cannot be `mremap`ped whole, and fails with `EFAULT`).
     fn reuse_kept(&mut self, len: usize) -> Option<(NonNull<u8>, usize)> {
         if self.cached == 0 {
             return None;
@@ -519,54 +614,83 @@ impl MmapSource {
                     .max_by_key(|(_, k)| k.1)
             })
             .map(|(i, &k)| (i, k))?;
-        let (i, (base, have, _)) = pick;
+        let (i, (base, have, when)) = pick;
+        if have >= len {
+            // The head goes out; the tail keeps the slot, and its time.
+            let rest = if have > len {
+                self.reuse_stats.cut += 1;
+                (base + len, have - len, when)
+            } else {
+                (0, 0, 0)
+            };
+            if let Some(slot) = self.kept.get_mut(i) {
+                *slot = rest;
+            }
+            self.cached -= len;
+            self.reuse_stats.reused += 1;
+            return NonNull::new(base as *mut u8).map(|p| (p, len));
+        }
+        // A locked mapping's new pages are locked (and faulted in) by the kernel.
+        // SAFETY: `base..base + have` is a kept range of this source, which nothing uses; with
+        // `MREMAP_MAYMOVE` the kernel extends it in place or moves it whole to free addresses,
+        // and never touches other mappings (a range spanning two mappings is refused).
+        let mut p =
+            unsafe { libc::mremap(base as *mut libc::c_void, have, len, libc::MREMAP_MAYMOVE) };
+        if p == libc::MAP_FAILED {
+            self.fail(Call::Remap, len - have);
+            p = self.move_joined(base, have, len)?;
+        }
         if let Some(slot) = self.kept.get_mut(i) {
             *slot = (0, 0, 0);
         }
         self.cached -= have;
-        if have > len {
-            // SAFETY: the tail of a kept mapping of this source, which nothing uses.
-            if unsafe { self.unmap(base + len, have - len) } {
-                self.mapped -= have - len;
-                self.reuse_stats.shrunk += 1;
-            } else {
-                // The tail stays mapped: the region keeps it (`len ≥ min` is all it promises).
-                self.reuse_stats.reused += 1;
-                return NonNull::new(base as *mut u8).map(|p| (p, have));
+        let at = p.addr();
+        self.mapped += len - have;
+        if self.options.populate
+            && !self.options.locked
+            && self.populate(at + have, len - have).is_err()
+        {
+            // SAFETY: the mapping just moved or grown, which nothing uses.
+            if unsafe { self.unmap(at, len) } {
+                self.mapped -= len;
             }
-        } else if have < len {
-            // A locked mapping's new pages are locked (and faulted in) by the kernel.
-            // SAFETY: `base..base + have` is a kept mapping of this source, which nothing uses;
-            // with `MREMAP_MAYMOVE` the kernel extends it in place or moves it whole to free
-            // addresses, and never touches other mappings.
-            let p =
-                unsafe { libc::mremap(base as *mut libc::c_void, have, len, libc::MREMAP_MAYMOVE) };
-            if p == libc::MAP_FAILED {
-                self.fail(Call::Remap, len - have);
-                // SAFETY: the kept mapping, still whole, which nothing uses.
-                if unsafe { self.unmap(base, have) } {
-                    self.mapped -= have;
-                }
-                return None;
-            }
-            let at = p.addr();
-            self.mapped += len - have;
-            if self.options.populate
-                && !self.options.locked
-                && self.populate(at + have, len - have).is_err()
-            {
-                // SAFETY: the mapping just moved or grown, which nothing uses.
-                if unsafe { self.unmap(at, len) } {
-                    self.mapped -= len;
-                }
-                return None;
-            }
-            self.reuse_stats.grown += 1;
-            self.reuse_stats.reused += 1;
-            return NonNull::new(p.cast()).map(|p| (p, len));
+            return None;
         }
+        self.reuse_stats.grown += 1;
         self.reuse_stats.reused += 1;
-        NonNull::new(base as *mut u8).map(|p| (p, len))
+        NonNull::new(p.cast()).map(|p| (p, len))
+    }
+
+    /// A kept range joined from parts of two or more mappings (which `mremap` refuses to grow,
+    /// `EFAULT`) moved to the head of a fresh mapping of `len` bytes: `mremap(MREMAP_FIXED)`
+    /// without resizing moves several mappings at once (Linux 6.17 and later; older kernels
+    /// refuse it too). `None`, the range still kept, where refused, and for locked sources
+    /// (the fresh tail would not be locked).
+    fn move_joined(&mut self, base: usize, have: usize, len: usize) -> Option<*mut libc::c_void> {
+        if self.options.locked {
+            return None;
+        }
+        let fresh = Self::map(len, 0)?;
+        // SAFETY: `base..base + have` is a kept range of this source, which nothing uses, and
+        // the destination is the head of the mapping just made, which nothing uses either;
+        // `MREMAP_FIXED` replaces that head with the range's pages and unmaps the range.
+        let p = unsafe {
+            libc::mremap(
+                base as *mut libc::c_void,
+                have,
+                have,
+                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+                fresh.as_ptr().cast::<libc::c_void>(),
+            )
+        };
+        if p == libc::MAP_FAILED {
+            self.fail(Call::Remap, have);
+            // SAFETY: the fresh mapping, which nothing uses.
+            unsafe { self.unmap(fresh.addr().get(), len) };
+            return None;
+        }
+        self.reuse_stats.moved += 1;
+        Some(p)
     }
 
     /// Records a failed call (the error number is read now) and returns the pool's error.
@@ -709,8 +833,9 @@ impl Drop for MmapSource {
 }
 
 // SAFETY: every region is an anonymous private read-write mapping, fresh or kept for reuse
-// (a mapping given back by the pool, which nothing uses since, and which is handed out once:
-// it leaves `kept` as it is handed out), used by nothing but the pool it is handed to until it
+// (a mapping given back by the pool, which nothing uses since, or a page-aligned part of one,
+// the head of a kept range; kept ranges never overlap, and a part is handed out once: it leaves
+// `kept` as it is handed out, the rest of the range staying there), used by nothing but the pool it is handed to until it
 // is given back (`munmap`ped or kept) or its tail is cut; a kept mapping grown with
 // `MREMAP_MAYMOVE` is one mapping, at the address the kernel returns; growth is
 // `mremap` without `MREMAP_MAYMOVE`, so a grown region is the same mapping, extended in place
@@ -741,6 +866,7 @@ unsafe impl RegionSource for MmapSource {
             .ok_or(Error::SizeOverflow)?;
         if self.reusing() {
             if let Some(got) = self.reuse_kept(len) {
+                self.bound_to_peak();
                 return Ok(got);
             }
         }
@@ -768,6 +894,7 @@ unsafe impl RegionSource for MmapSource {
         }
         self.mapped += len;
         self.maps += 1;
+        self.bound_to_peak();
         Ok((base, len))
     }
 
@@ -840,6 +967,7 @@ unsafe impl RegionSource for MmapSource {
             }
         }
         self.mapped += add;
+        self.bound_to_peak();
         Ok(add)
     }
 

@@ -137,15 +137,15 @@ def security_tables(path):
     rows = read(path)
     present = {r["allocator"] for r in rows}
     allocs = [a for a in ORDER if a in present]
-    classes = ["caught", "not-caught", "late-crash", "late-timeout", "timeout"]
+    classes = ["caught", "not-caught", "late-report", "late-crash", "late-timeout", "timeout"]
     count = defaultdict(int)
     late = defaultdict(list)
     tests = set()
     for r in rows:
         count[(r["allocator"], r["class"])] += 1
         tests.add(r["test"])
-        if r["class"] == "late-crash":
-            late[r["allocator"]].append(f"{r['test']} ({describe(r['exit'])})")
+        if r["class"] in ("late-crash", "late-report"):
+            late[r["allocator"]].append(f"{r['test']} ({r['class']}, {describe(r['exit'])})")
     print(f"### security tests ({len(tests)} programs)\n")
     print("| allocator | " + " | ".join(classes) + " |")
     print("|" + "---|" * (len(classes) + 1))
@@ -154,7 +154,7 @@ def security_tables(path):
     print()
     for a in allocs:
         if late[a]:
-            print(f"late crashes under {a}: " + ", ".join(sorted(late[a])))
+            print(f"late under {a}: " + ", ".join(sorted(late[a])))
     print()
 
 

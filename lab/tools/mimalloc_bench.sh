@@ -306,8 +306,10 @@ run_timed() {
 # --- the security tests ---------------------------------------------------------------------
 # bench.sh's classification: the misuse caught (the process stopped before printing
 # NOT_CAUGHT: a signal, an abort, an exit, or nothing printed), not caught (NOT_CAUGHT printed
-# and a normal exit), and, apart, a late crash (NOT_CAUGHT printed, then a signal or a failing
-# exit: the misuse went unnoticed and broke something later) and timeouts.
+# and a normal exit), and, apart, a late report (NOT_CAUGHT printed, then the allocator reported
+# the damage on stderr and aborted: found later, at a free or at exit, never followed), a late
+# crash (NOT_CAUGHT printed, then any other signal or failing exit: the misuse went unnoticed and
+# broke something later) and timeouts.
 run_security() {
     local csv=$out/security.csv a b n rc class o=$out/security.tmp
     echo "test,allocator,class,exit" >"$csv"
@@ -318,12 +320,13 @@ run_security() {
             n=$(basename "$b")
             rc=0
             # shellcheck disable=SC2046
-            (cd "$out/run/$a" && timeout 5 env $(alloc_env "$a") "$b" </dev/null >"$o") 2>/dev/null ||
+            (cd "$out/run/$a" && timeout 5 env $(alloc_env "$a") "$b" </dev/null >"$o" 2>"$o.err") ||
                 rc=$?
             if grep -q --text NOT_CAUGHT "$o"; then
                 case "$rc" in
                 0) class=not-caught ;;
                 124) class=late-timeout ;;
+                134) if [ -s "$o.err" ]; then class=late-report; else class=late-crash; fi ;;
                 *) class=late-crash ;;
                 esac
             else
@@ -333,7 +336,7 @@ run_security() {
         done
         echo "security: $a done"
     done
-    rm -f "$o"
+    rm -f "$o" "$o.err"
 }
 
 echo "$(date -u '+%F %T') UTC; $(nproc) cores, procs $procs, scale $scale, rounds $rounds"

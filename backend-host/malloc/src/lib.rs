@@ -32,6 +32,7 @@ compile_error!("tagalloc-malloc replaces glibc's allocator on 64-bit Linux only"
 
 pub mod api;
 mod lock;
+mod marks;
 mod options;
 mod pool;
 mod ranges;

@@ -113,9 +113,17 @@ pub(crate) fn alloc(size: usize, align: usize) -> Option<NonNull<u8>> {
 fn alloc_slow(size: usize, align: usize, checked: bool) -> Option<NonNull<u8>> {
     let saved = errno();
     let got = if checked {
-        POOL.alloc(size.max(1), align)
+        POOL.with_pool(|p| {
+            start_marking(p);
+            let b = p.alloc(size.max(1), align).ok()?;
+            p.hooks().mark(b.addr().get());
+            Some(b)
+        })
+        .ok()
+        .flatten()
+        .ok_or(())
     } else {
-        CACHES.alloc(&POOL, size.max(1), align)
+        CACHES.alloc(&POOL, size.max(1), align).map_err(|_| ())
     };
     match got {
         Ok(p) => {
@@ -126,6 +134,37 @@ fn alloc_slow(size: usize, align: usize, checked: bool) -> Option<NonNull<u8>> {
             set_errno(libc::ENOMEM);
             None
         }
+    }
+}
+
+/// A word's bytes: a chunk's head is one word before its payload.
+const W: usize = core::mem::size_of::<usize>();
+
+/// Starts checked mode's records of the live blocks (`Ranges::start_marking`) if they have not
+/// started: a bitmap for every region, and the blocks live now (allocated before checked mode
+/// was known, in a thread's cache or not) marked, by one walk of the heap. Every checked call
+/// makes sure of it first, under the lock.
+#[inline]
+fn start_marking(p: &mut Inner) {
+    if !p.hooks().marking() {
+        start_marking_now(p);
+    }
+}
+
+/// [`start_marking`] the first time.
+#[cold]
+#[inline(never)]
+fn start_marking_now(p: &mut Inner) {
+    if p.hooks_mut().start_marking() {
+        let ranges = p.hooks();
+        p.visit(
+            |_, _| {},
+            |head, _, free| {
+                if !free {
+                    ranges.mark(head.wrapping_add(W));
+                }
+            },
+        );
     }
 }
 
@@ -163,6 +202,13 @@ fn block_size_uncached(p: &Inner, ptr: NonNull<u8>, checked: bool) -> Result<usi
 fn block_size_slow(p: &Inner, ptr: NonNull<u8>, checked: bool) -> Result<usize, BlockError> {
     let a = ptr.addr().get();
     let ranges = p.hooks();
+    if checked {
+        if let Some((base, len, marks)) = ranges.find_marked(a) {
+            // SAFETY: `base..base + len` is one of the heap's regions (the hooks' table holds
+            // the ranges the pool added to the heap, as grown and cut).
+            return unsafe { p.heap().marked_usable_size(ptr, base, len, &marks) };
+        }
+    }
     let region = match ranges.find(a) {
         Some(r) => Some(r),
         None if !ranges.complete() => p.heap().region_of(a).map(|(b, l)| (b.addr().get(), l)),
@@ -241,9 +287,22 @@ pub(crate) unsafe fn free(ptr: NonNull<u8>) {
         }
     }
     let done = POOL.with_pool(|p| {
+        if checked {
+            start_marking(p);
+        }
         let size = block_size(p, ptr, checked)?;
-        // SAFETY: `ptr` is a live block of `size` bytes of this pool (just proven).
-        unsafe { p.free(ptr, size) }.map_err(BlockError::Refused)
+        if !checked {
+            // SAFETY: `ptr` is a live block of `size` bytes of this pool (just proven).
+            return unsafe { p.free(ptr, size) }.map_err(BlockError::Refused);
+        }
+        // Unmarked before the free, which may give its region (and bitmap) back.
+        p.hooks().unmark(ptr.addr().get());
+        // SAFETY: as above.
+        let freed = unsafe { p.free(ptr, size) };
+        if freed.is_err() {
+            p.hooks().mark(ptr.addr().get());
+        }
+        freed.map_err(BlockError::Refused)
     });
     match done {
         Ok(Ok(())) => {}
@@ -284,12 +343,22 @@ pub(crate) unsafe fn realloc(ptr: NonNull<u8>, new_size: usize) -> Option<NonNul
         }
     }
     let done = POOL.with_pool(|p| {
+        if checked {
+            start_marking(p);
+        }
         let old = match block_size_uncached(p, ptr, checked) {
             Ok(n) => n,
             Err(e) => return Err(Some(e)),
         };
         // SAFETY: `ptr` is a live block of `old` bytes of this pool (just proven).
-        unsafe { p.realloc(ptr, old, MIN_ALIGN, new_size.max(1)) }.map_err(|_| None)
+        let new = unsafe { p.realloc(ptr, old, MIN_ALIGN, new_size.max(1)) }.map_err(|_| None)?;
+        if checked && new != ptr {
+            // Moved: the old payload is no longer live (its region may be gone: then nothing is
+            // cleared), the new one is.
+            p.hooks().unmark(ptr.addr().get());
+            p.hooks().mark(new.addr().get());
+        }
+        Ok(new)
     });
     match done {
         Ok(Ok(p)) => {
@@ -319,7 +388,12 @@ pub(crate) unsafe fn realloc(ptr: NonNull<u8>, new_size: usize) -> Option<NonNul
 /// As for [`free`], except that `ptr` stays live.
 pub(crate) unsafe fn usable_size(ptr: NonNull<u8>) -> usize {
     let checked = options::checked();
-    match POOL.with_pool(|p| block_size_uncached(p, ptr, checked)) {
+    match POOL.with_pool(|p| {
+        if checked {
+            start_marking(p);
+        }
+        block_size_uncached(p, ptr, checked)
+    }) {
         Ok(Ok(n)) => n,
         Ok(Err(BlockError::Corrupted(c))) => {
             report::corruption("malloc_usable_size", ptr.as_ptr(), c)

@@ -16,11 +16,19 @@
 //! block unmapped by its first free). Inside a region, by default the tags the free will follow
 //! must be plausible (`InlineHeap::usable_size_in`, `O(1)`: in use, a whole number of
 //! granules, inside the region, the neighbours' flags and footers agreeing, else a walk names
-//! the cause); in checked mode (`TAGALLOC_CHECKED`) the region is walked from its start to the
-//! block and past it (`InlineHeap::checked_usable_size`), which also tells a pointer into the
-//! middle of a block from a block whose preceding bytes happen to read as sound tags. Damaged
-//! tags are reported with their address and the process aborts (`report::corruption`), as
-//! glibc does.
+//! the cause). In checked mode (`TAGALLOC_CHECKED`) the pool marks the payload of every block
+//! it hands out in its region's bitmap (`crate::marks`, kept by the hooks with the ranges) and
+//! clears it when the block is freed or moved, all under the lock; a pointer must then be
+//! marked (else it is refused, the word before it naming a double free or an invalid pointer),
+//! the tags its free follows plausible as above, the chunk after it the fence or a marked block,
+//! and no other mark inside its chunk (`InlineHeap::marked_usable_size`, `O(1)` plus the
+//! block's size / 1024 words): so a pointer into the middle of a block is told from a block
+//! whose preceding bytes happen to read as sound tags, and a size grown over a live neighbour
+//! is found. The blocks live when checked mode starts (allocated before it was known) are
+//! marked by one walk of the heap; a region without a bitmap (one could not be mapped, or the
+//! table is full) is proven by a walk of the region from its start
+//! (`InlineHeap::checked_usable_size`), as before. Damaged tags are reported with their address
+//! and the process aborts (`report::corruption`), as glibc does.
 //!
 //! **The per-thread cache.** Outside checked mode, small blocks (chunks up to 8 KiB) are allocated
 //! from and freed into the calling thread's cache (`tagalloc_host::CacheBinding`) without the lock,
@@ -42,7 +50,8 @@
 //! under the lock (`Ranges`'s `free_cached_block`, which frees with the tags its proof read:
 //! `InlineHeap::free_in`), so damage after a small block is reported then, before the heap follows
 //! it. Checked mode bypasses the caches altogether: every allocation and free goes to the pool
-//! under the lock, and every free is proven by a walk.
+//! under the lock, and every free is proven against the bitmaps (a block a cache still holds
+//! from before checked mode started is unmarked when it leaves the cache).
 
 use core::ptr::NonNull;
 

@@ -1,7 +1,7 @@
 //! Proving a pointer a live block of an inline heap without trusting the tags it reads: what
 //! a C `free`, which gets any pointer, needs before it writes anything.
 //!
-//! Two ways, both bounded by the region the pointer lies in, so that no word outside it is
+//! Three ways, all bounded by the region the pointer lies in, so that no word outside it is
 //! ever read, whatever the tags say:
 //!
 //! - [`InlineHeap::usable_size_in`], `O(1)`: the block's head and the tags its free would
@@ -17,6 +17,14 @@
 //!   neighbour. It tells a double free (the payload of a free chunk, or a head a merge marked
 //!   absorbed) from a foreign pointer (anything else that is not a live block's payload) and
 //!   from damaged tags (a [`CheckError`] naming the chunk).
+//! - [`InlineHeap::marked_usable_size`], for a caller that marks the payload of every block it
+//!   hands out ([`LiveMarks`], e.g. a bitmap of a bit per granule): `O(1)` plus a scan of the
+//!   block's own marks. The pointer must be marked (an unmarked one is named by the word before
+//!   it alone), the tags its free follows plausible, the chunk after it the fence or marked,
+//!   and no other mark inside its chunk: what the walk proves of the block and of the tags its
+//!   free follows (damage elsewhere in the region is found at the free of the block it
+//!   damaged, not before), and a size grown over a live neighbour exactly, which the walk does
+//!   not find at the grown block's free.
 
 use core::ptr::NonNull;
 

@@ -182,6 +182,7 @@ pub use detached::records::{Record, RecordStore};
 pub use error::{BlockError, CheckError, Error, PolicyError};
 pub use inline::granule::{AnyGranule, Granule, HostGranule, HOST_GRANULE};
 pub use inline::heap::InlineHeap;
+pub use inline::LiveMarks;
 pub use pool::heap::PoolHeap;
 pub use pool::hooks::{Hooks, NoHooks};
 pub use pool::policy::{Growth, Policy, Reserve};

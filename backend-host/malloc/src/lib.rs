@@ -13,6 +13,8 @@
 //!   policy) and how `free` learns a block's size from the heap.
 //! - `lock`: the pool's lock, taken around `fork` by `pthread_atfork` handlers so that the
 //!   child of a multi-threaded parent can allocate.
+//! - `marks`: checked mode's bitmaps of the live blocks, one bit per granule of each region,
+//!   against which a pointer is proven in `O(1)` instead of by a walk of its region.
 //! - `options`: the environment (`TAGALLOC_CHECKED`, `TAGALLOC_STATS`), read once without
 //!   allocating or recursing.
 //! - `ranges`: the address ranges the pool holds and gave back lately, kept by its hooks,
@@ -32,6 +34,7 @@ compile_error!("tagalloc-malloc replaces glibc's allocator on 64-bit Linux only"
 
 pub mod api;
 mod lock;
+mod marks;
 mod options;
 mod pool;
 mod ranges;

@@ -1,13 +1,17 @@
 //! What the environment asks for, read once, before the first allocation is served if
 //! possible, without allocating.
 //!
-//! - `TAGALLOC_CHECKED`: set (to anything but `0` or nothing), every `free` and `realloc`
-//!   proves its pointer a live block by a walk of its region (`InlineHeap::
-//!   checked_usable_size`), which tells a pointer into a block from one whose preceding bytes
-//!   happen to read as a tag. Without it the proof is `O(1)` (`InlineHeap::usable_size_in`):
-//!   the address in one of the pool's regions, the tags the free follows plausible. Either
-//!   way a double free or a foreign pointer is refused, counted and reported once on stderr,
-//!   and damaged tags are reported and abort.
+//! - `TAGALLOC_CHECKED`: set (to anything but `0` or nothing), every call goes to the pool
+//!   under its lock (no thread caches), and every `free`, `realloc` and
+//!   `malloc_usable_size` proves its pointer the payload of a live block against checked
+//!   mode's bitmaps of the blocks handed out (`crate::marks`, one bit per granule of each
+//!   region, 0.8 % of the regions' bytes; `InlineHeap::marked_usable_size`): `O(1)` plus a
+//!   scan of the block's own bits (its size / 1024 words), which tells a pointer into a block
+//!   from one whose preceding bytes happen to read as a tag and finds a size grown over a live
+//!   neighbour. Without it the proof is `O(1)` (`InlineHeap::usable_size_in`): the address in
+//!   one of the pool's regions, the tags the free follows plausible. Either way a double free
+//!   or a foreign pointer is detected (see `TAGALLOC_ON_MISUSE`), and damaged tags are
+//!   reported and abort.
 //! - `TAGALLOC_ON_MISUSE`: what a detected double free or foreign pointer does. `abort` (the
 //!   default, and what glibc, Scudo and hardened_malloc do): reported on stderr, then the
 //!   process aborts. `continue`: the call is refused, counted and the first one reported, and

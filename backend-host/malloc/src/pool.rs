@@ -16,11 +16,19 @@
 //! block given back by its first free, its mapping kept for reuse or unmapped). Inside a region, by default the tags the free will follow
 //! must be plausible (`InlineHeap::usable_size_in`, `O(1)`: in use, a whole number of
 //! granules, inside the region, the neighbours' flags and footers agreeing, else a walk names
-//! the cause); in checked mode (`TAGALLOC_CHECKED`) the region is walked from its start to the
-//! block and past it (`InlineHeap::checked_usable_size`), which also tells a pointer into the
-//! middle of a block from a block whose preceding bytes happen to read as sound tags. Damaged
-//! tags are reported with their address and the process aborts (`report::corruption`), as
-//! glibc does.
+//! the cause). In checked mode (`TAGALLOC_CHECKED`) the pool marks the payload of every block
+//! it hands out in its region's bitmap (`crate::marks`, kept by the hooks with the ranges) and
+//! clears it when the block is freed or moved, all under the lock; a pointer must then be
+//! marked (else it is refused, the word before it naming a double free or an invalid pointer),
+//! the tags its free follows plausible as above, the chunk after it the fence or a marked block,
+//! and no other mark inside its chunk (`InlineHeap::marked_usable_size`, `O(1)` plus the
+//! block's size / 1024 words): so a pointer into the middle of a block is told from a block
+//! whose preceding bytes happen to read as sound tags, and a size grown over a live neighbour
+//! is found. The blocks live when checked mode starts (allocated before it was known) are
+//! marked by one walk of the heap; a region without a bitmap (one could not be mapped, or the
+//! table is full) is proven by a walk of the region from its start
+//! (`InlineHeap::checked_usable_size`), as before. Damaged tags are reported with their address
+//! and the process aborts (`report::corruption`), as glibc does.
 //!
 //! **The per-thread cache.** Outside checked mode, small blocks (chunks up to 8 KiB) are allocated
 //! from and freed into the calling thread's cache (`tagalloc_host::CacheBinding`) without the lock,
@@ -42,7 +50,8 @@
 //! under the lock (`Ranges`'s `free_cached_block`, which frees with the tags its proof read:
 //! `InlineHeap::free_in`), so damage after a small block is reported then, before the heap follows
 //! it. Checked mode bypasses the caches altogether: every allocation and free goes to the pool
-//! under the lock, and every free is proven by a walk.
+//! under the lock, and every free is proven against the bitmaps (a block a cache still holds
+//! from before checked mode started is unmarked when it leaves the cache).
 
 use core::ptr::NonNull;
 
@@ -117,9 +126,17 @@ pub(crate) fn alloc(size: usize, align: usize) -> Option<NonNull<u8>> {
 fn alloc_slow(size: usize, align: usize, checked: bool) -> Option<NonNull<u8>> {
     let saved = errno();
     let got = if checked {
-        POOL.alloc(size.max(1), align)
+        POOL.with_pool(|p| {
+            start_marking(p);
+            let b = p.alloc(size.max(1), align).ok()?;
+            p.hooks().mark(b.addr().get());
+            Some(b)
+        })
+        .ok()
+        .flatten()
+        .ok_or(())
     } else {
-        CACHES.alloc(&POOL, size.max(1), align)
+        CACHES.alloc(&POOL, size.max(1), align).map_err(|_| ())
     };
     match got {
         Ok(p) => {
@@ -130,6 +147,37 @@ fn alloc_slow(size: usize, align: usize, checked: bool) -> Option<NonNull<u8>> {
             set_errno(libc::ENOMEM);
             None
         }
+    }
+}
+
+/// A word's bytes: a chunk's head is one word before its payload.
+const W: usize = core::mem::size_of::<usize>();
+
+/// Starts checked mode's records of the live blocks (`Ranges::start_marking`) if they have not
+/// started: a bitmap for every region, and the blocks live now (allocated before checked mode
+/// was known, in a thread's cache or not) marked, by one walk of the heap. Every checked call
+/// makes sure of it first, under the lock.
+#[inline]
+fn start_marking(p: &mut Inner) {
+    if !p.hooks().marking() {
+        start_marking_now(p);
+    }
+}
+
+/// [`start_marking`] the first time.
+#[cold]
+#[inline(never)]
+fn start_marking_now(p: &mut Inner) {
+    if p.hooks_mut().start_marking() {
+        let ranges = p.hooks();
+        p.visit(
+            |_, _| {},
+            |head, _, free| {
+                if !free {
+                    ranges.mark(head.wrapping_add(W));
+                }
+            },
+        );
     }
 }
 
@@ -167,6 +215,13 @@ fn block_size_uncached(p: &Inner, ptr: NonNull<u8>, checked: bool) -> Result<usi
 fn block_size_slow(p: &Inner, ptr: NonNull<u8>, checked: bool) -> Result<usize, BlockError> {
     let a = ptr.addr().get();
     let ranges = p.hooks();
+    if checked {
+        if let Some((base, len, marks)) = ranges.find_marked(a) {
+            // SAFETY: `base..base + len` is one of the heap's regions (the hooks' table holds
+            // the ranges the pool added to the heap, as grown and cut).
+            return unsafe { p.heap().marked_usable_size(ptr, base, len, &marks) };
+        }
+    }
     let region = match ranges.find(a) {
         Some(r) => Some(r),
         None if !ranges.complete() => p.heap().region_of(a).map(|(b, l)| (b.addr().get(), l)),
@@ -245,9 +300,22 @@ pub(crate) unsafe fn free(ptr: NonNull<u8>) {
         }
     }
     let done = POOL.with_pool(|p| {
+        if checked {
+            start_marking(p);
+        }
         let size = block_size(p, ptr, checked)?;
-        // SAFETY: `ptr` is a live block of `size` bytes of this pool (just proven).
-        unsafe { p.free(ptr, size) }.map_err(BlockError::Refused)
+        if !checked {
+            // SAFETY: `ptr` is a live block of `size` bytes of this pool (just proven).
+            return unsafe { p.free(ptr, size) }.map_err(BlockError::Refused);
+        }
+        // Unmarked before the free, which may give its region (and bitmap) back.
+        p.hooks().unmark(ptr.addr().get());
+        // SAFETY: as above.
+        let freed = unsafe { p.free(ptr, size) };
+        if freed.is_err() {
+            p.hooks().mark(ptr.addr().get());
+        }
+        freed.map_err(BlockError::Refused)
     });
     match done {
         Ok(Ok(())) => {}
@@ -288,12 +356,22 @@ pub(crate) unsafe fn realloc(ptr: NonNull<u8>, new_size: usize) -> Option<NonNul
         }
     }
     let done = POOL.with_pool(|p| {
+        if checked {
+            start_marking(p);
+        }
         let old = match block_size_uncached(p, ptr, checked) {
             Ok(n) => n,
             Err(e) => return Err(Some(e)),
         };
         // SAFETY: `ptr` is a live block of `old` bytes of this pool (just proven).
-        unsafe { p.realloc(ptr, old, MIN_ALIGN, new_size.max(1)) }.map_err(|_| None)
+        let new = unsafe { p.realloc(ptr, old, MIN_ALIGN, new_size.max(1)) }.map_err(|_| None)?;
+        if checked && new != ptr {
+            // Moved: the old payload is no longer live (its region may be gone: then nothing is
+            // cleared), the new one is.
+            p.hooks().unmark(ptr.addr().get());
+            p.hooks().mark(new.addr().get());
+        }
+        Ok(new)
     });
     match done {
         Ok(Ok(p)) => {
@@ -323,7 +401,12 @@ pub(crate) unsafe fn realloc(ptr: NonNull<u8>, new_size: usize) -> Option<NonNul
 /// As for [`free`], except that `ptr` stays live.
 pub(crate) unsafe fn usable_size(ptr: NonNull<u8>) -> usize {
     let checked = options::checked();
-    match POOL.with_pool(|p| block_size_uncached(p, ptr, checked)) {
+    match POOL.with_pool(|p| {
+        if checked {
+            start_marking(p);
+        }
+        block_size_uncached(p, ptr, checked)
+    }) {
         Ok(Ok(n)) => n,
         Ok(Err(BlockError::Corrupted(c))) => {
             report::corruption("malloc_usable_size", ptr.as_ptr(), c)

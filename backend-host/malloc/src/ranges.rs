@@ -21,6 +21,9 @@
 //! the live ranges to [`MIRROR`] under a sequence lock (the sequence odd while they change),
 //! which [`find_unlocked`] reads with atomic loads and trusts only if the sequence did not move
 //! meanwhile; any doubt sends the free to the lock.
+//!
+//! In checked mode the table also holds each live range's bitmap of live payloads
+//! ([`Bitmap`], see `crate::marks`), made, grown, cleared and unmapped by the same hooks.
 
 use core::cell::Cell;
 use core::sync::atomic::{fence, AtomicUsize, Ordering};
@@ -30,6 +33,7 @@ use core::ptr::NonNull;
 use tagalloc::{BlockError, Hooks, InlineHeap};
 use tagalloc_host::ProofMemo;
 
+use crate::marks::{Bitmap, RegionMarks};
 use crate::report;
 
 /// A word's bytes.
@@ -54,9 +58,13 @@ fn holds(lo: usize, end: usize, addr: usize) -> bool {
 /// each as grown and cut, none twice; unless `incomplete`, they are all of them; the slots past
 /// `count` are `(0, 0)`, which hold no address. `gone` holds ranges given back since, none
 /// overlapping a live one. `last` is one of `live[..count]`, as `(base, end - base)`, or
-/// `(0, 0)`.
+/// `(0, 0)`. While `marking` (checked mode), `marks[i]` is `live[i]`'s bitmap, covering the
+/// range as grown and cut, or [`Bitmap::NONE`] if it could not be mapped; otherwise every
+/// slot is [`Bitmap::NONE`].
 pub(crate) struct Ranges {
     live: [(usize, usize); LIVE],
+    marks: [Bitmap; LIVE],
+    marking: bool,
     count: usize,
     incomplete: bool,
     gone: [(usize, usize); GONE],
@@ -72,6 +80,8 @@ impl Ranges {
     pub(crate) const fn new() -> Self {
         Ranges {
             live: [(0, 0); LIVE],
+            marks: [Bitmap::NONE; LIVE],
+            marking: false,
             count: 0,
             incomplete: false,
             gone: [(0, 0); GONE],
@@ -122,6 +132,57 @@ impl Ranges {
             .unwrap_or(&[])
             .iter()
             .position(|&(b, _)| b == base)
+    }
+
+    /// Whether checked mode's bitmaps are kept ([`Ranges::start_marking`]).
+    #[inline]
+    pub(crate) fn marking(&self) -> bool {
+        self.marking
+    }
+
+    /// Starts keeping a bitmap of live payloads for every range, those held now and those
+    /// obtained from now on (checked mode, once, under the lock); whether it started now (then
+    /// the caller marks the blocks already live: [`Ranges::mark`] for each).
+    pub(crate) fn start_marking(&mut self) -> bool {
+        if self.marking {
+            return false;
+        }
+        self.marking = true;
+        for (m, &(base, end)) in self.marks.iter_mut().zip(&self.live).take(self.count) {
+            *m = Bitmap::map(end.wrapping_sub(base));
+        }
+        true
+    }
+
+    /// The range holding `addr` with its bitmap, if it has one, as `(base, len, marks)`.
+    #[inline]
+    pub(crate) fn find_marked(&self, addr: usize) -> Option<(usize, usize, RegionMarks)> {
+        let (i, &(base, end)) = self
+            .live
+            .iter()
+            .take(self.count)
+            .enumerate()
+            .find(|&(_, &(base, end))| holds(base, end, addr))?;
+        let bits = *self.marks.get(i)?;
+        bits.exists()
+            .then(|| (base, end.wrapping_sub(base), RegionMarks { base, bits }))
+    }
+
+    /// Marks the payload `addr`, just handed out, live (in checked mode, if its range has a
+    /// bitmap).
+    #[inline]
+    pub(crate) fn mark(&self, addr: usize) {
+        if let Some((_, _, m)) = self.find_marked(addr) {
+            m.bits.set(m.base, addr);
+        }
+    }
+
+    /// Marks the payload `addr`, about to be freed or just moved, no longer live.
+    #[inline]
+    pub(crate) fn unmark(&self, addr: usize) {
+        if let Some((_, _, m)) = self.find_marked(addr) {
+            m.bits.clear(m.base, addr);
+        }
     }
 
     /// Takes `base..end`, in use again, off the ring of ranges given back.
@@ -288,6 +349,11 @@ impl Hooks for Ranges {
         match self.live.get_mut(self.count) {
             Some(slot) => {
                 *slot = (base, end);
+                if self.marking {
+                    if let Some(m) = self.marks.get_mut(self.count) {
+                        *m = Bitmap::map(len);
+                    }
+                }
                 self.count += 1;
             }
             None => self.incomplete = true,
@@ -302,14 +368,21 @@ impl Hooks for Ranges {
             if let Some(r) = self.live.get_mut(i) {
                 r.1 = end;
             }
+            if let Some(m) = self.marks.get_mut(i) {
+                m.grow(end.wrapping_sub(base));
+            }
         }
         self.mirror();
     }
 
     fn given_back(&mut self, base: usize, len: usize) {
         if let Some(i) = self.index(base) {
+            if let Some(m) = self.marks.get_mut(i) {
+                m.unmap();
+            }
             self.count -= 1;
             self.live.swap(i, self.count);
+            self.marks.swap(i, self.count);
             if let Some(gone) = self.live.get_mut(self.count) {
                 *gone = (0, 0);
             }
@@ -338,7 +411,12 @@ impl Hooks for Ranges {
         // the pool added to the heap, as grown and cut), and `ptr`, a block handed out by the
         // heap, derives from its memory; the caller gives it up once.
         match unsafe { heap.free_in(ptr, base, len) } {
-            Ok(()) => true,
+            Ok(()) => {
+                // Checked mode found this block live when it started (the caches hold blocks
+                // from before it only).
+                self.unmark(ptr.addr().get());
+                true
+            }
             Err(BlockError::Corrupted(c)) => report::corruption("free", ptr.as_ptr(), c),
             Err(BlockError::Refused(_)) => false,
         }
@@ -348,6 +426,9 @@ impl Hooks for Ranges {
         if let Some(i) = self.index(base) {
             if let Some(r) = self.live.get_mut(i) {
                 r.1 = at;
+            }
+            if let Some(m) = self.marks.get(i) {
+                m.clear_range(base, at, at.saturating_add(len));
             }
         }
         if let Some(g) = self.gone.get_mut(self.next_gone) {

@@ -55,7 +55,13 @@ fn reports(r: &Run) -> Vec<&String> {
 /// `case` runs to its end in both modes, every check passing, with one report whose cause
 /// contains `cause` (and not `not`), and `refused` frees counted.
 fn refused(case: &str, cause: &str, not: &str, refused: u32) {
-    for checked in [false, true] {
+    refused_in(case, cause, not, refused, &[false, true]);
+}
+
+/// [`refused`] in the modes `checked` lists (`true`: `TAGALLOC_CHECKED=1`); the runs.
+fn refused_in(case: &str, cause: &str, not: &str, refused: u32, checked: &[bool]) -> Vec<Run> {
+    let mut runs = Vec::new();
+    for &checked in checked {
         let r = run(case, checked);
         let out = r.stdout_text();
         let what = format!(
@@ -81,12 +87,19 @@ fn refused(case: &str, cause: &str, not: &str, refused: u32) {
             stats.contains(&format!(", {refused} refused frees;")),
             "{what}{stats}"
         );
+        runs.push(r);
     }
+    runs
 }
 
 /// `case` aborts in both modes after reporting heap corruption at an address.
 fn corrupted(case: &str) {
-    for checked in [false, true] {
+    corrupted_in(case, "", &[false, true]);
+}
+
+/// [`corrupted`] in the modes `checked` lists, the report naming `cause`.
+fn corrupted_in(case: &str, cause: &str, checked: &[bool]) {
+    for &checked in checked {
         let r = run(case, checked);
         let what = format!(
             "{case} (checked: {checked}): {:?}\n{}{:?}",
@@ -100,7 +113,8 @@ fn corrupted(case: &str) {
         assert!(
             rep[0].starts_with("tagalloc: free(0x")
                 && rep[0].contains("): heap corruption at 0x")
-                && rep[0].contains("aborting"),
+                && rep[0].contains("aborting")
+                && rep[0].contains(cause),
             "{}",
             rep[0]
         );
@@ -180,5 +194,63 @@ needs_cc! {
     fn a_write_past_a_block_is_reported_as_corruption_then_aborts() {
         corrupted("past-end-x");
         corrupted("past-end-nul");
+    }
+
+    /// Misuse on a heap of 100,000 blocks (every third freed): a double free (reported), its
+    /// realloc, a pointer into the middle of a live block and one into the middle of a freed
+    /// block, all refused; then everything freed as usual.
+    #[test]
+    fn misuse_on_a_heap_of_many_blocks_is_refused() {
+        refused("many", "a double free", "invalid pointer", 4);
+    }
+
+    /// Pointers into a live block and into a free chunk after bytes forged to read as a sound
+    /// in-use tag: checked mode refuses both as invalid (the default proof obeys the first).
+    #[test]
+    fn checked_mode_refuses_pointers_after_forged_tags() {
+        refused_in("forged", "an invalid pointer", "double free", 2, &[true]);
+    }
+
+    /// A large block's mapping grown in place by realloc, the heap grown, emptied, trimmed and
+    /// grown again, then a double free, a pointer into a live block and one into the large
+    /// block: refused; every other block freed as usual (the checked records follow the regions
+    /// as they grow, are cut and go back).
+    #[test]
+    fn misuse_after_regions_grew_and_were_trimmed_is_refused() {
+        for r in refused_in(
+            "regrown",
+            "a double free",
+            "invalid pointer",
+            3,
+            &[false, true],
+        ) {
+            // Where the large block found room to grow in place, it did.
+            if r.stdout_text().contains("ok   the large block lies in the hole") {
+                let stats = r.tagalloc_lines.join("\n");
+                assert!(!stats.contains("grown in place 0;"), "{stats}");
+            }
+        }
+    }
+
+    /// A block moved by realloc: its old pointer freed, resized and queried, refused as a
+    /// double free.
+    #[test]
+    fn the_old_pointer_of_a_moved_block_is_refused_as_a_double_free() {
+        refused("realloc-moved", "a double free", "invalid pointer", 2);
+    }
+
+    /// Blocks of every aligned allocation function are proven, resized and freed as any block;
+    /// a double free of one is refused.
+    #[test]
+    fn aligned_blocks_are_proven_and_their_double_free_refused() {
+        refused("aligned", "a double free", "invalid pointer", 1);
+    }
+
+    /// A write past a block's end that grows the next block's size over its own neighbour
+    /// exactly (the tags stay consistent): checked mode reports it at that block's free (the
+    /// default mode does not see it).
+    #[test]
+    fn checked_mode_reports_a_size_grown_over_a_live_block() {
+        corrupted_in("grown-over", "covers another live block", &[true]);
     }
 }

@@ -3,4 +3,5 @@
 pub(crate) mod granule;
 pub(crate) mod heap;
 mod probe;
+pub use probe::LiveMarks;
 pub(crate) mod tags;

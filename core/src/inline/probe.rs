@@ -1,7 +1,7 @@
 //! Proving a pointer a live block of an inline heap without trusting the tags it reads: what
 //! a C `free`, which gets any pointer, needs before it writes anything.
 //!
-//! Two ways, both bounded by the region the pointer lies in, so that no word outside it is
+//! Three ways, all bounded by the region the pointer lies in, so that no word outside it is
 //! ever read, whatever the tags say:
 //!
 //! - [`InlineHeap::usable_size_in`], `O(1)`: the block's head and the tags its free would
@@ -17,6 +17,14 @@
 //!   neighbour. It tells a double free (the payload of a free chunk, or a head a merge marked
 //!   absorbed) from a foreign pointer (anything else that is not a live block's payload) and
 //!   from damaged tags (a [`CheckError`] naming the chunk).
+//! - [`InlineHeap::marked_usable_size`], for a caller that marks the payload of every block it
+//!   hands out ([`LiveMarks`], e.g. a bitmap of a bit per granule): `O(1)` plus a scan of the
+//!   block's own marks. The pointer must be marked (an unmarked one is named by the word before
+//!   it alone), the tags its free follows plausible, the chunk after it the fence or marked,
+//!   and no other mark inside its chunk: what the walk proves of the block and of the tags its
+//!   free follows (damage elsewhere in the region is found at the free of the block it
+//!   damaged, not before), and a size grown over a live neighbour exactly, which the walk does
+//!   not find at the grown block's free.
 
 use core::ptr::NonNull;
 
@@ -28,6 +36,21 @@ use crate::algo::stats::Tally;
 use crate::algo::tags::Tags;
 use crate::error::{BlockError, CheckError, Error};
 use crate::inline::granule::Granule;
+
+/// The payloads of the live blocks of a heap's regions, as a caller that records every block
+/// it hands out and every block it frees keeps them (a C library's checked mode: a bit per
+/// granule of each region): what [`InlineHeap::marked_usable_size`] proves a pointer against
+/// instead of walking its region.
+///
+/// Invariant the caller keeps (for the answers, not for memory safety): an address is marked
+/// exactly while it is the payload of a block the heap handed out and that has not been freed
+/// or moved since.
+pub trait LiveMarks {
+    /// Whether `addr` (granule-aligned, inside a region) is a live block's payload.
+    fn is_live(&self, addr: usize) -> bool;
+    /// Whether any address in `lo..hi` (granule-aligned, inside one region) is marked.
+    fn any_live(&self, lo: usize, hi: usize) -> bool;
+}
 
 /// A region as the probe sees it: the address of its first chunk's head and of its fence, and
 /// a pointer through which its words are read.
@@ -241,6 +264,135 @@ impl<G: Granule, K: Tally, B: BinShape> InlineHeap<G, K, B> {
             (p, n) => self.heap.free_beside(c, size, p, n),
         }
         Ok(())
+    }
+
+    /// The usable bytes of the live block at `ptr`, proven against `marks`, the payloads of
+    /// the live blocks its caller handed out (see [`LiveMarks`]), instead of by a walk: what
+    /// [`InlineHeap::checked_usable_size`] proves, in `O(1)` plus a scan of the block's own
+    /// marks. In order:
+    ///
+    /// - `ptr` must be marked, else it is refused, named by the word before it, `O(1)`
+    ///   ([`InlineHeap::unmarked_cause`]): `DoubleFree` for a head a merge marked absorbed or
+    ///   a free chunk's head whose footer and successor agree, `ForeignPointer` for anything
+    ///   else (a pointer into a block, whatever the bytes before it say).
+    /// - The tags its free follows must be plausible, as [`InlineHeap::usable_size_in`]
+    ///   checks them; where they are not, the walk names the damage (a marked block the walk
+    ///   does not find live is damage too: it was handed out and not freed).
+    /// - The chunk after the block (after its free successor, if it has one) must be the
+    ///   region's fence or a marked block: a size that moved the successor, grown or shrunk,
+    ///   is damage.
+    /// - No other payload in the block's chunk may be marked: a size grown over a live
+    ///   neighbour exactly, which leaves every tag consistent, is damage (found by this scan
+    ///   alone; a walk finds it only when it frees the neighbour).
+    ///
+    /// # Time Complexity
+    /// `O(1)` plus [`LiveMarks::any_live`] over the block's chunk (for a bitmap of a bit per
+    /// granule, its size in granules / 64 words); a walk of the region only when tags are
+    /// damaged (then the caller reports and aborts).
+    ///
+    /// # Safety
+    /// As for [`InlineHeap::usable_size_in`]. `marks` is trusted for the answer, not for
+    /// memory safety: every word read is inside the region whatever it says.
+    pub unsafe fn marked_usable_size(
+        &self,
+        ptr: NonNull<u8>,
+        base: usize,
+        len: usize,
+        marks: &impl LiveMarks,
+    ) -> Result<usize, BlockError> {
+        let a = ptr.addr().get();
+        let l = self.heap.tags().geometry();
+        let g = l.granule();
+        let s = self.span(ptr, base, len);
+        // A payload is granule-aligned against the region's first head, one word further.
+        if a.wrapping_sub(W).wrapping_sub(s.first) & (g - 1) != 0 || !marks.is_live(a) {
+            // SAFETY: forwarded caller contract.
+            return Err(BlockError::Refused(unsafe {
+                self.unmarked_cause(ptr, base, len, marks)
+            }));
+        }
+        // SAFETY: forwarded caller contract.
+        let Some(b) = (unsafe { self.plausible(ptr, base, len) }) else {
+            return self.marked_walked(s, a);
+        };
+        let broken = |what, at| Err(BlockError::Corrupted(CheckError::new(what, at)));
+        let n = b.c + b.bytes;
+        let after = match b.next {
+            Some((n, nb)) => n + nb,
+            None => n,
+        };
+        // Two free chunks are never side by side, so what follows is in use: the fence, or a
+        // block handed out.
+        if after != s.fence && !marks.is_live(after + W) {
+            return broken(
+                "the chunk after the block is not a live block (its size was changed)",
+                b.c,
+            );
+        }
+        if marks.any_live(a + g, n + W) {
+            return broken("the block's size covers another live block", b.c);
+        }
+        Ok(b.bytes - W)
+    }
+
+    /// [`InlineHeap::marked_usable_size`] of a marked block whose tags are not plausible: the
+    /// walk names the damage; one that proves the block anyway answers its size, and one that
+    /// refuses it found a marked block's head damaged (it was handed out and not freed).
+    #[cold]
+    #[inline(never)]
+    fn marked_walked(&self, s: Span, a: usize) -> Result<usize, BlockError> {
+        match self.find_block_size(s, a) {
+            Err(BlockError::Refused(_)) => Err(BlockError::Corrupted(CheckError::new(
+                "a live block's head is damaged",
+                a - W,
+            ))),
+            r => r,
+        }
+    }
+
+    /// Why `ptr`, which `marks` does not hold, is not a live block, from the word before it
+    /// alone, `O(1)`: `DoubleFree` if that word is a head a merge marked absorbed, or a free
+    /// chunk's head (not in use, its predecessor in use, a size that fits the region, its
+    /// footer agreeing, its successor's `PREV_IN_USE` bit clear and that successor the fence
+    /// or a marked block); `ForeignPointer` otherwise.
+    ///
+    /// # Safety
+    /// As for [`InlineHeap::usable_size_in`].
+    #[cold]
+    #[inline(never)]
+    pub unsafe fn unmarked_cause(
+        &self,
+        ptr: NonNull<u8>,
+        base: usize,
+        len: usize,
+        marks: &impl LiveMarks,
+    ) -> Error {
+        let l = self.heap.tags().geometry();
+        let (g, min) = (l.granule(), l.bytes_of(l.min_chunk()));
+        let s = self.span(ptr, base, len);
+        let c = ptr.addr().get().wrapping_sub(W);
+        let off = c.wrapping_sub(s.first);
+        if off > s.fence - s.first || off & (g - 1) != 0 || c == s.fence {
+            return Error::ForeignPointer;
+        }
+        // SAFETY: `first <= c < fence`, word-aligned (`≡ first (mod g)`), inside the region.
+        let h = unsafe { s.word(c) };
+        if h == ABSORBED {
+            return Error::DoubleFree;
+        }
+        let bytes = h & !FLAGS;
+        if h & FLAGS != PREV_IN_USE || !s.fits(c, bytes, g, min) {
+            return Error::ForeignPointer;
+        }
+        let n = c + bytes;
+        // SAFETY: the chunk fits in the region, so its footer and the head after it (at most
+        // the fence) are inside it, word-aligned.
+        let (footer, nh) = unsafe { (s.word(n - W), s.word(n)) };
+        if footer == bytes && nh & PREV_IN_USE == 0 && (n == s.fence || marks.is_live(n + W)) {
+            Error::DoubleFree
+        } else {
+            Error::ForeignPointer
+        }
     }
 
     /// [`InlineHeap::free_in`] when a tag disagrees: the walk proves the block (or names the

@@ -335,6 +335,12 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
         &self.hooks
     }
 
+    /// The hooks, to change what they keep (a C library's checked mode starting its records of
+    /// the blocks handed out); the pool's ranges are unchanged.
+    pub fn hooks_mut(&mut self) -> &mut K {
+        &mut self.hooks
+    }
+
     /// The policy.
     pub fn policy(&self) -> &Policy {
         &self.policy

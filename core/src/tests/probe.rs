@@ -336,3 +336,102 @@ fn free_in_refuses_what_the_probe_refuses_writing_nothing() {
         Err(BlockError::Corrupted(_))
     ));
 }
+
+/// Live payloads as a set, for [`InlineHeap::marked_usable_size`].
+#[derive(Default)]
+struct Marks(std::collections::BTreeSet<usize>);
+
+impl crate::LiveMarks for Marks {
+    fn is_live(&self, addr: usize) -> bool {
+        self.0.contains(&addr)
+    }
+    fn any_live(&self, lo: usize, hi: usize) -> bool {
+        self.0.range(lo..hi).next().is_some()
+    }
+}
+
+/// The proof against marks: a marked block is proven with the size the walk finds (next to
+/// free neighbours too); a double free after a merge either way and the payload of a free
+/// chunk are named double frees, a pointer into a block (whatever precedes it, forged tags
+/// too) and into a free chunk foreign; a size grown over a live neighbour exactly, and one
+/// shrunk, are damage at the grown block.
+#[test]
+fn the_proof_against_marks_agrees_with_the_walk_and_finds_a_size_grown_over_a_block() {
+    fn marked(
+        h: &InlineHeap,
+        base: usize,
+        len: usize,
+        m: &Marks,
+        p: NonNull<u8>,
+    ) -> Result<usize, BlockError> {
+        // SAFETY: `base..base + len` is the heap's region and `p` was derived from the arena.
+        unsafe { h.marked_usable_size(p, base, len, m) }
+    }
+    let mut ar = Arena::new(1 << 14);
+    let (mut h, base, len) = heap(&mut ar);
+    let mut m = Marks::default();
+    let alloc = |h: &mut InlineHeap, m: &mut Marks, n: usize| {
+        let p = h.alloc(n, 16).unwrap();
+        m.0.insert(p.addr().get());
+        p
+    };
+    let [a, b, c, d, e, f] = [24, 24, 24, 24, 256, 64].map(|n| alloc(&mut h, &mut m, n));
+    for p in [a, b, c, d, e, f] {
+        assert_eq!(
+            marked(&h, base, len, &m, p),
+            h.checked_usable_size(p),
+            "{p:p}"
+        );
+    }
+    // `b` freed (a free chunk's payload), then `c` merged into it (an absorbed head).
+    for p in [b, c] {
+        m.0.remove(&p.addr().get());
+        // SAFETY: live allocations, each freed once.
+        unsafe { h.free(p, 24).unwrap() };
+    }
+    assert_eq!(marked(&h, base, len, &m, b), DOUBLE);
+    assert_eq!(marked(&h, base, len, &m, c), DOUBLE);
+    // Next to a free predecessor: proven.
+    assert_eq!(marked(&h, base, len, &m, d), h.checked_usable_size(d));
+    // Into a block, zeros, garbage or a forged in-use tag ending where the chunk ends before it.
+    // SAFETY: `e` is a live block of 256 bytes.
+    let chunk = unsafe { h.usable_size(e) }.unwrap() + 8;
+    for fill in [0x00u8, 0xff, 0x41] {
+        // SAFETY: inside the block.
+        unsafe { e.as_ptr().write_bytes(fill, 256) };
+        for off in [16, 64, 5] {
+            // SAFETY: inside the block.
+            assert_eq!(marked(&h, base, len, &m, unsafe { e.add(off) }), FOREIGN);
+        }
+    }
+    // SAFETY: inside the block; a forged head at `e + 56` whose chunk ends with `e`'s.
+    unsafe { e.add(56).cast::<usize>().write_unaligned((chunk - 64) | 3) };
+    // SAFETY: as above.
+    let inside = unsafe { e.add(64) };
+    assert_eq!(marked(&h, base, len, &m, inside), FOREIGN);
+    // Into the free chunk `b..` (past its links).
+    // SAFETY: inside the free chunk.
+    assert_eq!(marked(&h, base, len, &m, unsafe { b.add(48) }), FOREIGN);
+    // `d`'s head grown over `e` exactly: every tag consistent, `e` covered.
+    // SAFETY: `d`'s head word, in the arena.
+    let head = unsafe { d.as_ptr().sub(8).cast::<usize>() };
+    // SAFETY: as above.
+    let was = unsafe { head.read() };
+    // SAFETY: as above.
+    unsafe { head.write(was + chunk) };
+    assert!(
+        matches!(marked(&h, base, len, &m, d), Err(BlockError::Corrupted(x)) if x.at == d.addr().get() - 8),
+        "{:?}",
+        marked(&h, base, len, &m, d)
+    );
+    // Shrunk by a granule: its successor then lies inside it, not marked.
+    // SAFETY: as above.
+    unsafe { head.write(was - 16) };
+    assert!(matches!(
+        marked(&h, base, len, &m, d),
+        Err(BlockError::Corrupted(_))
+    ));
+    // SAFETY: as above.
+    unsafe { head.write(was) };
+    assert_eq!(marked(&h, base, len, &m, d), h.checked_usable_size(d));
+}

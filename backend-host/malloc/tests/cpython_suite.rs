@@ -199,14 +199,6 @@ fn cpython_regression_modules() {
               tests/cpython_modules.txt; Debian: libpython3.X-testsuite) when the tests were \
               built"
 )]
-#[cfg_attr(
-    tagalloc_has_cpython_tests,
-    ignore = "TAGALLOC_CHECKED=1 is slow today (a walk of the region per free): in checked \
-              mode test_list alone takes about 6 min and the 24 modules well over 15 min, \
-              against about 20 s in the default mode; a change in progress makes checked \
-              frees fast, un-ignore this then. Run: cargo test --release -p tagalloc-malloc \
-              --test cpython_suite -- --ignored"
-)]
 #[test]
 fn cpython_regression_modules_checked() {
     same_failures_as_glibc(true);

@@ -72,11 +72,11 @@ const OFF: u8 = 3;
 /// Flushes a cache into the pool at this address (monomorphised per lock type).
 type Flush = unsafe fn(usize, &mut ThreadCache);
 
-/// Five words a thread keeps between its frees for the proof that a caller of
+/// Nine words a thread keeps between its frees for the proof that a caller of
 /// [`CacheBinding::free_proven`] makes of a pointer (the malloc library: the regions it proved
 /// in last and the sequence of its table it read): zero at first, kept while the thread's cache
 /// serves the same pool, seen by that thread's proofs only (one kind of proof per pool).
-pub type ProofMemo = [Cell<usize>; 5];
+pub type ProofMemo = [Cell<usize>; 9];
 
 /// A thread's cache and what it is bound to. Only its own thread touches it, except the
 /// fork child, which is the same thread's copy.
@@ -98,7 +98,7 @@ thread_local! {
             id: Cell::new(0),
             flush: Cell::new(None),
             cache: UnsafeCell::new(ThreadCache::new(0)),
-            memo: [const { Cell::new(0) }; 5],
+            memo: [const { Cell::new(0) }; 9],
         }
     };
 }
@@ -853,13 +853,13 @@ mod tests {
             // the second frees it once, the third is refused before anything is written.
             unsafe {
                 let kept = PROVEN.free_proven(&PROVEN_POOL, p, |m| {
-                    assert_eq!(memo(m), [0; 5]);
+                    assert_eq!(memo(m), [0; 9]);
                     m.unwrap()[0].set(7);
                     None
                 });
                 assert_eq!(kept, None);
                 let freed = PROVEN.free_proven(&PROVEN_POOL, p, |m| {
-                    assert_eq!(memo(m), [7, 0, 0, 0, 0]);
+                    assert_eq!(memo(m), [7, 0, 0, 0, 0, 0, 0, 0, 0]);
                     Some(40)
                 });
                 assert_eq!(freed, Some(Ok(())));

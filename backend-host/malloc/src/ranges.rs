@@ -237,26 +237,33 @@ impl Mirror {
     }
 }
 
-/// [`find_unlocked`] through the two slots this thread proved in last (`memo`, as
-/// [`find_and_remember`] leaves it: `[seq, lo, len, lo2, len2]`, slots `lo..lo + len` read
-/// under the even sequence `seq`, or empty): while the sequence is still `seq` the ranges have
-/// not changed since, so those slots still hold, and a pointer in either is proven with one
-/// shared load (the sequence) and two or three compares, on words of its own thread. Two, as
-/// the frees of a program often alternate between two regions.
+/// How many regions a thread's memo remembers: the last ones it proved pointers in.
+const REMEMBERED: usize = 4;
+
+/// [`find_unlocked`] through the slots this thread proved in last (`memo`, as
+/// [`find_and_remember`] leaves it: `[seq, lo, len, lo2, len2, ...]`, [`REMEMBERED`] slots
+/// `lo..lo + len` read under the even sequence `seq`, the latest first, or empty): while the
+/// sequence is still `seq` the ranges have not changed since, so those slots still hold, and a
+/// pointer in one is proven with one shared load (the sequence) and a compare or two per slot,
+/// on words of its own thread. Several, as a program's frees spread over its regions: with two,
+/// larson (blocks in four regions) found its pointer in neither on a tenth of its frees and spent
+/// 7 % of its time in the shared table's scan (docs/measurements.md, "Four remembered regions").
 #[inline(always)]
 pub(crate) fn find_remembered(addr: usize, memo: &ProofMemo) -> Option<usize> {
     let same = MIRROR.seq.load(Ordering::Acquire) == memo[0].get();
     // An empty slot (`len == 0`) holds nothing.
-    let (off, off2) = (
-        addr.wrapping_sub(memo[1].get()),
-        addr.wrapping_sub(memo[3].get()),
-    );
-    let room = if same && off < memo[2].get() {
-        memo[2].get() - off
-    } else if same && off2 < memo[4].get() {
-        memo[4].get() - off2
-    } else {
-        find_and_remember(addr, memo)
+    let slot = |k: usize| {
+        let off = addr.wrapping_sub(memo[1 + 2 * k].get());
+        let len = memo[2 + 2 * k].get();
+        (off < len).then(|| len - off)
+    };
+    let room = match same {
+        true => slot(0)
+            .or_else(|| slot(1))
+            .or_else(|| slot(2))
+            .or_else(|| slot(3))
+            .unwrap_or_else(|| find_and_remember(addr, memo)),
+        false => find_and_remember(addr, memo),
     };
     // A range holding `addr` has room from it on: 0 is none, a plain word, so that the paths
     // above do not each carry a flag.
@@ -264,20 +271,22 @@ pub(crate) fn find_remembered(addr: usize, memo: &ProofMemo) -> Option<usize> {
 }
 
 /// [`find_remembered`] past its memo: [`find_unlocked`] (0 for none), its slot remembered
-/// first, and the slot remembered first before it second if the sequence has not changed
-/// since.
+/// first, and the slots remembered before it after it if the sequence has not changed since
+/// (the oldest forgotten).
 #[cold]
 #[inline(never)]
 fn find_and_remember(addr: usize, memo: &ProofMemo) -> usize {
     let Some((seq, lo, end)) = find_slot(addr) else {
         return 0;
     };
-    let [old, lo1, len1, _, _] = memo.each_ref().map(Cell::get);
-    let new = if old == seq {
-        [seq, lo, end - lo, lo1, len1]
-    } else {
-        [seq, lo, end - lo, 0, 0]
-    };
+    let old = memo.each_ref().map(Cell::get);
+    let mut new = [0; 1 + 2 * REMEMBERED];
+    new[0] = seq;
+    new[1] = lo;
+    new[2] = end - lo;
+    if old[0] == seq {
+        new[3..].copy_from_slice(&old[1..old.len() - 2]);
+    }
     memo.iter().zip(new).for_each(|(w, v)| w.set(v));
     end - addr
 }

@@ -8,21 +8,14 @@ mod common;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use common::{mapped, resident_pages, unmapped};
+use common::{mapped, one_at_a_time, resident_pages, unmapped};
 use tagalloc::{Growth, InlineHeap, Policy, Pool, RegionSource};
 use tagalloc_host::{MmapOptions, MmapSource, Reuse};
 
 const MIB: usize = 1 << 20;
 
-/// Held by every test here for its whole run (see `tests/source.rs`), and so also the one
-/// user of [`NOW`] at a time.
-static KERNEL_MAPPINGS: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    KERNEL_MAPPINGS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+// `one_at_a_time` (`tests/common`) is held by every test here for its whole run, and so also
+// makes each the one user of `NOW` at a time.
 
 /// The tests' clock, in milliseconds.
 static NOW: AtomicU64 = AtomicU64::new(0);

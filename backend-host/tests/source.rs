@@ -6,23 +6,11 @@ mod common;
 
 use std::ptr::NonNull;
 
-use common::{mapped, mapping_of, page_size, resident_pages, unmapped};
+use common::{mapped, mapping_of, one_at_a_time, page_size, resident_pages, unmapped};
 use tagalloc::{Error, RegionSource};
 use tagalloc_host::{Call, MmapOptions, MmapSource};
 
 const MIB: usize = 1 << 20;
-
-/// Held by every test here for its whole run. The tests map and unmap memory and then ask the
-/// kernel whether a range is mapped; run side by side on the harness's threads, another test's
-/// new mapping could land in a range one test has just unmapped and make it look mapped.
-static KERNEL_MAPPINGS: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// Takes [`KERNEL_MAPPINGS`] (a test that failed while holding it leaves nothing to protect).
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    KERNEL_MAPPINGS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 /// Fills `len` bytes at `addr` with a pattern keyed by `key`.
 fn fill(addr: usize, len: usize, key: u8) {

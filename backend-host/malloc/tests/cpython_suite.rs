@@ -19,27 +19,12 @@ mod common;
 use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use common::{library, scratch, Program, Run};
+use common::{library, python, scratch, Program, Run};
 
 const MODULES: &str = include_str!("cpython_modules.txt");
-
-/// The Python interpreter itself, not a wrapper script that starts it (pyenv's shims run
-/// bash first): asked of `python3` on glibc.
-fn python() -> String {
-    let out = Command::new("python3")
-        .args(["-c", "import sys; print(sys.executable)"])
-        .output()
-        .expect("run python3");
-    assert!(out.status.success(), "python3 does not run");
-    String::from_utf8(out.stdout)
-        .expect("a UTF-8 path")
-        .trim()
-        .to_string()
-}
 
 /// One run of the suite.
 #[derive(Debug)]

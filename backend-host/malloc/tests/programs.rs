@@ -17,21 +17,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{library, same_output, scratch, source, Program};
-
-/// The Python interpreter itself, not a wrapper script that starts it (pyenv's shims run
-/// bash first): asked of `python3` on glibc.
-fn python() -> String {
-    let out = Command::new("python3")
-        .args(["-c", "import sys; print(sys.executable)"])
-        .output()
-        .expect("run python3");
-    assert!(out.status.success(), "python3 does not run");
-    String::from_utf8(out.stdout)
-        .expect("a UTF-8 path")
-        .trim()
-        .to_string()
-}
+use common::{library, python, same_output, scratch, source, Program};
 
 fn arg(p: &Path) -> String {
     p.to_str().expect("a UTF-8 path").to_string()

@@ -6,6 +6,18 @@
 
 use std::fs;
 
+/// Held by every test of a binary that maps and unmaps memory and then asks the kernel whether
+/// a range is mapped, for its whole run: run side by side on the harness's threads, another
+/// test's new mapping could land in a range one test has just unmapped and make it look mapped.
+static KERNEL_MAPPINGS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Takes [`KERNEL_MAPPINGS`] (a test that failed while holding it leaves nothing to protect).
+pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    KERNEL_MAPPINGS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// How many pages of `addr..addr + len` are resident, or `None` if part of the range is not
 /// mapped (`mincore` fails with `ENOMEM`).
 pub fn resident_pages(addr: usize, len: usize) -> Option<usize> {

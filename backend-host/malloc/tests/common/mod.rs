@@ -389,3 +389,17 @@ pub fn compile_c(rel: &str, dir: &Path, extra: &[&str]) -> PathBuf {
     );
     exe
 }
+
+/// The Python interpreter itself, not a wrapper script that starts it (pyenv's shims run
+/// bash first): asked of `python3` on glibc.
+pub fn python() -> String {
+    let out = Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .expect("run python3");
+    assert!(out.status.success(), "python3 does not run");
+    String::from_utf8(out.stdout)
+        .expect("a UTF-8 path")
+        .trim()
+        .to_string()
+}

@@ -82,7 +82,7 @@ pub(super) fn bound(p: &Problem, time: &Time<'_>, units: &Units) -> u64 {
             pinned[s] = pinned[s].max(base + units.extent[u]);
         }
     }
-    peak.max(pinned.iter().sum())
+    peak.max(pinned.iter().fold(0, |t, &a| t.saturating_add(a)))
 }
 
 /// The bytes covered by `ranges` (`[lo, hi)` each).

@@ -241,8 +241,9 @@ pub struct Layout {
 }
 
 impl Layout {
-    /// The sum of the arenas.
+    /// The sum of the arenas, saturating: arenas in several spaces may each fit a `u64` and
+    /// their sum not (no memory is that large; such a total reads as `u64::MAX`).
     pub fn total(&self) -> u64 {
-        self.arenas.iter().sum()
+        self.arenas.iter().fold(0, |t, &a| t.saturating_add(a))
     }
 }

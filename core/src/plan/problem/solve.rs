@@ -167,7 +167,8 @@ pub fn solve<M: Monitor + ?Sized>(
     let Some((layout, method)) = best else {
         return Err(last_err.unwrap_or(ProblemError::NoSpace));
     };
-    let optimal = layout.total() == lower_bound
+    // A saturated total equals a saturated bound without being proven equal to it.
+    let optimal = (layout.total() == lower_bound && lower_bound < u64::MAX)
         || (matches!(method, Method::Search { .. })
             && rect_proven
             && rectangles_exact(problem, &units));

@@ -330,8 +330,8 @@ struct Bin {
 ///
 /// Invariant: every block on `bins[c]` is a live block (in use for the heap) of the pool the
 /// cache belongs to, of class `c` or a larger chunk, owned by no one else, with the next block
-/// (or null) [encoded](encode) with `mask` in its first word and `key` in its second, unless
-/// the program wrote over them after freeing it (what [`link_fault`] finds); `count`, `blocks`
+/// (or null) encoded with `mask` (`encode`) in its first word and `key` in its second, unless
+/// the program wrote over them after freeing it (what `link_fault` finds); `count`, `blocks`
 /// and `bytes` count them. Every cache of a pool has the same `key` (the transfer's batches and
 /// the double-free check cross caches).
 #[derive(Debug)]

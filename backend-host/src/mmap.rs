@@ -73,11 +73,11 @@ pub const REUSE_SLOTS: usize = 16;
 /// `DEFAULT_MMAP_THRESHOLD_MAX`) and keeps such blocks in its heap until a trim; jemalloc returns
 /// unused dirty pages over `opt.dirty_decay_ms` (10 s); mimalloc purges them after
 /// `purge_delay` (10 ms). [`Reuse::DEFAULT`] keeps up to 16 ranges and 64 MiB (glibc's largest
-/// trim threshold, twice its largest mmap threshold) for 100 ms: with 1 s, CPython's JSON round
-/// trip kept 22 MiB past its phases and its peak RSS rose from 124 to 140 MiB without reuse to
-/// 148.7 MiB (143.3 MiB with 100 ms), while malloc-large, whose blocks are reused at once, ran
-/// as fast with 100 ms and 1.6 × glibc's time with 10 ms (docs/measurements.md, "The programs
-/// bench before and after issue 48"). 16 rather than 8 mappings: the
+/// trim threshold, twice its largest mmap threshold) for 100 ms: long enough for a program that
+/// frees and allocates large blocks in turn (malloc-large) to reuse them, short enough that
+/// mappings kept past a program's phase do not raise its peak resident set much, since a kept
+/// mapping is resident whole (figures for 10 ms, 100 ms and 1 s: docs/measurements.md, "The
+/// programs bench before and after issue 48"). 16 rather than 8 mappings: the
 /// tails kept make more ranges than blocks freed (a range costs 24 bytes of the source and a
 /// look at each obtain and give-back); in a simulation of mimalloc-bench's malloc-large the
 /// byte bound, not the count, then binds.

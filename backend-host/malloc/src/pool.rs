@@ -72,7 +72,7 @@ pub(crate) const MIN_ALIGN: usize = 16;
 /// of 128 KiB or more giving back the regions it leaves wholly free, `malloc_trim` giving back
 /// wholly free regions and free region ends and releasing the pages of free chunks of 64 KiB or
 /// more. The source keeps the mappings given back for reuse ([`Reuse::DEFAULT`]: up to 16
-/// ranges and 64 MiB, for 1 s, and never more than the peak of large mappings handed out less
+/// ranges and 64 MiB, for 100 ms, and never more than the peak of large mappings handed out less
 /// those handed out now), so that a large block freed and another allocated cost no new
 /// mapping (a smaller one takes the head of a kept mapping, the tail staying kept), and
 /// `malloc_trim` unmaps them. Its lock is [`PoolLock`], which the fork handlers can reach.

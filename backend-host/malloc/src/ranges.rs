@@ -245,9 +245,9 @@ const REMEMBERED: usize = 4;
 /// `lo..lo + len` read under the even sequence `seq`, the latest first, or empty): while the
 /// sequence is still `seq` the ranges have not changed since, so those slots still hold, and a
 /// pointer in one is proven with one shared load (the sequence) and a compare or two per slot,
-/// on words of its own thread. Several, as a program's frees spread over its regions: with two,
-/// larson (blocks in four regions) found its pointer in neither on a tenth of its frees and spent
-/// 7 % of its time in the shared table's scan (docs/measurements.md, "Four remembered regions").
+/// on words of its own thread. Several, as a program's frees spread over its regions, and a miss
+/// scans the shared table, whose hint every thread writes (figures: docs/measurements.md,
+/// "Four remembered regions").
 #[inline(always)]
 pub(crate) fn find_remembered(addr: usize, memo: &ProofMemo) -> Option<usize> {
     let same = MIRROR.seq.load(Ordering::Acquire) == memo[0].get();

@@ -9,9 +9,13 @@
     tagalloc_torch.dump_snapshot("snap.pickle")   # for pytorch.org/memory_viz
     tagalloc_torch.graphs_supported()             # whether CUDA graphs can be captured
 
-The library is ``libtagalloc_cuda_pluggable.so`` (``cargo build --release -p
-tagalloc-cuda-pluggable``), found from the ``library`` argument, else the environment variable
-``TAGALLOC_CUDA_LIBRARY``, else ``<repo>/target/release/`` beside this package. PyTorch loads it
+The library is ``libtagalloc_cuda_pluggable.so``, built from the crate
+``backend-cuda/pluggable`` and put inside the package by ``pip install ./backend-cuda/python``.
+It is found from the ``library`` argument, else the environment variable
+``TAGALLOC_CUDA_LIBRARY`` (both the user's explicit choices: a path there that is not a file is
+refused, naming it), else the library packaged beside this module, else
+``<repo>/target/release/`` of the checkout this module sits in (``cargo build --release -p
+tagalloc-cuda-pluggable``); see :mod:`tagalloc_torch.library`. PyTorch loads it
 through ``torch.cuda.memory.CUDAPluggableAllocator``; the functions here read the same pools
 through ``ctypes``. The module imports without PyTorch, a GPU or the library; each function
 raises a :class:`TagallocError` subclass saying which is missing.
@@ -41,6 +45,7 @@ from .errors import (
     CudaAlreadyInitialized,
     LibraryError,
     LibraryMissing,
+    NoDriver,
     NoGpu,
     TagallocError,
     TorchMissing,
@@ -60,6 +65,7 @@ __all__ = [
     "LibraryMissing",
     "CudaAlreadyInitialized",
     "NoGpu",
+    "NoDriver",
     "LibraryError",
 ]
 
@@ -224,8 +230,9 @@ def memory_stats(device=None, library=None):
     """The pool's figures for ``device`` under ``torch.cuda.memory_stats()``'s key names where
     the pool has them (see :mod:`tagalloc_torch.torch_stats` for which, and what each holds).
 
-    Needs the library, not PyTorch. Raises :class:`LibraryMissing`, or :class:`LibraryError`
-    with the library's reason (no CUDA driver, no such device)."""
+    Needs the library, not PyTorch. Raises :class:`LibraryMissing`, :class:`NoDriver` (a
+    :class:`NoGpu` and a :class:`LibraryError`) on a machine without a CUDA driver, or
+    :class:`LibraryError` with the library's reason (no such device, a driver failure)."""
     return _stats.to_torch(_lib(library).stats(_device(device)))
 
 

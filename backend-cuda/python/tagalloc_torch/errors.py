@@ -18,9 +18,16 @@ class CudaAlreadyInitialized(TagallocError):
 
 
 class NoGpu(TagallocError):
-    """PyTorch sees no CUDA device."""
+    """No CUDA device to use: PyTorch sees none (:func:`enable`), or the library found no CUDA
+    driver (:class:`NoDriver`)."""
 
 
 class LibraryError(TagallocError):
     """The library answered with an error (no CUDA driver, no such device, a driver failure):
     its message, from tagalloc_last_error, is the exception's."""
+
+
+class NoDriver(LibraryError, NoGpu):
+    """The library could not load the CUDA driver (``libcuda.so``): a :class:`LibraryError`, as
+    every refusal of the library is, and a :class:`NoGpu`, so that one ``except NoGpu`` covers
+    a machine without a GPU whether PyTorch or the library found out."""

@@ -1,19 +1,41 @@
 """The shared library through ctypes: where it is, and its calls (no PyTorch needed).
 
-The library is ``libtagalloc_cuda_pluggable.so``, built by
-``cargo build --release -p tagalloc-cuda-pluggable``. Its C signatures are in the crate's
-documentation (``backend-cuda/pluggable/src/lib.rs``).
+The library is ``libtagalloc_cuda_pluggable.so``, built from the crate
+``backend-cuda/pluggable``. Its C signatures are in the crate's documentation
+(``backend-cuda/pluggable/src/lib.rs``). :func:`find` takes the first of:
+
+1. the ``library`` argument of the caller;
+2. the environment variable ``TAGALLOC_CUDA_LIBRARY``;
+3. the library installed beside this module (``pip install ./backend-cuda/python`` puts it
+   there, named as an extension module of the Python that built it);
+4. ``<repo>/target/release/`` of the checkout this module sits in
+   (``cargo build --release -p tagalloc-cuda-pluggable``).
+
+The first two are the user's explicit choices: a path named there that is not a file is
+refused, naming it, rather than passed over for another library. The last two are searched;
+the current directory never is.
 """
 
 import ctypes
+import importlib.machinery
 import json
 import os
 
-from .errors import LibraryError, LibraryMissing
+from .errors import LibraryError, LibraryMissing, NoDriver
 
-LIBRARY_NAME = "libtagalloc_cuda_pluggable.so"
+LIBRARY_STEM = "libtagalloc_cuda_pluggable"
+LIBRARY_NAME = LIBRARY_STEM + ".so"
 ENV_VAR = "TAGALLOC_CUDA_LIBRARY"
 SIZE_MAX = ctypes.c_size_t(-1).value
+# Where the package's own library lies: this module's directory.
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# The library's words when it could not load the CUDA driver (``DriverError::NoDriver`` in
+# ``backend-cuda/src/error.rs``): such a failure is raised as :class:`NoDriver`.
+NO_DRIVER = "no CUDA driver"
+BUILD_HINT = (
+    "install the package with `pip install ./backend-cuda/python`, or build the library with "
+    f"`cargo build --release -p tagalloc-cuda-pluggable` and set {ENV_VAR} to its path"
+)
 
 # Every symbol enable() and the functions here need from a library they load; a library
 # without one is refused when it is loaded. tagalloc_forget_stream is not among them: only
@@ -34,6 +56,18 @@ SYMBOLS = (
 )
 
 
+def packaged_path():
+    """The library installed beside this module, or None. The build backend (setuptools-rust)
+    names it as it would an extension module of the building Python
+    (``libtagalloc_cuda_pluggable.cpython-311-x86_64-linux-gnu.so``), so each of this Python's
+    extension suffixes is tried, the plain ``.so`` among them."""
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = os.path.join(PACKAGE_DIR, LIBRARY_STEM + suffix)
+        if os.path.isfile(path):
+            return path
+    return None
+
+
 def default_path():
     """Where ``cargo build --release`` puts the library in this repository:
     ``<repo>/target/release/``, found from this file's place, never from the current directory."""
@@ -42,24 +76,53 @@ def default_path():
     return os.path.join(repo, "target", "release", LIBRARY_NAME)
 
 
+def _not_a_file(path):
+    """Why ``path`` (absolute) is not the library's file, in a few words."""
+    if os.path.isdir(path):
+        return "a directory, not the library's file"
+    return "no such file"
+
+
 def find(library=None):
-    """The absolute path of the library: ``library`` if given, else the environment variable
-    ``TAGALLOC_CUDA_LIBRARY``, else :func:`default_path`. Raises :class:`LibraryMissing`
-    naming the path and where it came from when there is no file there.
+    """The absolute path of the library, in the module's order: the ``library`` argument, the
+    environment variable ``TAGALLOC_CUDA_LIBRARY``, the library packaged beside this module
+    (:func:`packaged_path`), the checkout's release build (:func:`default_path`). Raises
+    :class:`LibraryMissing` in one line: for an argument or a variable that names no file,
+    naming it (an empty variable is refused too, not taken as unset); when the search finds
+    nothing, naming the places it looked.
 
     A relative path given explicitly is taken from the current directory, as the caller asked;
     the search itself never looks there (ctypes would, for a bare file name)."""
     if library is not None:
-        path, origin = os.fspath(library), "the library argument"
-    elif os.environ.get(ENV_VAR):
-        path, origin = os.environ[ENV_VAR], "the environment variable " + ENV_VAR
-    else:
-        path, origin = default_path(), "the build's default path"
-    path = os.path.abspath(path)
+        path = os.path.abspath(os.fspath(library))
+        if not os.path.isfile(path):
+            raise LibraryMissing(
+                f"tagalloc: no library at {path} (from the library argument): {_not_a_file(path)}"
+            )
+        return path
+    value = os.environ.get(ENV_VAR)
+    if value is not None:
+        if not value:
+            raise LibraryMissing(
+                f"tagalloc: the environment variable {ENV_VAR} is set but empty ({ENV_VAR}=); "
+                "set it to the library's path, or unset it to use the packaged library"
+            )
+        path = os.path.abspath(value)
+        if not os.path.isfile(path):
+            named = value if path == value else f"{value} ({path})"
+            raise LibraryMissing(
+                f"tagalloc: the environment variable {ENV_VAR}={named} names "
+                f"{_not_a_file(path)}; set it to the library's path, or unset it"
+            )
+        return path
+    packaged = packaged_path()
+    if packaged is not None:
+        return packaged
+    path = default_path()
     if not os.path.isfile(path):
         raise LibraryMissing(
-            f"tagalloc: no library at {path} (from {origin}); build it with "
-            f"`cargo build --release -p tagalloc-cuda-pluggable`, or set {ENV_VAR}"
+            f"tagalloc: no library beside the module in {PACKAGE_DIR} nor at {path} "
+            f"(the build's default path); {BUILD_HINT}"
         )
     return path
 
@@ -162,7 +225,10 @@ class Library:
         return buf.value.decode("utf-8", "replace")
 
     def _fail(self, what):
-        raise LibraryError(f"{what}: {self.last_error()}")
+        reason = self.last_error()
+        # With no driver there is no GPU to use: NoDriver is a NoGpu as well as a LibraryError.
+        kind = NoDriver if NO_DRIVER in reason else LibraryError
+        raise kind(f"{what}: {reason}")
 
     def stats(self, device):
         """The pool's ``TagallocStats`` for ``device``; :class:`LibraryError` when there is no

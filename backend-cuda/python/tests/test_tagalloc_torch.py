@@ -5,10 +5,12 @@ exception), and the conversions to PyTorch's shapes.
 
 Run from the repository root after ``cargo build --release -p tagalloc-cuda-pluggable``:
 ``python3 -m unittest discover -s backend-cuda/python -v``. Without the built library the tests
-that need it are skipped, or fail under ``CI=true``.
+that need it are skipped, or fail under ``CI=true``. ``bash .ci/python-package`` runs them
+against the installed wheel instead, the library inside it (then :class:`TestInstalled` applies).
 """
 
 import ctypes
+import importlib.machinery
 import json
 import os
 import pickle
@@ -29,9 +31,17 @@ BUILT = os.environ.get(library.ENV_VAR)
 UNSEEN_STREAM = 0x7A6A0000
 
 
+def in_checkout():
+    """Whether the module under test sits in a checkout (``<repo>/backend-cuda/python``) rather
+    than installed from the wheel: only there is there a checkout's build to find."""
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(library.default_path())))
+    return os.path.isfile(os.path.join(repo, "Cargo.toml"))
+
+
 def built_library():
-    """The built library's path, or a skip (a failure under CI=true) saying it is not built."""
-    path = BUILT or library.default_path()
+    """The built library's path (the variable's, else the packaged one, else the checkout's
+    release build), or a skip (a failure under CI=true) saying it is not built."""
+    path = BUILT or library.packaged_path() or library.default_path()
     if not os.path.isfile(path):
         reason = f"{path} is not built (cargo build --release -p tagalloc-cuda-pluggable)"
         if os.environ.get("CI") == "true":
@@ -127,6 +137,8 @@ class TestImportAndFind(Clean):
         self.assertIn("PyTorch is not installed", str(e.exception))
 
     def test_default_path_is_the_repositorys_release_build(self):
+        if not in_checkout():
+            self.skipTest("the module is installed, not in a checkout: no checkout's build")
         path = library.default_path()
         self.assertTrue(os.path.isabs(path))
         self.assertTrue(path.endswith(os.path.join("target", "release", library.LIBRARY_NAME)))
@@ -143,18 +155,24 @@ class TestImportAndFind(Clean):
             self.assertEqual(library.find(a), a)
             self.assertEqual(library.find(), b)
             del os.environ[library.ENV_VAR]
-            if not os.path.isfile(library.default_path()):
-                with self.assertRaises(tagalloc_torch.LibraryMissing) as e:
-                    library.find()
-                self.assertIn("the build's default path", str(e.exception))
-            else:
-                self.assertEqual(library.find(), library.default_path())
+            # Nothing packaged beside the module (the packaged library's turn is tested below).
+            with mock.patch.object(library, "PACKAGE_DIR", d):
+                if not os.path.isfile(library.default_path()):
+                    with self.assertRaises(tagalloc_torch.LibraryMissing) as e:
+                        library.find()
+                    self.assertIn("the build's default path", str(e.exception))
+                else:
+                    self.assertEqual(library.find(), library.default_path())
 
     def test_never_the_current_directory_by_accident(self):
         cwd = os.getcwd()
-        with tempfile.TemporaryDirectory() as d:
+        with tempfile.TemporaryDirectory() as d, tempfile.TemporaryDirectory() as empty:
             open(os.path.join(d, library.LIBRARY_NAME), "wb").close()
             os.chdir(d)
+            # Nothing packaged beside the module: the search goes on to the checkout's build.
+            packaged = mock.patch.object(library, "PACKAGE_DIR", empty)
+            packaged.start()
+            self.addCleanup(packaged.stop)
             try:
                 try:
                     found = library.find()
@@ -165,6 +183,74 @@ class TestImportAndFind(Clean):
                     self.assertFalse(found.startswith(d))
             finally:
                 os.chdir(cwd)
+
+    def test_the_packaged_library_comes_after_the_explicit_choices(self):
+        with tempfile.TemporaryDirectory() as pkg, tempfile.TemporaryDirectory() as d:
+            # Named as setuptools-rust names it: an extension module of this Python.
+            suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+            packaged = os.path.join(pkg, library.LIBRARY_STEM + suffix)
+            a, b = os.path.join(d, "a.so"), os.path.join(d, "b.so")
+            for p in (packaged, a, b):
+                open(p, "wb").close()
+            with mock.patch.object(library, "PACKAGE_DIR", pkg):
+                self.assertEqual(library.packaged_path(), packaged)
+                # Before the checkout's build, whether or not there is one.
+                self.assertEqual(library.find(), packaged)
+                os.environ[library.ENV_VAR] = b
+                self.assertEqual(library.find(), b)
+                self.assertEqual(library.find(a), a)
+
+    def test_a_plain_so_beside_the_module_is_packaged_too(self):
+        with tempfile.TemporaryDirectory() as pkg:
+            plain = os.path.join(pkg, library.LIBRARY_NAME)
+            open(plain, "wb").close()
+            with mock.patch.object(library, "PACKAGE_DIR", pkg):
+                self.assertEqual(library.find(), plain)
+
+    def test_nothing_found_names_where_it_looked_and_how_to_install(self):
+        with tempfile.TemporaryDirectory() as pkg:
+            missing = os.path.join(pkg, "target", "release", library.LIBRARY_NAME)
+            with mock.patch.object(library, "PACKAGE_DIR", pkg), mock.patch.object(
+                library, "default_path", return_value=missing
+            ):
+                with self.assertRaises(tagalloc_torch.LibraryMissing) as e:
+                    library.find()
+        message = str(e.exception)
+        self.assertIn(pkg, message)
+        self.assertIn(missing, message)
+        self.assertIn("pip install ./backend-cuda/python", message)
+        self.assertNotIn("\n", message)
+
+    def test_an_empty_variable_is_refused_not_taken_as_unset(self):
+        os.environ[library.ENV_VAR] = ""
+        with self.assertRaises(tagalloc_torch.LibraryMissing) as e:
+            library.find()
+        self.assertIn(f"{library.ENV_VAR} is set but empty", str(e.exception))
+        self.assertNotIn("\n", str(e.exception))
+
+    def test_a_variable_naming_no_file_is_refused_naming_it(self):
+        with tempfile.TemporaryDirectory() as d:
+            os.environ[library.ENV_VAR] = d
+            with self.assertRaises(tagalloc_torch.LibraryMissing) as e:
+                library.find()
+            self.assertIn(f"{library.ENV_VAR}={d} names a directory", str(e.exception))
+            missing = os.path.join(d, "missing.so")
+            os.environ[library.ENV_VAR] = missing
+            with self.assertRaises(tagalloc_torch.LibraryMissing) as e:
+                library.find()
+            self.assertIn(f"{library.ENV_VAR}={missing} names no such file", str(e.exception))
+            # Even with a library packaged beside the module: the variable is the user's choice.
+            open(os.path.join(d, library.LIBRARY_NAME), "wb").close()
+            with mock.patch.object(library, "PACKAGE_DIR", d):
+                with self.assertRaises(tagalloc_torch.LibraryMissing):
+                    library.find()
+
+    def test_an_argument_naming_a_directory_is_refused_naming_it(self):
+        with tempfile.TemporaryDirectory() as d:
+            with self.assertRaises(tagalloc_torch.LibraryMissing) as e:
+                library.find(d)
+        message = str(e.exception)
+        self.assertIn(f"no library at {d} (from the library argument): a directory", message)
 
     def test_a_wrong_path_is_refused_with_the_path_and_its_origin(self):
         fake = FakeTorch()
@@ -322,6 +408,23 @@ class TestForgetStream(Clean):
         self.assertIn("/nonexistent/lib.so", str(e.exception))
 
 
+class TestInstalled(Clean):
+    """The module as ``pip install ./backend-cuda/python`` installs it: the library inside the
+    package, found with no variable set. Runs from the installed wheel (``.ci/python-package``);
+    in a checkout it does not apply."""
+
+    def setUp(self):
+        super().setUp()
+        if in_checkout():
+            self.skipTest("the module is in a checkout, not installed from the wheel")
+
+    def test_the_wheel_holds_the_library_and_finds_it_first(self):
+        packaged = library.packaged_path()
+        self.assertIsNotNone(packaged, f"no library beside the module in {library.PACKAGE_DIR}")
+        self.assertEqual(library.find(), packaged)
+        self.assertEqual(library.load().path, packaged)
+
+
 class TestLibrarySymbols(Clean):
     """The built library, with or without a CUDA driver: the functions added for graphs and
     streams are there, declared as their C signatures say."""
@@ -366,6 +469,14 @@ class TestLibraryWithoutDriver(Clean):
         with self.assertRaises(tagalloc_torch.LibraryError) as e:
             tagalloc_torch.memory_stats(library=self.path)
         self.assertIn("no CUDA driver", str(e.exception))
+
+    def test_no_driver_is_a_no_gpu_error(self):
+        for call in (tagalloc_torch.memory_stats, tagalloc_torch.snapshot):
+            with self.assertRaises(tagalloc_torch.NoGpu) as e:
+                call(library=self.path)
+            self.assertIsInstance(e.exception, tagalloc_torch.NoDriver)
+            self.assertIsInstance(e.exception, tagalloc_torch.LibraryError)
+            self.assertIn("no CUDA driver", str(e.exception))
 
     def test_snapshot_reports_no_driver_and_writes_no_file(self):
         with self.assertRaises(tagalloc_torch.LibraryError) as e:

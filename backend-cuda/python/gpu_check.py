@@ -21,8 +21,8 @@ Allocators, each in a process of its own (PyTorch's allocator is chosen once per
 ``default`` (PyTorch's caching allocator), ``expandable``
 (``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``), ``async``
 (``PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync``) and ``tagalloc``
-(``tagalloc_torch.enable()``, the library from ``--library``, ``TAGALLOC_CUDA_LIBRARY`` or
-``<repo>/target/release/``).
+(``tagalloc_torch.enable()``, the library from ``--library``, ``TAGALLOC_CUDA_LIBRARY``, the
+installed package or ``<repo>/target/release/``, in :func:`tagalloc_torch.library.find`'s order).
 
 Figures, per workload and allocator:
 

@@ -1,4 +1,4 @@
-//! The documents point at what is there: every relative link of the README and of `docs/*.md`
+//! The documents point at what is there: every relative link of the READMEs and of `docs/*.md`
 //! names a file of the repository, every `#anchor` into a markdown file names one of its
 //! headings (as GitHub spells a heading's anchor), and the design document is cited by its
 //! place in the repository, `docs/design.md`, never under a name no file has.
@@ -14,10 +14,24 @@ fn root() -> PathBuf {
         .to_path_buf()
 }
 
-/// The README and every markdown file under `docs/`.
+/// The READMEs and every markdown file under `docs/`.
 fn documents() -> Vec<PathBuf> {
     let root = root();
-    let mut docs = vec![root.join("README.md")];
+    let mut docs: Vec<PathBuf> = [
+        "README.md",
+        "backend-cuda/README.md",
+        "backend-cuda/python/README.md",
+        "backend-host/README.md",
+        "bench/README.md",
+        "bench/data/plans/README.md",
+        "fuzz/README.md",
+        "lab/README.md",
+        "tests/data/README.md",
+        "tools/onnx2plan/README.md",
+    ]
+    .iter()
+    .map(|p| root.join(p))
+    .collect();
     let mut under: Vec<PathBuf> = fs::read_dir(root.join("docs"))
         .expect("docs/")
         .map(|e| e.expect("a docs/ entry").path())

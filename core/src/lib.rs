@@ -5,6 +5,7 @@
 //! a size table up to 16,383, bitwise tries above), and an exact best-fit search with a worst
 //! case bounded by the bits of a size (beside dlmalloc's designated victim for small
 //! requests), over regions handed to it from anywhere.
+//! The decisions it rests on, each with its reason: `docs/design.md` in the repository.
 //!
 //! One algorithm, two tag placements:
 //!

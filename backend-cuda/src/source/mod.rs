@@ -1,7 +1,7 @@
 //! Region sources over the [driver seam](crate::Driver): where a device pool's memory comes
 //! from. Each implements the core's [`RegionSource`], so the core's [`tagalloc::Pool`] grows,
-//! limits, bypasses and trims over it under a [`tagalloc::Policy`] (DESIGN.md, "Pools" and
-//! "CUDA"):
+//! limits, bypasses and trims over it under a [`tagalloc::Policy`] (docs/design.md, "Pools and
+//! policies" and "Stream order on the device"):
 //!
 //! - [`PlainSource`] ([`plain`]): one device allocation (`cuMemAlloc`) per region, freed
 //!   (`cuMemFree`) when the pool gives the region back. Regions never merge, even where the

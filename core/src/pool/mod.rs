@@ -1,4 +1,5 @@
-//! A pool: a heap, a region source and a policy (DESIGN.md, "Pools"). The pool grows its heap
+//! A pool: a heap, a region source and a policy (docs/design.md, "Pools and policies").
+//! The pool grows its heap
 //! from the source on a miss, within a limit, lets large requests bypass its shared regions,
 //! gives wholly free regions back on [`Pool::trim`] (and, where the source can, free tails and
 //! the pages of large free chunks), trims and retries once when the source or the limit runs

@@ -1,5 +1,6 @@
 //! A heap shared between threads: one heap behind a lock, with a queue for frees that arrive
-//! while the lock is held (DESIGN.md, "Concurrency"). [`crate::GlobalHeap`] and
+//! while the lock is held (docs/design.md, "Sharing: the lock and queued frees").
+//! [`crate::GlobalHeap`] and
 //! [`crate::SharedDetachedHeap`] are this with an inline and a detached heap.
 //!
 //! A free that finds the lock taken does not wait: it puts what identifies the free (a pointer

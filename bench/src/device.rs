@@ -25,6 +25,7 @@
 //! deterministic). Then the model's device speed is swept (0.5×, 1×, 2×: one checked run each)
 //! to see whether the allocators' order by modelled run time and by peak reserved holds.
 
+use std::ffi::OsStr;
 use std::sync::Arc;
 
 use indicatif::ProgressBar;
@@ -36,6 +37,7 @@ use tagalloc_cuda::torch_model::{TorchAllocator, TorchConfig};
 use tagalloc_cuda::{DeviceBlock, DeviceConfig, DevicePool, DevicePtr, Driver};
 use tagalloc_tests::trace::{Event, Trace, TraceStats};
 
+use crate::cli::{self, Mode, Opt};
 use crate::clock::Stopwatch;
 use crate::report::{self, Better, Table};
 
@@ -219,9 +221,51 @@ pub struct Options {
     pub runs: usize,
     /// The model at speed 1 (the sweep scales it).
     pub model: Model,
+    /// Every multi-stream trace replayed, and a summary of them all.
+    pub all_multistream: bool,
 }
 
+/// The options `device` takes.
+pub const OPTIONS: &[Opt] = &[
+    cli::runs("interleaved runs, the median of host ns per event reported (default 15; 1 with --quick)"),
+    Opt {
+        name: "engines",
+        value: Some("N"),
+        help: "the modelled device runs N kernels at once at full speed (default 1: its streams share its throughput; 0: every stream at full speed at once, no sharing)",
+    },
+    Opt {
+        name: "all-multistream",
+        value: None,
+        help: "replay every multi-stream trace (the shared torch-multistream and the generated pipeline, prefetch and buckets; with --quick the generated synthetic-3-streams and short patterns) and print a summary table of them all; takes no TRACE",
+    },
+];
+
 impl Options {
+    /// The defaults: 15 runs (1 with `--quick`) of [`Model::DEFAULT`], the trace named.
+    pub fn new(mode: Mode) -> Self {
+        Options {
+            runs: mode.pick(15, 15, 1),
+            model: Model::DEFAULT,
+            all_multistream: false,
+        }
+    }
+
+    /// Sets one of [`OPTIONS`] from its value, or says why the value is refused.
+    pub fn set(&mut self, name: &str, value: &OsStr) -> Result<(), String> {
+        match name {
+            "runs" => self.runs = cli::count(value, 1, "runs")?,
+            "engines" => {
+                self.model.clock.engines = cli::text(value)?.parse().map_err(|_| {
+                    "is not a count of kernels run at once (expected e.g. 1, or 0: no limit)"
+                        .to_string()
+                })?
+            }
+            "all-multistream" => self.all_multistream = true,
+            _ => return Err(cli::not_taken("device")),
+        }
+        Ok(())
+    }
+
     /// Steps of the progress bar for `traces` traces.
     pub fn steps(&self, traces: usize) -> u64 {
         let per_speed = Which::ALL.len() + 1;

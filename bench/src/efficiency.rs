@@ -9,11 +9,13 @@
 //! As in the random-actions benchmark, the random streams are seeded, the same for every
 //! allocator.
 
+use std::ffi::OsStr;
 use std::path::Path;
 
 use indicatif::ProgressBar;
 use serde_json::{json, Value};
 
+use crate::cli::{self, Mode, Opt};
 use crate::plot;
 use crate::random_actions::{generate_align, generate_size};
 use crate::report::{self, Better, Table};
@@ -33,6 +35,35 @@ pub struct Options {
     pub rounds: usize,
     /// Heap size (talc: 128 MiB).
     pub heap: usize,
+}
+
+/// The options `efficiency` takes.
+pub const OPTIONS: &[Opt] = &[cli::runs(
+    "rounds per allocator (default talc's 300; 30 in the default suite, 2 with --quick, on an 8 MiB heap)",
+)];
+
+impl Options {
+    /// The defaults: talc's 300 rounds on a 128 MiB heap (30 in the default suite; with
+    /// `--quick`, 2 on 8 MiB).
+    pub fn new(mode: Mode) -> Self {
+        Options {
+            rounds: mode.pick(300, 30, 2),
+            heap: if mode == Mode::Quick {
+                8 << 20
+            } else {
+                crate::random_actions::HEAP
+            },
+        }
+    }
+
+    /// Sets one of [`OPTIONS`] from its value, or says why the value is refused.
+    pub fn set(&mut self, name: &str, value: &OsStr) -> Result<(), String> {
+        match name {
+            "runs" => self.rounds = cli::count(value, 1, "rounds per allocator")?,
+            _ => return Err(cli::not_taken("efficiency")),
+        }
+        Ok(())
+    }
 }
 
 struct Rounds<'a> {

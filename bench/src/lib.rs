@@ -5,11 +5,13 @@
 
 mod arena_source;
 mod bump;
+pub mod cli;
 mod clock;
 pub mod cold;
 pub mod device;
 pub mod efficiency;
 mod heapmap;
+pub mod inputs;
 pub mod machine;
 pub mod micro;
 pub mod plan;

@@ -32,322 +32,523 @@
 //! Results are markdown tables on stdout (`--json` for machines), SVG charts under
 //! `target/tagalloc-bench/`, and a progress bar on stderr when it is a terminal.
 //!
-//! Run: `cargo run --release -p tagalloc-bench [-- SUBCOMMAND] [OPTIONS]`
+//! Run: `cargo run --release -p tagalloc-bench [-- SUBCOMMAND] [OPTIONS]`, or install it with
+//! `cargo install --locked --path bench` and run `tagalloc-bench` from any directory.
+//! `tagalloc-bench SUBCOMMAND --help` says what each one takes. The subcommands are one table
+//! (`SUBCOMMANDS`); each benchmark module owns its options and their defaults
+//! (`OPTIONS`, `Options::new`, `Options::set`), and this file only parses and dispatches.
 
 use tagalloc_bench::{
-    cold, device, efficiency,
+    cli::{self, Mode, Opt},
+    cold, device, efficiency, inputs,
+    inputs::TraceSet,
     machine::{load_average, Machine},
     micro, plan, plan_constrained, plan_trace, pool, programs, random_actions, replay, snapshot,
     threads,
 };
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Value};
 use tagalloc_tests::trace;
 
-const HELP: &str = "\
-tagalloc-bench: tagalloc against peer allocators
-
-USAGE:
-    tagalloc-bench [OPTIONS] [SUBCOMMAND]
-
-SUBCOMMANDS (none: the default suite, the first four shortened, about a minute):
-    micro               alloc+free of random 8..=512-byte blocks, 1000 live
-    random-actions      talc's random-actions benchmark (7 trials x 200 ms per size)
-    efficiency          talc's heap-efficiency benchmark (300 rounds)
-    replay [TRACE...]   replay allocation traces (files or directories; default: every
-                        trace in ../shared/traces, else the bundled tests/data traces)
-    pool [TRACE...]     replay traces through tagalloc's pool under growth and trim
-                        policies: peak reserved / peak live, trim, ns/event over the
-                        bare heap (default: python-json, sqlite, android-systemui from
-                        ../shared/traces, else the bundled traces)
-    snapshot TRACE      replay a trace through a pool up to --at and draw its heap as an
-                        SVG: regions, chunks in use and free, fragmentation
-    plan [PROBLEM...]   static memory planning problems, .csv (intervals) or .json
-                        (aliases, groups, graphs with streams, pins, spaces:
-                        docs/plan-format.md); files or directories; default:
-                        ../shared/plans/*.csv, else the bundled bench/data/plans); not in
-                        the default suite
-    plan-trace [TRACE...]
-                        plan a trace's lifetimes offline and compare with tagalloc's
-                        dynamic footprint on the same events (traces as for replay); not
-                        in the default suite
-    threads [N|ALLOCATOR...]
-                        1, 2, 4 and 8 threads allocating and freeing through one shared
-                        allocator (tagalloc's GlobalHeap and HostAllocator, talc, rlsf,
-                        glibc), a quarter of the frees handed to another thread:
-                        operations per second (--runs: rounds, default 7); naming thread
-                        counts or allocators (their JSON keys) runs only those, to
-                        profile one; not in the default suite
-    device [TRACE|pipeline|prefetch|buckets]
-                        a device trace (default ../shared/traces/torch-cs336.trace.gz;
-                        with --quick a synthetic 3-stream one; pipeline, prefetch,
-                        buckets: generated multi-stream patterns) through tagalloc's
-                        device pool (plain and VMM regions) and a model of PyTorch's
-                        caching allocator on the fake CUDA driver with a modelled
-                        device clock: memory, driver calls, modelled run time and host
-                        stall against an allocator that never waits, at device speeds
-                        0.5x, 1x and 2x (15 interleaved runs); --all-multistream: every
-                        multi-stream trace (torch-multistream and the three patterns)
-                        and a summary table; not in the default suite
-    programs            real programs (CPython, perl, sqlite3, git, g++) with glibc,
-                        jemalloc, mimalloc, tcmalloc and tagalloc preloaded: wall time and
-                        peak resident memory, 3 rounds (a few minutes); missing peers are
-                        skipped, or installed with apt-get with --install
-
-OPTIONS:
-    --quick             a seconds-long smoke run: tiny durations, few rounds, the bundled
-                        traces only (their first 20,000 events)
-    --json              print the results as JSON instead of markdown tables
-    --runs N            repetitions: micro, replay and pool runs, random-actions trials,
-                        efficiency rounds
-    --budget SECONDS    replay: stop one allocator's run on one trace after this long;
-                        plan, plan-trace: time for the exact search on each problem
-                        (default 10)
-    --events N          plan-trace: events used from the start of each trace
-                        (default 50000)
-    --out DIR           the directory the SVG charts go to (default:
-                        target/tagalloc-bench; made if missing); for snapshot, a
-                        directory or the .svg file to write; for plan, a directory
-                        for NAME.plan.csv of each problem, or the .csv file of one
-                        problem's plan (id,offset lines); anything else is refused
-    --no-plots          write no charts
-    --sizes N[,N...]    random-actions: only these maximum sizes in bytes (default
-                        talc's 200,1000,3000,10000,30000; each from 17 to 100000)
-    --only KEY[,KEY...] random-actions, replay: only these allocators (keys such as
-                        talc, dlmalloc, rlsf, tagalloc_inline_nostats; a wrong one is
-                        refused with the list), and tagalloc's heap every ratio is
-                        taken against
-    --at EVENT|peak     snapshot: after this many events, or when live bytes peak
-                        (default: peak)
-    --policy NAME       snapshot: the pool's growth, fixed-64k, fixed-2m (default) or
-                        doubling (1 MiB to 64 MiB)
-    --lib PATH          programs: tagalloc's preload library (default: built now with
-                        cargo, in this tool's profile)
-    --baseline PATH     programs: another build of the preload library, run beside
-                        tagalloc's as one more allocator (before and after a change,
-                        interleaved in the same rounds)
-    --install           programs: install missing peers with apt-get (as root) instead
-                        of skipping them
-    --engines N         device: the modelled device runs N kernels at once at full
-                        speed (default 1: its streams share its throughput; 0: every
-                        stream at full speed at once, no sharing)
-    --all-multistream   device: replay every multi-stream trace (the shared
-                        torch-multistream and the generated pipeline, prefetch and
-                        buckets; with --quick the generated synthetic-3-streams and
-                        short patterns) and print a summary table of them all
-    -h, --help          this text
-";
-
-/// What the command line asked for.
-struct Args {
-    command: Option<String>,
-    traces: Vec<PathBuf>,
-    problems: Vec<PathBuf>,
-    quick: bool,
-    json: bool,
-    runs: Option<usize>,
-    budget: Option<f64>,
-    events: Option<usize>,
-    out: Option<PathBuf>,
-    plots: bool,
-    at: Option<snapshot::At>,
-    policy: Option<pool::Growing>,
-    /// `threads`: the thread counts and allocators named after it.
-    selection: Vec<String>,
-    lib: Option<PathBuf>,
-    baseline: Option<PathBuf>,
-    install: bool,
-    /// `--all-multistream`: `device` replays every multi-stream trace.
-    all_multistream: bool,
-    /// `--engines N`: `device`'s modelled device runs N kernels at once (0: every stream at
-    /// full speed at once).
-    engines: Option<u32>,
-    /// `--sizes`: random-actions' maximum sizes (empty: talc's five).
-    sizes: Vec<usize>,
-    /// `--only`: the allocators random-actions and replay run, by key (empty: all).
-    only: Vec<String>,
+/// One subcommand: what the global help lists, what its own help says, the options it takes,
+/// and the function that runs it.
+struct Subcommand {
+    /// Empty for the default suite (no subcommand).
+    name: &'static str,
+    /// One line for the global help.
+    summary: &'static str,
+    /// Its arguments, as its usage line shows them after the name.
+    usage: &'static str,
+    /// What it does, for its own help.
+    about: &'static str,
+    /// Each argument and what it means.
+    arguments: &'static [(&'static str, &'static str)],
+    /// The options of its module; `--quick`, `--json`, `--out` and `--no-plots` come from
+    /// [`Writes`].
+    options: &'static [Opt],
+    /// What it writes besides its tables, which decides what `--out` means for it.
+    writes: Writes,
+    /// A last paragraph for its help (`plan`: the problems' format).
+    notes: Option<&'static str>,
+    run: fn(&Call) -> Result<(), Failure>,
 }
 
-/// Why the tool stopped: bad input (exit code 2) or a failure while running (1).
+/// What a subcommand writes besides its tables: what `--out` names for it, and whether
+/// `--no-plots` means anything.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Writes {
+    /// SVG charts, into a directory.
+    Charts,
+    /// One SVG picture: a directory for it, or its file.
+    Picture,
+    /// Plans (`plan`): a directory for `NAME.plan.csv`, or one `.csv` file; no charts.
+    Plans,
+    /// Nothing: it takes neither `--out` nor `--no-plots`.
+    Nothing,
+}
+
+/// The options every subcommand takes.
+const QUICK: Opt = Opt {
+    name: "quick",
+    value: None,
+    help: "a seconds-long smoke run: tiny durations, few rounds, the bundled inputs only \
+           (traces: their first 20,000 events); its figures mean nothing",
+};
+const JSON: Opt = Opt {
+    name: "json",
+    value: None,
+    help: "print the results as JSON instead of markdown tables",
+};
+const NO_PLOTS: Opt = Opt {
+    name: "no-plots",
+    value: None,
+    help: "write no charts",
+};
+const OUT_CHARTS: Opt = Opt {
+    name: "out",
+    value: Some("DIR"),
+    help: "the directory the SVG charts go to, made if missing (default: target/tagalloc-bench \
+           in the checkout this tool was built from, or $CARGO_TARGET_DIR/tagalloc-bench)",
+};
+const OUT_PICTURE: Opt = Opt {
+    name: "out",
+    value: Some("DIR|FILE.svg"),
+    help: "the .svg file to write, or a directory for snapshot-NAME-EVENT.svg (default: the \
+           charts' directory, target/tagalloc-bench)",
+};
+const OUT_PLANS: Opt = Opt {
+    name: "out",
+    value: Some("DIR|FILE.csv"),
+    help: "write the plans: a directory for NAME.plan.csv of each problem, or the .csv file of \
+           one problem's plan (id,offset lines, then # arena BYTES; default: none written)",
+};
+
+/// The options the default suite takes besides the common ones: each applies to the parts
+/// whose module takes it.
+const SUITE_OPTIONS: &[Opt] = &[
+    Opt {
+        name: "runs",
+        value: Some("N"),
+        help: "repetitions of every part: micro and replay runs, random-actions trials, \
+               efficiency rounds (default 5, 3, 3 and 30; --quick: 2, 1, 1 and 2)",
+    },
+    Opt {
+        name: "budget",
+        value: Some("SECONDS"),
+        help: "replay: stop one allocator's run on one trace after this long (default 1.5; 1 \
+               with --quick)",
+    },
+];
+
+const TRACES: (&str, &str) = (
+    "TRACE...",
+    "trace files or directories of them (default: every trace in ../shared/traces beside \
+     the repository, else the bundled tests/data traces, with a warning)",
+);
+
+/// The default suite: no subcommand.
+const SUITE: Subcommand = Subcommand {
+    name: "",
+    summary: "",
+    usage: "",
+    about: "the default suite: micro, random-actions, efficiency and replay, shortened (fewer \
+            steps, trials, rounds and runs; a 1.5 s cap per replay run), about a minute",
+    arguments: &[],
+    options: SUITE_OPTIONS,
+    writes: Writes::Charts,
+    notes: None,
+    run: run_suite,
+};
+
+/// Every subcommand, in the order the help lists them.
+const SUBCOMMANDS: &[Subcommand] = &[
+    Subcommand {
+        name: "micro",
+        summary: "alloc+free of random 8..=512-byte blocks, 1000 live",
+        usage: "",
+        about: "alloc+free of random 8..=512-byte blocks with 1000 live, every allocator: the \
+                cost of the two calls in steady state",
+        arguments: &[],
+        options: micro::OPTIONS,
+        writes: Writes::Charts,
+        notes: None,
+        run: run_micro,
+    },
+    Subcommand {
+        name: "random-actions",
+        summary: "talc's random-actions benchmark (7 trials x 200 ms per size)",
+        usage: "",
+        about: "talc's random-actions speed benchmark: successful alloc, free and realloc \
+                calls in 200 ms with at least 300 blocks live, for maximum sizes 200 B to \
+                30,000 B, in talc's units",
+        arguments: &[],
+        options: random_actions::OPTIONS,
+        writes: Writes::Charts,
+        notes: None,
+        run: run_random_actions,
+    },
+    Subcommand {
+        name: "efficiency",
+        summary: "talc's heap-efficiency benchmark (300 rounds)",
+        usage: "",
+        about: "talc's heap-efficiency benchmark: the share of a 128 MiB heap in use at the \
+                first failure",
+        arguments: &[],
+        options: efficiency::OPTIONS,
+        writes: Writes::Charts,
+        notes: None,
+        run: run_efficiency,
+    },
+    Subcommand {
+        name: "replay",
+        summary: "replay allocation traces through every allocator",
+        usage: "[TRACE...]",
+        about: "allocation traces replayed through every allocator: ns per event, peak \
+                footprint against the trace's peak live bytes, failures",
+        arguments: &[TRACES],
+        options: replay::OPTIONS,
+        writes: Writes::Charts,
+        notes: None,
+        run: run_replay,
+    },
+    Subcommand {
+        name: "pool",
+        summary: "traces through tagalloc's pool under growth and trim policies",
+        usage: "[TRACE...]",
+        about: "traces replayed through tagalloc's pool under growth and trim policies: peak \
+                reserved / peak live, what trimming gives back, ns/event over the bare heap",
+        arguments: &[(
+            "TRACE...",
+            "trace files or directories of them (default: python-json, sqlite and \
+             android-systemui from ../shared/traces, else the bundled traces, with a warning)",
+        )],
+        options: pool::OPTIONS,
+        writes: Writes::Nothing,
+        notes: None,
+        run: run_pool,
+    },
+    Subcommand {
+        name: "snapshot",
+        summary: "one moment of a trace's pool drawn as an SVG",
+        usage: "TRACE",
+        about: "a trace replayed through a pool up to --at, and its heap drawn as an SVG with \
+                its figures: regions, chunks in use and free, fragmentation",
+        arguments: &[("TRACE", "the trace file (exactly one)")],
+        options: snapshot::OPTIONS,
+        writes: Writes::Picture,
+        notes: None,
+        run: run_snapshot,
+    },
+    Subcommand {
+        name: "plan",
+        summary: "static memory planning problems (.csv, .json); not in the default suite",
+        usage: "[PROBLEM...]",
+        about: "static memory planning (tagalloc::plan): lower bound, greedy and exact-search \
+                arenas, proof of optimality, time; problems with aliases, groups, graphs, pins \
+                or spaces against TensorFlow Lite's and MindSpore SOMAS's planners",
+        arguments: &[(
+            "PROBLEM...",
+            ".csv (intervals) or .json (aliases, groups, graphs with streams, pins, spaces: \
+             docs/plan-format.md) files, or directories of them (default: \
+             ../shared/plans/*.csv beside the repository, else the bundled bench/data/plans)",
+        )],
+        options: plan::OPTIONS,
+        writes: Writes::Plans,
+        notes: Some(plan::FORMAT),
+        run: run_plan,
+    },
+    Subcommand {
+        name: "plan-trace",
+        summary: "a trace's lifetimes planned offline against tagalloc's footprint",
+        usage: "[TRACE...]",
+        about: "each trace's first events as a planning problem, planned offline, against \
+                tagalloc's dynamic footprint on the same events",
+        arguments: &[TRACES],
+        options: plan_trace::OPTIONS,
+        writes: Writes::Nothing,
+        notes: None,
+        run: run_plan_trace,
+    },
+    Subcommand {
+        name: "threads",
+        summary: "1 to 8 threads on one shared allocator: operations per second",
+        usage: "[N|ALLOCATOR...]",
+        about: "1, 2, 4 and 8 threads allocating and freeing through one shared allocator \
+                (tagalloc's GlobalHeap and HostAllocator, talc, rlsf, glibc), a quarter of the \
+                frees handed to another thread: operations per second",
+        arguments: &[(
+            "N|ALLOCATOR...",
+            "only these thread counts (1, 2, 4, 8) and allocators (their JSON keys, such as \
+             talc_spin), to profile one (default: all)",
+        )],
+        options: threads::OPTIONS,
+        writes: Writes::Charts,
+        notes: None,
+        run: run_threads,
+    },
+    Subcommand {
+        name: "device",
+        summary: "a device trace through tagalloc's device pool and PyTorch's model",
+        usage: "[TRACE|pipeline|prefetch|buckets]",
+        about: "a device trace through tagalloc's stream-ordered device pool (plain and VMM \
+                regions) and a model of PyTorch's caching allocator, on the fake CUDA driver \
+                with a modelled device clock: memory, driver calls, modelled run time and host \
+                stall against an allocator that never waits, at device speeds 0.5x, 1x and 2x",
+        arguments: &[(
+            "TRACE|pipeline|prefetch|buckets",
+            "a device trace file, or a generated multi-stream pattern (default: \
+             ../shared/traces/torch-cs336.trace.gz; with --quick a generated 3-stream trace)",
+        )],
+        options: device::OPTIONS,
+        writes: Writes::Nothing,
+        notes: None,
+        run: run_device,
+    },
+    Subcommand {
+        name: "programs",
+        summary: "real programs with each malloc preloaded: time, peak memory (minutes)",
+        usage: "",
+        about: "real programs (CPython, perl, sqlite3, git, g++) with glibc, jemalloc, \
+                mimalloc, tcmalloc and tagalloc preloaded: wall time and peak resident memory \
+                (a few minutes); missing programs and peers are skipped, or peers installed \
+                with --install. Needs the checkout this tool was built from (its workloads, \
+                and cargo to build the library unless --lib is given)",
+        arguments: &[],
+        options: programs::OPTIONS,
+        writes: Writes::Charts,
+        notes: None,
+        run: run_programs,
+    },
+];
+
+impl Subcommand {
+    fn named(name: &str) -> Option<&'static Subcommand> {
+        SUBCOMMANDS.iter().find(|s| s.name == name)
+    }
+
+    /// `tagalloc-bench` or `tagalloc-bench NAME`, as messages and help name it.
+    fn title(&self) -> String {
+        if self.name.is_empty() {
+            "tagalloc-bench".into()
+        } else {
+            format!("tagalloc-bench {}", self.name)
+        }
+    }
+
+    /// Every option it takes, its module's first.
+    fn all_options(&self) -> Vec<Opt> {
+        let mut all = self.options.to_vec();
+        all.extend([QUICK, JSON]);
+        match self.writes {
+            Writes::Charts => all.extend([OUT_CHARTS, NO_PLOTS]),
+            Writes::Picture => all.extend([OUT_PICTURE, NO_PLOTS]),
+            Writes::Plans => all.push(OUT_PLANS),
+            Writes::Nothing => {}
+        }
+        all
+    }
+
+    /// Its help: what it does, its usage, its arguments and its options with their defaults.
+    fn help(&self) -> String {
+        let mut s = cli::wrap(&format!("{}: {}", self.title(), self.about), 0);
+        s.push_str("\nUSAGE:\n");
+        let usage = format!("{} [OPTIONS] {}", self.title(), self.usage);
+        s.push_str(&format!("    {}\n", usage.trim_end()));
+        if !self.arguments.is_empty() {
+            s.push_str("\nARGUMENTS:\n");
+            for (name, help) in self.arguments {
+                s.push_str(&cli::columns(name, help));
+            }
+        }
+        s.push_str("\nOPTIONS:\n");
+        s.push_str(&cli::describe(&self.all_options()));
+        s.push_str(&cli::columns("-h, --help", "this text"));
+        if let Some(notes) = self.notes {
+            s.push_str(&format!(
+                "\n{}:\n",
+                self.usage.trim_matches(['[', ']', '.'])
+            ));
+            s.push_str(&cli::wrap(
+                &format!(
+                    "{notes}; a plan written with --out has the lines `id,offset` and ends \
+                     with `# arena BYTES`."
+                ),
+                4,
+            ));
+        }
+        s
+    }
+}
+
+/// The global help: the suite's usage, one line a subcommand, the suite's options.
+fn global_help() -> String {
+    let mut s = String::from(
+        "tagalloc-bench: tagalloc against peer allocators\n\nUSAGE:\n    \
+         tagalloc-bench [OPTIONS]                    the default suite (about a minute)\n    \
+         tagalloc-bench SUBCOMMAND [OPTIONS] [ARGS]  one benchmark at full length\n    \
+         tagalloc-bench SUBCOMMAND --help            what it does, its arguments and options\n\n\
+         SUBCOMMANDS:\n",
+    );
+    for c in SUBCOMMANDS {
+        s.push_str(&cli::columns(c.name, c.summary));
+    }
+    s.push('\n');
+    s.push_str(&cli::wrap(
+        &format!("With no subcommand, {}.", SUITE.about),
+        0,
+    ));
+    s.push_str("\nOPTIONS (of the default suite; each subcommand's are in its --help):\n");
+    s.push_str(&cli::describe(&SUITE.all_options()));
+    s.push_str(&cli::columns("-h, --help", "this text"));
+    s
+}
+
+/// What the command line asked for, its options checked against the subcommand's.
+struct Call {
+    command: &'static Subcommand,
+    mode: Mode,
+    json: bool,
+    plots: bool,
+    out: Option<PathBuf>,
+    /// The words after the subcommand's name.
+    args: Vec<OsString>,
+    /// The options of the subcommand's module, with their values (empty for a flag).
+    given: Vec<(&'static str, OsString)>,
+    started: Instant,
+}
+
+/// Why the tool stopped: a usage error (exit status 2, and where the usage is), bad input (2)
+/// or a failure while running (1).
 enum Failure {
+    Usage(String),
     Input(String),
     Run(String),
 }
 
-fn parse_args() -> Result<Option<Args>, String> {
-    use lexopt::prelude::*;
-    let mut args = Args {
-        command: None,
-        traces: Vec::new(),
-        problems: Vec::new(),
-        quick: false,
-        json: false,
-        runs: None,
-        budget: None,
-        events: None,
-        out: None,
-        plots: true,
-        at: None,
-        policy: None,
-        selection: Vec::new(),
-        lib: None,
-        baseline: None,
-        install: false,
-        all_multistream: false,
-        engines: None,
-        sizes: Vec::new(),
-        only: Vec::new(),
-    };
-    let mut parser = lexopt::Parser::from_env();
-    let e = |e: lexopt::Error| e.to_string();
-    while let Some(arg) = parser.next().map_err(e)? {
-        match arg {
-            Long("quick") => args.quick = true,
-            Long("json") => args.json = true,
-            Long("no-plots") => args.plots = false,
-            Long("runs") => {
-                let n: usize = parser.value().map_err(e)?.parse().map_err(e)?;
-                if n == 0 {
-                    return Err("--runs must be at least 1".into());
-                }
-                args.runs = Some(n);
-            }
-            Long("budget") => {
-                let s: f64 = parser.value().map_err(e)?.parse().map_err(e)?;
-                if !(s.is_finite() && s > 0.0 && s < 1e6) {
-                    return Err("--budget must be a positive number of seconds".into());
-                }
-                args.budget = Some(s);
-            }
-            Long("events") => {
-                let n: usize = parser.value().map_err(e)?.parse().map_err(e)?;
-                if n == 0 {
-                    return Err("--events must be at least 1".into());
-                }
-                args.events = Some(n);
-            }
-            Long("out") => args.out = Some(parser.value().map_err(e)?.into()),
-            Long("at") => {
-                let v = parser.value().map_err(e)?.string().map_err(e)?;
-                args.at = Some(snapshot::At::parse(&v)?);
-            }
-            Long("policy") => {
-                let v = parser.value().map_err(e)?.string().map_err(e)?;
-                let keys: Vec<&str> = pool::GROWTHS.iter().map(|g| g.key).collect();
-                args.policy = Some(pool::growth_named(&v).ok_or_else(|| {
-                    format!("unknown --policy `{v}` (expected {})", keys.join(", "))
-                })?);
-            }
-            Long("only") => {
-                let v = parser.value().map_err(e)?.string().map_err(e)?;
-                args.only = v.split(',').map(str::to_string).collect();
-                if args.only.iter().any(String::is_empty) {
-                    return Err("--only takes allocator keys separated by commas".into());
-                }
-            }
-            Long("sizes") => {
-                let v = parser.value().map_err(e)?.string().map_err(e)?;
-                args.sizes = random_actions::parse_sizes(&v)?;
-            }
-            Long("lib") => args.lib = Some(parser.value().map_err(e)?.into()),
-            Long("baseline") => args.baseline = Some(parser.value().map_err(e)?.into()),
-            Long("install") => args.install = true,
-            Long("all-multistream") => args.all_multistream = true,
-            Long("engines") => {
-                let v = parser.value().map_err(e)?.string().map_err(e)?;
-                args.engines = Some(v.parse().map_err(|_| {
-                    format!(
-                        "--engines takes a count of kernels run at once (0: no limit), not {v:?}"
-                    )
-                })?);
-            }
-            Short('h') | Long("help") => return Ok(None),
-            Value(v) if args.command.is_none() => {
-                let name = v.string().map_err(e)?;
-                match name.as_str() {
-                    "micro" | "random-actions" | "efficiency" | "replay" | "pool" | "snapshot"
-                    | "plan" | "plan-trace" | "threads" | "device" | "programs" => {
-                        args.command = Some(name)
-                    }
-                    other => {
-                        return Err(format!(
-                            "unknown subcommand `{other}` (expected micro, random-actions, \
-                             efficiency, replay, pool, snapshot, plan, plan-trace, threads, \
-                             device or programs)"
-                        ))
-                    }
-                }
-            }
-            Value(v)
-                if matches!(
-                    args.command.as_deref(),
-                    Some("replay" | "pool" | "snapshot" | "plan-trace")
-                ) =>
-            {
-                args.traces.push(v.into())
-            }
-            Value(v) if args.command.as_deref() == Some("plan") => args.problems.push(v.into()),
-            Value(v) if args.command.as_deref() == Some("threads") => {
-                args.selection.push(v.string().map_err(e)?)
-            }
-            Value(v) if args.command.as_deref() == Some("device") && args.traces.is_empty() => {
-                args.traces.push(v.into())
-            }
-            other => return Err(other.unexpected().to_string()),
-        }
-    }
-    if !args.only.is_empty()
-        && !matches!(args.command.as_deref(), Some("random-actions" | "replay"))
-    {
-        return Err("--only belongs to the random-actions and replay subcommands".into());
-    }
-    if args.all_multistream && args.command.as_deref() != Some("device") {
-        return Err("--all-multistream belongs to the device subcommand".into());
-    }
-    if args.all_multistream && !args.traces.is_empty() {
-        return Err(
-            "device: --all-multistream replays its own set of traces; name no trace".into(),
-        );
-    }
-    if !args.sizes.is_empty() && args.command.as_deref() != Some("random-actions") {
-        return Err("--sizes belongs to the random-actions subcommand".into());
-    }
-    let snapshot = args.command.as_deref() == Some("snapshot");
-    if !snapshot && (args.at.is_some() || args.policy.is_some()) {
-        return Err("--at and --policy belong to the snapshot subcommand".into());
-    }
-    if snapshot && args.traces.len() != 1 {
-        return Err("snapshot takes exactly one trace file".into());
-    }
-    if let Some(out) = &args.out {
-        let plan = args.command.as_deref() == Some("plan");
-        match (snapshot, out_kind(out)) {
-            (_, Out::Dir) | (true, Out::Svg) => {}
-            (false, Out::Csv) if plan => {}
-            (true, Out::Other | Out::Csv) => {
-                return Err(format!(
-                    "snapshot: --out {} is neither a directory nor an .svg file (the picture \
-                     is SVG; `rsvg-convert -o snap.png snap.svg` makes a PNG of it)",
-                    out.display()
-                ))
-            }
-            (false, _) => {
-                return Err(format!(
-                    "--out {} is not a directory: it takes the directory the SVG charts go to",
-                    out.display()
-                ))
-            }
-        }
-    }
-    Ok(Some(args))
+/// What `main` does: run a call, or print a help.
+enum Parsed {
+    Run(Call),
+    Help(String),
 }
 
-/// What an `--out` path names: one meaning for every subcommand.
+/// Takes the command line apart: the subcommand, then each option checked against those it
+/// takes. A usage error names the subcommand (with the suite, none).
+fn parse(args: Vec<OsString>) -> Result<Parsed, (&'static Subcommand, String)> {
+    let mut known: Vec<Opt> = SUITE.all_options();
+    for c in SUBCOMMANDS {
+        for o in c.all_options() {
+            if !known.iter().any(|k| k.name == o.name) {
+                known.push(o);
+            }
+        }
+    }
+    // The subcommand, if the first word names one, for the messages of a line refused early.
+    let first = |words: &[OsString]| {
+        words
+            .first()
+            .and_then(|w| w.to_str())
+            .and_then(Subcommand::named)
+    };
+    let lexed =
+        cli::lex(args, &known).map_err(|(words, e)| (first(&words).unwrap_or(&SUITE), e))?;
+    let command = match lexed.words.first() {
+        None => &SUITE,
+        Some(w) => match w.to_str().and_then(Subcommand::named) {
+            Some(c) => c,
+            None => {
+                let names: Vec<&str> = SUBCOMMANDS.iter().map(|s| s.name).collect();
+                return Err((
+                    &SUITE,
+                    format!(
+                        "unknown subcommand {:?} (expected {})",
+                        w.to_string_lossy(),
+                        names.join(", ")
+                    ),
+                ));
+            }
+        },
+    };
+    if lexed.help {
+        return Ok(Parsed::Help(if command.name.is_empty() {
+            global_help()
+        } else {
+            command.help()
+        }));
+    }
+    let refuse = |e: String| Err((command, e));
+    if let Some(option) = lexed.unknown {
+        return refuse(if command.name.is_empty() {
+            format!("{option} is not an option")
+        } else {
+            format!("{option} is not an option of {}", command.name)
+        });
+    }
+    let takes = command.all_options();
+    let mut call = Call {
+        command,
+        mode: if command.name.is_empty() {
+            Mode::Suite
+        } else {
+            Mode::Full
+        },
+        json: false,
+        plots: true,
+        out: None,
+        args: lexed.words.into_iter().skip(1).collect(),
+        given: Vec::new(),
+        started: Instant::now(),
+    };
+    for (name, value) in lexed.options {
+        if !takes.iter().any(|o| o.name == name) {
+            return refuse(not_taken(command, name));
+        }
+        match name {
+            "quick" => call.mode = Mode::Quick,
+            "json" => call.json = true,
+            "no-plots" => call.plots = false,
+            "out" => {
+                let path = PathBuf::from(&value);
+                if let Some(why) = out_refused(command.writes, &path) {
+                    return refuse(format!("--out: {:?} {why}", value.to_string_lossy()));
+                }
+                call.out = Some(path);
+            }
+            _ => call.given.push((name, value)),
+        }
+    }
+    Ok(Parsed::Run(call))
+}
+
+/// Why `--NAME` is refused by `command`, which does not take it: which subcommands do.
+fn not_taken(command: &Subcommand, name: &str) -> String {
+    let what = if command.name.is_empty() {
+        "the default suite".to_string()
+    } else {
+        command.name.to_string()
+    };
+    if matches!(name, "out" | "no-plots") && command.writes == Writes::Nothing {
+        return format!("--{name} is not an option of {what}, which writes no files");
+    }
+    let takers: Vec<&str> = SUBCOMMANDS
+        .iter()
+        .filter(|c| c.options.iter().any(|o| o.name == name))
+        .map(|c| c.name)
+        .collect();
+    let takers = match takers.as_slice() {
+        [one] => format!("the {one} subcommand"),
+        [init @ .., last] => format!("the {} and {last} subcommands", init.join(", ")),
+        [] => "no subcommand".to_string(),
+    };
+    format!("--{name} belongs to {takers}, not to {what}")
+}
+
+/// What an `--out` path names.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Out {
     /// A directory: one that exists, or a path with no extension (made if missing).
@@ -373,245 +574,147 @@ fn out_kind(path: &Path) -> Out {
     }
 }
 
-/// How long each part runs: a full subcommand, the default suite, or a smoke run.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Mode {
-    Full,
-    Suite,
-    Quick,
-}
-
-/// The traces a replay runs, and where they come from: said on stderr and in the output, so
-/// that a run on the small bundled set is never taken for one on the shared collection.
-struct TraceSet {
-    paths: Vec<PathBuf>,
-    /// One line for the report: which set, from where, and why.
-    origin: String,
-    /// The same, for JSON.
-    json: Value,
-    /// The shared collection was wanted but not found: the run falls back to the bundled set.
-    fallback: bool,
-}
-
-/// The trace files to replay: those named (directories expanded), or the default collection:
-/// `../shared/traces` (only the traces called `wanted`, if given), else (and always with
-/// `--quick`) the bundled `tests/data` traces.
-fn trace_set(args: &Args, mode: Mode, wanted: Option<&[&str]>) -> Result<TraceSet, Failure> {
-    let list = |dir: &Path| {
-        trace::trace_files(dir)
-            .map_err(|e| Failure::Input(format!("cannot list traces in {}: {e}", dir.display())))
-    };
-    let names = |paths: &[PathBuf]| {
-        paths
-            .iter()
-            .map(|p| trace::trace_name(p))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    if !args.traces.is_empty() {
-        let mut paths = Vec::new();
-        for p in &args.traces {
-            if p.is_dir() {
-                paths.extend(list(p)?);
-            } else if p.is_file() {
-                paths.push(p.clone());
-            } else {
-                return Err(Failure::Input(format!(
-                    "cannot read trace {}: no such file or directory",
-                    p.display()
-                )));
-            }
-        }
-        let shown: Vec<String> = args
-            .traces
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect();
-        return Ok(TraceSet {
-            origin: format!(
-                "the {} trace(s) named on the command line ({})",
-                paths.len(),
-                shown.join(", ")
-            ),
-            json: json!({ "set": "named", "paths": shown }),
-            paths,
-            fallback: false,
-        });
-    }
-    let bundled = std::fs::canonicalize(trace::bundled_traces_dir())
-        .unwrap_or_else(|_| trace::bundled_traces_dir());
-    let shared = trace::shared_traces_location();
-    let why = if mode == Mode::Quick {
-        "--quick replays only these".to_string()
-    } else {
-        match trace::shared_traces_dir() {
-            Some(dir) => {
-                let mut paths = list(&dir)?;
-                let mut missing = Vec::new();
-                if let Some(wanted) = wanted {
-                    paths.retain(|p| wanted.contains(&trace::trace_name(p).as_str()));
-                    missing = wanted
-                        .iter()
-                        .filter(|w| !paths.iter().any(|p| trace::trace_name(p) == **w))
-                        .map(|w| w.to_string())
-                        .collect();
-                }
-                if !paths.is_empty() && !missing.is_empty() {
-                    return Ok(TraceSet {
-                        origin: format!(
-                            "{} of the shared collection's traces from {} ({}), WITHOUT {}, \
-                             which {} not there",
-                            paths.len(),
-                            dir.display(),
-                            names(&paths),
-                            missing.join(", "),
-                            if missing.len() == 1 { "is" } else { "are" }
-                        ),
-                        json: json!({
-                            "set": "shared",
-                            "dir": dir.display().to_string(),
-                            "missing": missing,
-                        }),
-                        paths,
-                        fallback: true,
-                    });
-                }
-                if !paths.is_empty() {
-                    return Ok(TraceSet {
-                        origin: format!(
-                            "the shared collection, {} traces from {} ({})",
-                            paths.len(),
-                            dir.display(),
-                            names(&paths)
-                        ),
-                        json: json!({ "set": "shared", "dir": dir.display().to_string() }),
-                        paths,
-                        fallback: false,
-                    });
-                }
-                match wanted {
-                    Some(w) => format!("{} holds none of {}", dir.display(), w.join(", ")),
-                    None => format!("{} holds no traces", dir.display()),
-                }
-            }
-            None => format!("no shared trace collection at {}", shared.display()),
-        }
-    };
-    let paths = list(&bundled)?;
-    let fallback = mode != Mode::Quick;
-    Ok(TraceSet {
-        origin: format!(
-            "the {} small bundled traces from {} ({}){}: {why}",
-            paths.len(),
-            bundled.display(),
-            names(&paths),
-            if fallback {
-                ", NOT the shared collection the README's results come from"
-            } else {
-                ""
-            }
+/// Why `path` cannot be the `--out` of a subcommand that writes `writes`, in the words of what
+/// it writes; `None` if it can.
+fn out_refused(writes: Writes, path: &Path) -> Option<&'static str> {
+    match (writes, out_kind(path)) {
+        (_, Out::Dir) | (Writes::Picture, Out::Svg) | (Writes::Plans, Out::Csv) => None,
+        (Writes::Picture, _) => Some(
+            "is neither a directory nor an .svg file (expected where the picture goes: a \
+             directory, or FILE.svg; `rsvg-convert -o snap.png snap.svg` makes a PNG of it)",
         ),
-        json: json!({
-            "set": "bundled",
-            "dir": bundled.display().to_string(),
-            "why": why,
-        }),
-        paths,
-        fallback,
-    })
+        (Writes::Plans, _) => Some(
+            "is neither a directory nor a .csv file (expected a directory for NAME.plan.csv \
+             of each problem, or the .csv file of one problem's plan)",
+        ),
+        (Writes::Charts | Writes::Nothing, _) => Some(
+            "is not a directory (expected the directory the SVG charts go to, made if missing)",
+        ),
+    }
 }
 
-/// The traces `device` replays, and where each came from: the one named (a file, or the name
-/// of a generated pattern: pipeline, prefetch, buckets), else the PyTorch trace of the shared
-/// collection (an error if it is missing), or, with `--quick`, a synthetic three-stream trace
-/// that needs no file; with `--all-multistream`, every multi-stream trace: the shared
-/// torch-multistream and the three patterns (with `--quick`, the synthetic three-stream trace
-/// and the patterns one step long).
-fn device_traces(args: &Args, mode: Mode) -> Result<Vec<(trace::Trace, String)>, Failure> {
-    use tagalloc_tests::stream_patterns::Pattern;
-    let quick = mode == Mode::Quick;
-    let pattern = |p: Pattern| {
-        let steps = if quick { 1 } else { p.default_steps() };
-        let t = p.trace(steps, 1);
-        let origin = format!(
-            "{}, generated ({}, {steps} training step{}, seed 1: {})",
-            t.name,
-            p.name(),
-            if steps == 1 { "" } else { "s" },
-            p.describe()
-        );
-        (t, origin)
-    };
-    let synthetic = || {
-        let t = tagalloc_tests::device_replay::synthetic_trace(3000, 3, 50, 1);
-        let origin = format!(
-            "{}, generated (--quick: 3000 events on 3 streams, no file needed)",
-            t.name
-        );
-        (t, origin)
-    };
-    let shared = |file: &str| -> Result<(trace::Trace, String), Failure> {
-        let path = trace::shared_trace(file).map_err(|e| {
-            Failure::Input(format!(
-                "{e} (name a device trace: tagalloc-bench device TRACE, or use --quick)"
-            ))
-        })?;
-        let t = trace::Trace::load(&path).map_err(|e| Failure::Input(e.to_string()))?;
-        Ok((t, format!("{} (the shared collection)", path.display())))
-    };
-    if args.all_multistream {
-        let mut v = vec![if quick {
-            synthetic()
-        } else {
-            shared("torch-multistream.trace.gz")?
-        }];
-        v.extend(Pattern::ALL.map(pattern));
-        return Ok(v);
-    }
-    if let Some(path) = args.traces.first() {
-        if let Some(p) = path.to_str().and_then(Pattern::named) {
-            return Ok(vec![pattern(p)]);
+impl Call {
+    /// Hands each option of `options` given on the command line to `set`; a refused value
+    /// becomes a usage error naming the option and the value.
+    fn configure(
+        &self,
+        options: &[Opt],
+        mut set: impl FnMut(&str, &std::ffi::OsStr) -> Result<(), String>,
+    ) -> Result<(), Failure> {
+        for (name, value) in &self.given {
+            if options.iter().any(|o| o.name == *name) {
+                set(name, value).map_err(|why| {
+                    Failure::Usage(format!("--{name}: {:?} {why}", value.to_string_lossy()))
+                })?;
+            }
         }
-        let t = trace::Trace::load(path).map_err(|e| Failure::Input(e.to_string()))?;
-        return Ok(vec![(
-            t,
-            format!("{} (named on the command line)", path.display()),
-        )]);
+        Ok(())
     }
-    if quick {
-        return Ok(vec![synthetic()]);
+
+    /// Refuses any word after the subcommand's name.
+    fn no_args(&self) -> Result<(), Failure> {
+        match self.args.first() {
+            None => Ok(()),
+            Some(w) => Err(Failure::Usage(format!(
+                "takes no arguments, and was given {:?}",
+                w.to_string_lossy()
+            ))),
+        }
     }
-    Ok(vec![shared("torch-cs336.trace.gz")?])
+
+    fn paths(&self) -> Vec<PathBuf> {
+        self.args.iter().map(PathBuf::from).collect()
+    }
+
+    /// The directory the charts go to, made now; `None` with `--no-plots`.
+    fn plots(&self) -> Result<Option<PathBuf>, Failure> {
+        if !self.plots {
+            return Ok(None);
+        }
+        let dir = match &self.out {
+            Some(file) if out_kind(file) == Out::Svg => file
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .map_or_else(|| PathBuf::from("."), Path::to_path_buf),
+            out => out.clone().unwrap_or_else(default_out),
+        };
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Failure::Run(format!("cannot create {}: {e}", dir.display())))?;
+        Ok(Some(std::fs::canonicalize(&dir).unwrap_or(dir)))
+    }
 }
 
-/// The planning problems to solve: those named (directories expanded), or the shared
-/// collection, or (for `--quick`, or without it) the bundled ones.
-fn problem_paths(args: &Args, mode: Mode) -> Result<Vec<PathBuf>, Failure> {
-    if !args.problems.is_empty() {
-        let mut paths = Vec::new();
-        for p in &args.problems {
-            if p.is_dir() {
-                paths.extend(plan::csv_files(p).map_err(Failure::Input)?);
-            } else if p.is_file() {
-                paths.push(p.clone());
-            } else {
-                return Err(Failure::Input(format!(
-                    "cannot read problem {}: no such file or directory",
-                    p.display()
-                )));
+/// The results as they come: markdown on stdout, or one JSON document at the end.
+struct Report {
+    json: bool,
+    out: serde_json::Map<String, Value>,
+    machine: Machine,
+    started: Instant,
+}
+
+impl Report {
+    /// Prints the heading: the run's kind, the machine, the traces replayed.
+    fn start(call: &Call, traces: Option<&TraceSet>) -> Report {
+        let machine = Machine::at_start();
+        let mut out = serde_json::Map::new();
+        if let Some(set) = traces {
+            out.insert("traces".into(), set.json.clone());
+        }
+        if !call.json {
+            println!(
+                "# tagalloc-bench{}\n",
+                match call.mode {
+                    Mode::Full => "",
+                    Mode::Suite => " (default suite)",
+                    Mode::Quick => " (--quick smoke run: figures are not meaningful)",
+                }
+            );
+            println!("**Machine:** {}.\n", machine.describe());
+            if let Some(set) = traces {
+                let warning = if set.fallback { "WARNING: " } else { "" };
+                println!("**{warning}Traces replayed:** {}.\n", set.origin);
             }
         }
-        return Ok(paths);
-    }
-    if mode != Mode::Quick {
-        if let Some(dir) = plan::shared_dir() {
-            let files = plan::csv_files(&dir).map_err(Failure::Input)?;
-            if !files.is_empty() {
-                return Ok(files);
-            }
+        Report {
+            json: call.json,
+            out,
+            machine,
+            started: call.started,
         }
     }
-    plan::csv_files(&plan::bundled_dir()).map_err(Failure::Input)
+
+    fn emit(&mut self, md: String, key: &str, json: Value) {
+        if !self.json {
+            println!("{md}");
+        }
+        self.out.insert(key.to_string(), json);
+    }
+
+    /// The end: where the charts went (`charts`: the subcommand draws some), the machine's
+    /// load, the JSON document.
+    fn finish(mut self, charts: Option<&Path>) -> Result<(), Failure> {
+        if let Some(dir) = charts {
+            self.out
+                .insert("plots_dir".into(), json!(dir.display().to_string()));
+        }
+        self.out.insert("machine".into(), self.machine.json());
+        if self.json {
+            let text = serde_json::to_string_pretty(&Value::Object(self.out))
+                .map_err(|e| Failure::Run(e.to_string()))?;
+            println!("{text}");
+        } else if let Some(dir) = charts {
+            // `pool` and planning write tables only; `snapshot` names its picture in its section.
+            println!("Charts: {}", dir.display());
+        }
+        if !self.json {
+            println!(
+                "Load average (1, 5, 15 min) at the end: {}.",
+                load_average()
+            );
+        }
+        eprintln!("finished in {:.1} s", self.started.elapsed().as_secs_f64());
+        Ok(())
+    }
 }
 
 fn progress(len: u64) -> ProgressBar {
@@ -624,6 +727,8 @@ fn progress(len: u64) -> ProgressBar {
     bar
 }
 
+/// The charts' directory when `--out` names none: `$CARGO_TARGET_DIR/tagalloc-bench`, else
+/// `target/tagalloc-bench` in the checkout the tool was built from, wherever it runs.
 fn default_out() -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
@@ -631,442 +736,413 @@ fn default_out() -> PathBuf {
     target.join("tagalloc-bench")
 }
 
-fn run(args: &Args) -> Result<(), Failure> {
-    let started = Instant::now();
-    let mode = match (args.quick, args.command.is_some()) {
-        (true, _) => Mode::Quick,
-        (false, true) => Mode::Full,
-        (false, false) => Mode::Suite,
-    };
-    let wants = |name: &str| args.command.is_none() || args.command.as_deref() == Some(name);
-    // Pools, snapshots and planning are other jobs than the suite's: only when asked for.
-    let only = |name: &str| args.command.as_deref() == Some(name);
-    let pick = |full: usize, suite: usize, quick: usize| {
-        args.runs.unwrap_or(match mode {
-            Mode::Full => full,
-            Mode::Suite => suite,
-            Mode::Quick => quick,
-        })
-    };
-    // `--out` names a directory, or (snapshot) the picture's file; the directory is made here.
-    let plots = if args.plots {
-        let dir = match (&args.out, only("snapshot")) {
-            (Some(file), _) if matches!(out_kind(file), Out::Svg | Out::Csv) => file
-                .parent()
-                .filter(|d| !d.as_os_str().is_empty())
-                .map_or_else(|| PathBuf::from("."), Path::to_path_buf),
-            (out, _) => out.clone().unwrap_or_else(default_out),
-        };
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| Failure::Run(format!("cannot create {}: {e}", dir.display())))?;
-        Some(std::fs::canonicalize(&dir).unwrap_or(dir))
-    } else {
-        None
-    };
-    let run_err = Failure::Run;
-
-    // Traces first, so that a bad one stops the tool before any long measurement.
-    let device_traces = if args.command.as_deref() == Some("device") {
-        Some(device_traces(args, mode)?)
-    } else {
-        None
-    };
-    let mut prepared = Vec::new();
-    let mut traces = None;
-    if wants("replay") || only("pool") || only("snapshot") {
-        let wanted = only("pool").then_some(&pool::DEFAULT_TRACES[..]);
-        let set = trace_set(args, mode, wanted)?;
-        if set.paths.is_empty() {
-            return Err(Failure::Input(format!(
-                "no traces to replay in {}",
-                set.origin
-            )));
-        }
-        if only("snapshot") && set.paths.len() != 1 {
-            return Err(Failure::Input(format!(
-                "snapshot takes one trace, and {} holds {}",
-                args.traces[0].display(),
-                set.paths.len()
-            )));
-        }
-        eprintln!(
-            "tagalloc-bench: {}replaying {}",
-            if set.fallback { "WARNING: " } else { "" },
+/// The traces `replay`, `pool` and `snapshot` run on (`wanted`: the names taken from the shared
+/// collection), loaded (with `--quick`, their first 20,000 events).
+fn load_traces(
+    call: &Call,
+    wanted: Option<&[&str]>,
+) -> Result<(TraceSet, Vec<replay::Prepared>), Failure> {
+    let set = inputs::trace_set(&call.paths(), call.mode, wanted).map_err(Failure::Input)?;
+    if set.paths.is_empty() {
+        return Err(Failure::Input(format!(
+            "no traces to replay in {}",
             set.origin
-        );
-        let max_events = (mode == Mode::Quick).then_some(20_000);
-        let bar = progress(set.paths.len() as u64);
-        for p in &set.paths {
-            bar.set_message(format!("loading {}", p.display()));
-            prepared.push(replay::load(p, max_events).map_err(Failure::Input)?);
-            bar.inc(1);
-        }
-        bar.finish_and_clear();
-        traces = Some(set);
+        )));
     }
-    let mut trace_problems = Vec::new();
-    let plan_events = args
-        .events
-        .unwrap_or(if mode == Mode::Quick { 5_000 } else { 50_000 });
-    if only("plan-trace") {
-        let set = trace_set(args, mode, None)?;
-        if set.paths.is_empty() {
-            return Err(Failure::Input("no traces to plan".into()));
+    if call.command.name == "snapshot" && set.paths.len() != 1 {
+        return Err(Failure::Input(format!(
+            "snapshot takes one trace, and {} holds {}",
+            call.args[0].to_string_lossy(),
+            set.paths.len()
+        )));
+    }
+    eprintln!(
+        "tagalloc-bench: {}replaying {}",
+        if set.fallback { "WARNING: " } else { "" },
+        set.origin
+    );
+    let max_events = (call.mode == Mode::Quick).then_some(20_000);
+    let bar = progress(set.paths.len() as u64);
+    let mut prepared = Vec::new();
+    for p in &set.paths {
+        bar.set_message(format!("loading {}", p.display()));
+        prepared.push(replay::load(p, max_events).map_err(Failure::Input)?);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok((set, prepared))
+}
+
+fn micro_part(
+    opts: &micro::Options,
+    plots: Option<&Path>,
+    report: &mut Report,
+) -> Result<(), Failure> {
+    let bar = progress((opts.runs * 10) as u64);
+    let (md, json) = micro::run(opts, plots, &bar).map_err(Failure::Run)?;
+    bar.finish_and_clear();
+    report.emit(md, "micro", json);
+    Ok(())
+}
+
+fn random_actions_part(
+    opts: &random_actions::Options,
+    plots: Option<&Path>,
+    report: &mut Report,
+) -> Result<(), Failure> {
+    let bar = progress((opts.trials * 10 * opts.sizes.len()) as u64);
+    let (md, json) = random_actions::run(opts, plots, &bar).map_err(Failure::Run)?;
+    bar.finish_and_clear();
+    report.emit(md, "random_actions", json);
+    Ok(())
+}
+
+fn efficiency_part(
+    opts: &efficiency::Options,
+    plots: Option<&Path>,
+    report: &mut Report,
+) -> Result<(), Failure> {
+    let bar = progress((opts.rounds * 9) as u64);
+    let (md, json) = efficiency::run(opts, plots, &bar).map_err(Failure::Run)?;
+    bar.finish_and_clear();
+    report.emit(md, "efficiency", json);
+    Ok(())
+}
+
+fn replay_part(
+    opts: &replay::Options,
+    prepared: &[replay::Prepared],
+    report: &mut Report,
+) -> Result<(), Failure> {
+    let items: usize = prepared
+        .iter()
+        .map(|p| (opts.runs + 1) * replay::peers(p, &opts.only).len())
+        .sum();
+    let bar = progress(items as u64);
+    let mut md = format!(
+        "## Trace replay\n\nEvery event of each trace through every allocator: one untimed \
+         run for the footprint, then {} timed run(s), allocators interleaved, each timed \
+         run from cold caches ({} MiB read first); ns/event is the median. Host allocators \
+         share one arena per trace (the bump reference gets one as large as the trace's \
+         total requests); address allocators manage an address \
+         range of the same size and touch no memory (a moving realloc copies nothing). \
+         A run stops after {:.1} s (marked †). Single-threaded: `t=` fields are ignored. \
+         {}\n",
+        opts.runs,
+        cold::Sweep::BYTES >> 20,
+        opts.budget.as_secs_f64(),
+        replay::FOOTPRINT_NOTE,
+    );
+    let mut traces = Vec::new();
+    for p in prepared {
+        let r = replay::run(p, opts, &bar).map_err(Failure::Run)?;
+        md.push('\n');
+        md.push_str(&r.markdown(opts.runs));
+        traces.push(r.json());
+    }
+    bar.finish_and_clear();
+    report.emit(md, "replay", Value::Array(traces));
+    Ok(())
+}
+
+/// No subcommand: micro, random-actions, efficiency and replay, shortened.
+fn run_suite(call: &Call) -> Result<(), Failure> {
+    let mut micro_opts = micro::Options::new(call.mode);
+    call.configure(micro::OPTIONS, |n, v| micro_opts.set(n, v))?;
+    let mut ra_opts = random_actions::Options::new(call.mode);
+    call.configure(random_actions::OPTIONS, |n, v| ra_opts.set(n, v))?;
+    let mut eff_opts = efficiency::Options::new(call.mode);
+    call.configure(efficiency::OPTIONS, |n, v| eff_opts.set(n, v))?;
+    let mut replay_opts = replay::Options::new(call.mode);
+    call.configure(replay::OPTIONS, |n, v| replay_opts.set(n, v))?;
+    call.no_args()?;
+    let plots = call.plots()?;
+    replay_opts.plots = plots.clone();
+    // Traces first, so that a bad one stops the tool before any long measurement.
+    let (set, prepared) = load_traces(call, None)?;
+    let mut report = Report::start(call, Some(&set));
+    micro_part(&micro_opts, plots.as_deref(), &mut report)?;
+    random_actions_part(&ra_opts, plots.as_deref(), &mut report)?;
+    efficiency_part(&eff_opts, plots.as_deref(), &mut report)?;
+    replay_part(&replay_opts, &prepared, &mut report)?;
+    report.finish(plots.as_deref())
+}
+
+fn run_micro(call: &Call) -> Result<(), Failure> {
+    let mut opts = micro::Options::new(call.mode);
+    call.configure(micro::OPTIONS, |n, v| opts.set(n, v))?;
+    call.no_args()?;
+    let plots = call.plots()?;
+    let mut report = Report::start(call, None);
+    micro_part(&opts, plots.as_deref(), &mut report)?;
+    report.finish(plots.as_deref())
+}
+
+fn run_random_actions(call: &Call) -> Result<(), Failure> {
+    let mut opts = random_actions::Options::new(call.mode);
+    call.configure(random_actions::OPTIONS, |n, v| opts.set(n, v))?;
+    call.no_args()?;
+    let plots = call.plots()?;
+    let mut report = Report::start(call, None);
+    random_actions_part(&opts, plots.as_deref(), &mut report)?;
+    report.finish(plots.as_deref())
+}
+
+fn run_efficiency(call: &Call) -> Result<(), Failure> {
+    let mut opts = efficiency::Options::new(call.mode);
+    call.configure(efficiency::OPTIONS, |n, v| opts.set(n, v))?;
+    call.no_args()?;
+    let plots = call.plots()?;
+    let mut report = Report::start(call, None);
+    efficiency_part(&opts, plots.as_deref(), &mut report)?;
+    report.finish(plots.as_deref())
+}
+
+fn run_replay(call: &Call) -> Result<(), Failure> {
+    let mut opts = replay::Options::new(call.mode);
+    call.configure(replay::OPTIONS, |n, v| opts.set(n, v))?;
+    let plots = call.plots()?;
+    opts.plots = plots.clone();
+    let (set, prepared) = load_traces(call, None)?;
+    let mut report = Report::start(call, Some(&set));
+    replay_part(&opts, &prepared, &mut report)?;
+    report.finish(plots.as_deref())
+}
+
+fn run_pool(call: &Call) -> Result<(), Failure> {
+    let mut opts = pool::Options::new(call.mode);
+    call.configure(pool::OPTIONS, |n, v| opts.set(n, v))?;
+    let (set, prepared) = load_traces(call, Some(&pool::DEFAULT_TRACES[..]))?;
+    let mut report = Report::start(call, Some(&set));
+    let host: Vec<&replay::Prepared> = prepared.iter().filter(|p| !p.device).collect();
+    let items = host.len() * pool::ROWS * (opts.runs + 1);
+    let bar = progress(items as u64);
+    let mut md = pool::heading(opts.runs);
+    let mut traces = Vec::new();
+    for p in &prepared {
+        if p.device {
+            md.push_str(&format!(
+                "\n### {}\n\nNot replayed: a device-memory trace, which a pool of host \
+                 memory cannot hold.\n",
+                p.name
+            ));
+            continue;
         }
-        eprintln!(
-            "tagalloc-bench: {}planning {}",
-            if set.fallback { "WARNING: " } else { "" },
-            set.origin
-        );
-        for p in &set.paths {
-            trace_problems.push(plan_trace::load(p, plan_events).map_err(Failure::Input)?);
-        }
+        let r = pool::run(p, &opts, &bar).map_err(Failure::Run)?;
+        md.push('\n');
+        md.push_str(&r.markdown());
+        traces.push(r.json());
+    }
+    bar.finish_and_clear();
+    report.emit(md, "pool", Value::Array(traces));
+    report.finish(None)
+}
+
+fn run_snapshot(call: &Call) -> Result<(), Failure> {
+    let mut opts = snapshot::Options::new();
+    call.configure(snapshot::OPTIONS, |n, v| opts.set(n, v))?;
+    if call.args.len() != 1 {
+        return Err(Failure::Usage(format!(
+            "takes exactly one trace file, and was given {}",
+            call.args.len()
+        )));
+    }
+    let plots = call.plots()?;
+    let (set, prepared) = load_traces(call, None)?;
+    let p = &prepared[0];
+    let at = opts.at.resolve(p).map_err(Failure::Input)?;
+    let svg = plots.as_ref().map(|dir| match &call.out {
+        Some(file) if out_kind(file) == Out::Svg => dir.join(file.file_name().unwrap_or_default()),
+        _ => dir.join(format!(
+            "snapshot-{}-{}.svg",
+            p.name,
+            match opts.at {
+                snapshot::At::Peak => "peak".to_string(),
+                snapshot::At::Events(n) => n.to_string(),
+            }
+        )),
+    });
+    let mut report = Report::start(call, Some(&set));
+    let s = snapshot::run(
+        p,
+        at,
+        opts.at == snapshot::At::Peak,
+        opts.growing,
+        svg.as_deref(),
+    )
+    .map_err(Failure::Run)?;
+    report.emit(s.markdown(), "snapshot", s.json());
+    report.finish(plots.as_deref())
+}
+
+fn run_plan(call: &Call) -> Result<(), Failure> {
+    let mut opts = plan::Options::new(call.mode);
+    call.configure(plan::OPTIONS, |n, v| opts.set(n, v))?;
+    opts.out = call.out.clone();
+    // One plan's file: its directory is made, as a charts' directory would be.
+    if let Some(dir) = opts
+        .out
+        .as_deref()
+        .filter(|o| out_kind(o) == Out::Csv)
+        .and_then(Path::parent)
+        .filter(|d| !d.as_os_str().is_empty())
+    {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Failure::Run(format!("cannot create {}: {e}", dir.display())))?;
+    }
+    let paths = inputs::problem_paths(&call.paths(), call.mode).map_err(Failure::Input)?;
+    if paths.is_empty() {
+        return Err(Failure::Input("no planning problems to solve".into()));
     }
     let mut problems = Vec::new();
     let mut constrained = Vec::new();
-    if only("plan") {
-        let paths = problem_paths(args, mode)?;
-        if paths.is_empty() {
-            return Err(Failure::Input("no planning problems to solve".into()));
-        }
-        for p in &paths {
-            match plan::load_any(p).map_err(Failure::Input)? {
-                plan::Input::Intervals(q) => problems.push(q),
-                plan::Input::Constrained(q) => constrained.push(q),
-            }
+    for p in &paths {
+        match plan::load_any(p).map_err(Failure::Input)? {
+            plan::Input::Intervals(q) => problems.push(q),
+            plan::Input::Constrained(q) => constrained.push(q),
         }
     }
-
-    let threads_only = threads::Selection::parse(&args.selection).map_err(Failure::Input)?;
-    // The keys of `--only`, checked before anything runs.
-    tagalloc_bench::subjects::Peer::check_keys(&args.only).map_err(Failure::Input)?;
-
-    let machine = Machine::at_start();
-    let mut out_json = serde_json::Map::new();
-    if let Some(set) = &traces {
-        out_json.insert("traces".into(), set.json.clone());
+    let mut report = Report::start(call, None);
+    if !problems.is_empty() {
+        let bar = progress(problems.len() as u64);
+        let (md, json) = plan::run(&problems, &opts, &bar).map_err(Failure::Run)?;
+        bar.finish_and_clear();
+        report.emit(md, "plan", json);
     }
-    let mut emit = |md: String, key: &str, json: Value| {
-        if !args.json {
-            println!("{md}");
-        }
-        out_json.insert(key.to_string(), json);
+    if !constrained.is_empty() {
+        let opts = plan_constrained::Options {
+            budget: opts.budget,
+            out: opts.out,
+            orders: 4,
+        };
+        let bar = progress(constrained.len() as u64);
+        let (md, json) = plan_constrained::run(&constrained, &opts, &bar).map_err(Failure::Run)?;
+        bar.finish_and_clear();
+        report.emit(md, "plan_constrained", json);
+    }
+    report.finish(None)
+}
+
+fn run_plan_trace(call: &Call) -> Result<(), Failure> {
+    let mut opts = plan_trace::Options::new(call.mode);
+    call.configure(plan_trace::OPTIONS, |n, v| opts.set(n, v))?;
+    let set = inputs::trace_set(&call.paths(), call.mode, None).map_err(Failure::Input)?;
+    if set.paths.is_empty() {
+        return Err(Failure::Input("no traces to plan".into()));
+    }
+    eprintln!(
+        "tagalloc-bench: {}planning {}",
+        if set.fallback { "WARNING: " } else { "" },
+        set.origin
+    );
+    let mut problems = Vec::new();
+    for p in &set.paths {
+        problems.push(plan_trace::load(p, opts.events).map_err(Failure::Input)?);
+    }
+    let mut report = Report::start(call, None);
+    let bar = progress(problems.len() as u64);
+    let (md, json) = plan_trace::run(&problems, &opts, &bar).map_err(Failure::Run)?;
+    bar.finish_and_clear();
+    report.emit(md, "plan_trace", json);
+    report.finish(None)
+}
+
+fn run_threads(call: &Call) -> Result<(), Failure> {
+    let mut opts = threads::Options::new(call.mode);
+    call.configure(threads::OPTIONS, |n, v| opts.set(n, v))?;
+    let words: Vec<String> = call
+        .args
+        .iter()
+        .map(|w| w.to_string_lossy().into_owned())
+        .collect();
+    opts.only = threads::Selection::parse(&words).map_err(Failure::Usage)?;
+    let plots = call.plots()?;
+    let mut report = Report::start(call, None);
+    let rounds = opts.runs + usize::from(opts.warmup);
+    let bar = progress((rounds * opts.only.runs_per_round()) as u64);
+    let (md, json) = threads::run(&opts, plots.as_deref(), &bar).map_err(Failure::Run)?;
+    bar.finish_and_clear();
+    report.emit(md, "threads", json);
+    report.finish(plots.as_deref())
+}
+
+fn run_device(call: &Call) -> Result<(), Failure> {
+    let mut opts = device::Options::new(call.mode);
+    call.configure(device::OPTIONS, |n, v| opts.set(n, v))?;
+    if opts.all_multistream && !call.args.is_empty() {
+        return Err(Failure::Usage(
+            "--all-multistream replays its own set of traces; name no trace".into(),
+        ));
+    }
+    if call.args.len() > 1 {
+        return Err(Failure::Usage(format!(
+            "takes one trace or pattern, and was given {}",
+            call.args.len()
+        )));
+    }
+    let named = call.args.first().map(Path::new);
+    let traces =
+        inputs::device_traces(named, opts.all_multistream, call.mode).map_err(Failure::Input)?;
+    let mut report = Report::start(call, None);
+    for (_, origin) in &traces {
+        eprintln!("tagalloc-bench: device: replaying {origin}");
+    }
+    let bar = progress(opts.steps(traces.len()));
+    let replayed = traces
+        .iter()
+        .map(|(_, origin)| format!("- {origin}"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let (md, json) = if opts.all_multistream {
+        let all: Vec<&trace::Trace> = traces.iter().map(|(t, _)| t).collect();
+        device::run_all(&all, &opts, &bar).map_err(Failure::Run)?
+    } else {
+        device::run(&traces[0].0, &opts, &bar).map_err(Failure::Run)?
     };
-    if !args.json {
-        println!(
-            "# tagalloc-bench{}\n",
-            match mode {
-                Mode::Full => "",
-                Mode::Suite => " (default suite)",
-                Mode::Quick => " (--quick smoke run: figures are not meaningful)",
-            }
-        );
-        println!("**Machine:** {}.\n", machine.describe());
-        if let Some(set) = &traces {
-            let warning = if set.fallback { "WARNING: " } else { "" };
-            println!("**{warning}Traces replayed:** {}.\n", set.origin);
-        }
-    }
+    bar.finish_and_clear();
+    let heading = if traces.len() == 1 {
+        format!("**Device trace replayed:** {}.", traces[0].1)
+    } else {
+        format!("**Device traces replayed:**\n\n{replayed}")
+    };
+    report.emit(format!("{heading}\n\n{md}"), "device", json);
+    report.finish(None)
+}
 
-    if wants("micro") {
-        let opts = micro::Options {
-            steps: match mode {
-                Mode::Full => 2_000_000,
-                Mode::Suite => 500_000,
-                Mode::Quick => 20_000,
-            },
-            runs: pick(7, 5, 2),
-        };
-        let bar = progress((opts.runs * 10) as u64);
-        let (md, json) = micro::run(&opts, plots.as_deref(), &bar).map_err(run_err)?;
-        bar.finish_and_clear();
-        emit(md, "micro", json);
-    }
-
-    if wants("random-actions") {
-        let opts = random_actions::Options {
-            trials: pick(7, 3, 1),
-            duration: Duration::from_millis(match mode {
-                Mode::Full => 200,
-                Mode::Suite => 60,
-                Mode::Quick => 5,
-            }),
-            warmup: Duration::from_millis(if mode == Mode::Quick { 1 } else { 2 }),
-            sizes: if args.sizes.is_empty() {
-                random_actions::MAX_SIZES.to_vec()
-            } else {
-                args.sizes.clone()
-            },
-            only: args.only.clone(),
-        };
-        let bar = progress((opts.trials * 10 * opts.sizes.len()) as u64);
-        let (md, json) = random_actions::run(&opts, plots.as_deref(), &bar).map_err(run_err)?;
-        bar.finish_and_clear();
-        emit(md, "random_actions", json);
-    }
-
-    if wants("efficiency") {
-        let opts = efficiency::Options {
-            rounds: pick(300, 30, 2),
-            heap: if mode == Mode::Quick {
-                8 << 20
-            } else {
-                random_actions::HEAP
-            },
-        };
-        let bar = progress((opts.rounds * 9) as u64);
-        let (md, json) = efficiency::run(&opts, plots.as_deref(), &bar).map_err(run_err)?;
-        bar.finish_and_clear();
-        emit(md, "efficiency", json);
-    }
-
-    if wants("replay") {
-        let opts = replay::Options {
-            runs: pick(5, 3, 1),
-            budget: Duration::from_secs_f64(args.budget.unwrap_or(match mode {
-                Mode::Full => 10.0,
-                Mode::Suite => 1.5,
-                Mode::Quick => 1.0,
-            })),
-            plots: plots.clone(),
-            only: args.only.clone(),
-        };
-        let items: usize = prepared
-            .iter()
-            .map(|p| (opts.runs + 1) * replay::peers(p, &opts.only).len())
-            .sum();
-        let bar = progress(items as u64);
-        let mut md = format!(
-            "## Trace replay\n\nEvery event of each trace through every allocator: one untimed \
-             run for the footprint, then {} timed run(s), allocators interleaved, each timed \
-             run from cold caches ({} MiB read first); ns/event is the median. Host allocators \
-             share one arena per trace (the bump reference gets one as large as the trace's \
-             total requests); address allocators manage an address \
-             range of the same size and touch no memory (a moving realloc copies nothing). \
-             A run stops after {:.1} s (marked †). Single-threaded: `t=` fields are ignored. \
-             {}\n",
-            opts.runs,
-            cold::Sweep::BYTES >> 20,
-            opts.budget.as_secs_f64(),
-            replay::FOOTPRINT_NOTE,
-        );
-        let mut traces = Vec::new();
-        for p in &prepared {
-            let r = replay::run(p, &opts, &bar).map_err(run_err)?;
-            md.push('\n');
-            md.push_str(&r.markdown(opts.runs));
-            traces.push(r.json());
-        }
-        bar.finish_and_clear();
-        emit(md, "replay", Value::Array(traces));
-    }
-
-    if only("pool") {
-        let opts = pool::Options {
-            runs: pick(7, 3, 1),
-        };
-        let host: Vec<&replay::Prepared> = prepared.iter().filter(|p| !p.device).collect();
-        let items = host.len() * pool::ROWS * (opts.runs + 1);
-        let bar = progress(items as u64);
-        let mut md = pool::heading(opts.runs);
-        let mut traces = Vec::new();
-        for p in &prepared {
-            if p.device {
-                md.push_str(&format!(
-                    "\n### {}\n\nNot replayed: a device-memory trace, which a pool of host \
-                     memory cannot hold.\n",
-                    p.name
-                ));
-                continue;
-            }
-            let r = pool::run(p, &opts, &bar).map_err(run_err)?;
-            md.push('\n');
-            md.push_str(&r.markdown());
-            traces.push(r.json());
-        }
-        bar.finish_and_clear();
-        emit(md, "pool", Value::Array(traces));
-    }
-
-    if only("snapshot") {
-        let p = &prepared[0];
-        let when = args.at.unwrap_or(snapshot::At::Peak);
-        let at = when.resolve(p).map_err(Failure::Input)?;
-        let growing = args.policy.unwrap_or(pool::GROWTHS[1]);
-        let svg = plots.as_ref().map(|dir| match &args.out {
-            Some(file) if out_kind(file) == Out::Svg => {
-                dir.join(file.file_name().unwrap_or_default())
-            }
-            _ => dir.join(format!(
-                "snapshot-{}-{}.svg",
-                p.name,
-                match when {
-                    snapshot::At::Peak => "peak".to_string(),
-                    snapshot::At::Events(n) => n.to_string(),
-                }
-            )),
-        });
-        let s = snapshot::run(p, at, when == snapshot::At::Peak, growing, svg.as_deref())
-            .map_err(run_err)?;
-        emit(s.markdown(), "snapshot", s.json());
-    }
-
-    if only("plan") {
-        let opts = plan::Options {
-            budget: Duration::from_secs_f64(args.budget.unwrap_or(match mode {
-                Mode::Quick => 0.2,
-                _ => 10.0,
-            })),
-            out: args.out.clone(),
-        };
-        if !problems.is_empty() {
-            let bar = progress(problems.len() as u64);
-            let (md, json) = plan::run(&problems, &opts, &bar).map_err(run_err)?;
-            bar.finish_and_clear();
-            emit(md, "plan", json);
-        }
-        if !constrained.is_empty() {
-            let opts = plan_constrained::Options {
-                budget: opts.budget,
-                out: opts.out,
-                orders: 4,
-            };
-            let bar = progress(constrained.len() as u64);
-            let (md, json) = plan_constrained::run(&constrained, &opts, &bar).map_err(run_err)?;
-            bar.finish_and_clear();
-            emit(md, "plan_constrained", json);
-        }
-    }
-
-    if only("plan-trace") {
-        let opts = plan_trace::Options {
-            budget: Duration::from_secs_f64(args.budget.unwrap_or(match mode {
-                Mode::Quick => 0.2,
-                _ => 10.0,
-            })),
-            events: plan_events,
-        };
-        let bar = progress(trace_problems.len() as u64);
-        let (md, json) = plan_trace::run(&trace_problems, &opts, &bar).map_err(run_err)?;
-        bar.finish_and_clear();
-        emit(md, "plan_trace", json);
-    }
-
-    if only("threads") {
-        let opts = threads::Options {
-            steps: if mode == Mode::Quick { 2_000 } else { 500_000 },
-            runs: pick(7, 7, 1),
-            warmup: mode != Mode::Quick,
-            only: threads_only,
-        };
-        let rounds = opts.runs + usize::from(opts.warmup);
-        let bar = progress((rounds * opts.only.runs_per_round()) as u64);
-        let (md, json) = threads::run(&opts, plots.as_deref(), &bar).map_err(run_err)?;
-        bar.finish_and_clear();
-        emit(md, "threads", json);
-    }
-
-    if let Some(traces) = &device_traces {
-        for (_, origin) in traces {
-            eprintln!("tagalloc-bench: device: replaying {origin}");
-        }
-        let mut model = device::Model::DEFAULT;
-        if let Some(n) = args.engines {
-            model.clock.engines = n;
-        }
-        let opts = device::Options {
-            runs: pick(15, 15, 1),
-            model,
-        };
-        let bar = progress(opts.steps(traces.len()));
-        let replayed = traces
-            .iter()
-            .map(|(_, origin)| format!("- {origin}"))
-            .collect::<Vec<_>>()
-            .join("\n");
-        let (md, json) = if args.all_multistream {
-            let all: Vec<&trace::Trace> = traces.iter().map(|(t, _)| t).collect();
-            device::run_all(&all, &opts, &bar).map_err(run_err)?
-        } else {
-            device::run(&traces[0].0, &opts, &bar).map_err(run_err)?
-        };
-        bar.finish_and_clear();
-        let heading = if traces.len() == 1 {
-            format!("**Device trace replayed:** {}.", traces[0].1)
-        } else {
-            format!("**Device traces replayed:**\n\n{replayed}")
-        };
-        emit(format!("{heading}\n\n{md}"), "device", json);
-    }
-
-    // Only when asked for: it needs the programs installed and takes minutes.
-    if only("programs") {
-        let opts = programs::Options {
-            runs: pick(3, 3, 1),
-            quick: mode == Mode::Quick,
-            install: args.install,
-            lib: args.lib.clone(),
-            baseline: args.baseline.clone(),
-            plots: plots.clone(),
-        };
-        let bar = progress(0);
-        let (md, json) = programs::run(&opts, &bar).map_err(run_err)?;
-        bar.finish_and_clear();
-        emit(md, "programs", json);
-    }
-
-    let charts = plots.as_ref().filter(|_| {
-        !["pool", "plan", "plan-trace", "device"]
-            .iter()
-            .any(|c| only(c))
-    });
-    if let Some(dir) = charts {
-        out_json.insert("plots_dir".into(), json!(dir.display().to_string()));
-    }
-    out_json.insert("machine".into(), machine.json());
-    if args.json {
-        let text = serde_json::to_string_pretty(&Value::Object(out_json))
-            .map_err(|e| Failure::Run(e.to_string()))?;
-        println!("{text}");
-    } else if let Some(dir) = charts {
-        // `pool` and planning write tables only; `snapshot` names its picture in its section.
-        println!("Charts: {}", dir.display());
-    }
-    if !args.json {
-        println!(
-            "Load average (1, 5, 15 min) at the end: {}.",
-            load_average()
-        );
-    }
-    eprintln!("finished in {:.1} s", started.elapsed().as_secs_f64());
-    Ok(())
+fn run_programs(call: &Call) -> Result<(), Failure> {
+    let mut opts = programs::Options::new(call.mode);
+    call.configure(programs::OPTIONS, |n, v| opts.set(n, v))?;
+    call.no_args()?;
+    // Its workloads, and the library it builds, are in the checkout.
+    inputs::checkout().map_err(Failure::Input)?;
+    let plots = call.plots()?;
+    opts.plots = plots.clone();
+    let mut report = Report::start(call, None);
+    let bar = progress(0);
+    let (md, json) = programs::run(&opts, &bar).map_err(Failure::Run)?;
+    bar.finish_and_clear();
+    report.emit(md, "programs", json);
+    report.finish(plots.as_deref())
 }
 
 fn main() -> ExitCode {
     // Started by `programs` to run and measure one program (not for people: see
     // `programs::runner_main`).
-    let raw: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let raw: Vec<OsString> = std::env::args_os().collect();
     if raw.get(1).is_some_and(|a| a == programs::RUNNER) {
         return ExitCode::from(programs::runner_main(&raw[2..]));
     }
-    let args = match parse_args() {
-        Ok(Some(args)) => args,
-        Ok(None) => {
-            print!("{HELP}");
-            println!(
-                "\nPLANNING PROBLEMS (plan CSV...): {}; a plan written with --out has the \
-                 lines `id,offset` and ends with `# arena BYTES`.",
-                plan::FORMAT
-            );
+    let call = match parse(raw.into_iter().skip(1).collect()) {
+        Ok(Parsed::Run(call)) => call,
+        Ok(Parsed::Help(text)) => {
+            print!("{text}");
             return ExitCode::SUCCESS;
         }
-        Err(e) => {
-            eprintln!("tagalloc-bench: {e}\n\n{HELP}");
-            return ExitCode::from(2);
-        }
+        Err((command, e)) => return usage_error(command, &e),
     };
-    match run(&args) {
+    match (call.command.run)(&call) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Usage(e)) => usage_error(call.command, &e),
         Err(Failure::Input(e)) => {
             eprintln!("tagalloc-bench: {e}");
             ExitCode::from(2)
@@ -1076,4 +1152,11 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// A usage error: one line naming the subcommand, then one saying where its usage is.
+fn usage_error(command: &Subcommand, e: &str) -> ExitCode {
+    let title = command.title();
+    eprintln!("{title}: {e}\nsee `{title} --help`");
+    ExitCode::from(2)
 }

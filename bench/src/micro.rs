@@ -3,6 +3,7 @@
 //! on a heap in steady state, without the realloc copies and size spread of the other
 //! benchmarks.
 
+use std::ffi::OsStr;
 use std::hint::black_box;
 use std::path::Path;
 use std::time::Instant;
@@ -10,6 +11,7 @@ use std::time::Instant;
 use indicatif::ProgressBar;
 use serde_json::{json, Value};
 
+use crate::cli::{self, Mode, Opt};
 use crate::plot;
 use crate::report::{self, Better, Table};
 use crate::subjects::{with_subject, Arena, Bench, Peer, Setup, Space, Subject};
@@ -25,6 +27,31 @@ pub struct Options {
     pub steps: usize,
     /// Runs per allocator; the median is reported.
     pub runs: usize,
+}
+
+/// The options `micro` takes.
+pub const OPTIONS: &[Opt] = &[cli::runs(
+    "runs per allocator, the median reported (default 7; 5 in the default suite, 2 with --quick)",
+)];
+
+impl Options {
+    /// The defaults: 2 million alloc+free pairs a run (half a million in the default suite,
+    /// 20,000 with `--quick`).
+    pub fn new(mode: Mode) -> Self {
+        Options {
+            steps: mode.pick(2_000_000, 500_000, 20_000),
+            runs: mode.pick(7, 5, 2),
+        }
+    }
+
+    /// Sets one of [`OPTIONS`] from its value, or says why the value is refused.
+    pub fn set(&mut self, name: &str, value: &OsStr) -> Result<(), String> {
+        match name {
+            "runs" => self.runs = cli::count(value, 1, "runs per allocator")?,
+            _ => return Err(cli::not_taken("micro")),
+        }
+        Ok(())
+    }
 }
 
 /// The request sizes of one run, the same for every allocator: 8..=512 bytes.

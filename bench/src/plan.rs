@@ -8,6 +8,7 @@
 //! it ran in all. Every plan is checked with `tagalloc::plan::validate` before it is reported.
 
 use std::collections::HashMap;
+use std::ffi::OsStr;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -16,6 +17,7 @@ use indicatif::ProgressBar;
 use serde_json::{json, Value};
 use tagalloc::plan::{self, Buffer, Monitor, Plan, SearchOptions};
 
+use crate::cli::{self, Mode, Opt};
 use crate::report::{self, Table};
 
 /// One planning problem read from a CSV file.
@@ -276,6 +278,32 @@ pub struct Options {
     /// Where the plans go: a `.csv` file (one problem), or a directory (`NAME.plan.csv` for
     /// each); `None`: only the figures.
     pub out: Option<PathBuf>,
+}
+
+/// The options `plan` takes (besides `--out`, which the command line checks).
+pub const OPTIONS: &[Opt] = &[Opt {
+    name: "budget",
+    value: Some("SECONDS"),
+    help: "time for the exact search on each problem (default 10; 0.2 with --quick)",
+}];
+
+impl Options {
+    /// The defaults: 10 s of search per problem (0.2 s with `--quick`), no plan files.
+    pub fn new(mode: Mode) -> Self {
+        Options {
+            budget: Duration::from_secs_f64(mode.pick(10.0, 10.0, 0.2)),
+            out: None,
+        }
+    }
+
+    /// Sets one of [`OPTIONS`] from its value, or says why the value is refused.
+    pub fn set(&mut self, name: &str, value: &OsStr) -> Result<(), String> {
+        match name {
+            "budget" => self.budget = cli::seconds(value)?,
+            _ => return Err(cli::not_taken("plan")),
+        }
+        Ok(())
+    }
 }
 
 /// Writes plan files: the text of plan `k` (`text(k)`) for the problem named `names[k]`, to

@@ -12,6 +12,7 @@
 //! Only the first `--events` events of each trace are used (50,000 by default): the greedy
 //! planners are quadratic in the buffers.
 
+use std::ffi::OsStr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -21,6 +22,7 @@ use tagalloc::plan::{self, Buffer, SearchOptions};
 use tagalloc::DetachedHeap;
 use tagalloc_tests::trace::{Event, Trace};
 
+use crate::cli::{self, Mode, Opt};
 use crate::report::{self, Table};
 
 /// How to run.
@@ -29,6 +31,41 @@ pub struct Options {
     pub budget: Duration,
     /// Events used from the start of each trace.
     pub events: usize,
+}
+
+/// The options `plan-trace` takes.
+pub const OPTIONS: &[Opt] = &[
+    Opt {
+        name: "budget",
+        value: Some("SECONDS"),
+        help: "time for the exact search on each trace (default 10; 0.2 with --quick)",
+    },
+    Opt {
+        name: "events",
+        value: Some("N"),
+        help: "events used from the start of each trace (default 50000; 5000 with --quick)",
+    },
+];
+
+impl Options {
+    /// The defaults: 10 s of search on each trace's first 50,000 events (0.2 s and 5,000
+    /// with `--quick`).
+    pub fn new(mode: Mode) -> Self {
+        Options {
+            budget: Duration::from_secs_f64(mode.pick(10.0, 10.0, 0.2)),
+            events: mode.pick(50_000, 50_000, 5_000),
+        }
+    }
+
+    /// Sets one of [`OPTIONS`] from its value, or says why the value is refused.
+    pub fn set(&mut self, name: &str, value: &OsStr) -> Result<(), String> {
+        match name {
+            "budget" => self.budget = cli::seconds(value)?,
+            "events" => self.events = cli::count(value, 1, "events per trace")?,
+            _ => return Err(cli::not_taken("plan-trace")),
+        }
+        Ok(())
+    }
 }
 
 /// A trace cut to its first events, as buffers, and the heap's granule for it.

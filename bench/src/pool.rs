@@ -12,6 +12,7 @@
 //! order rotated each round, and the bare heap runs twice per round (A and B): the ratio of B
 //! to A is what noise alone does to a ratio in that run.
 
+use std::ffi::OsStr;
 use std::fmt::Write as _;
 
 use indicatif::ProgressBar;
@@ -22,6 +23,7 @@ use tagalloc::model::InlineAdapter;
 use tagalloc::{Growth, InlineHeap, Policy, Pool, PoolStats, Reserve};
 
 use crate::arena_source::ArenaSource;
+use crate::cli::{self, Mode, Opt};
 use crate::clock::{Elapsed, Stopwatch};
 use crate::replay::{Kind, Op, Prepared};
 use crate::report::{self, Better, Table};
@@ -390,6 +392,29 @@ pub(crate) fn arena_len(p: &Prepared) -> usize {
 pub struct Options {
     /// Timed runs per configuration (after one untimed run that also gives the figures).
     pub runs: usize,
+}
+
+/// The options `pool` takes.
+pub const OPTIONS: &[Opt] = &[cli::runs(
+    "timed runs per configuration and trace after the untimed one, the median reported (default 7; 1 with --quick)",
+)];
+
+impl Options {
+    /// The defaults: 7 timed runs (1 with `--quick`).
+    pub fn new(mode: Mode) -> Self {
+        Options {
+            runs: mode.pick(7, 3, 1),
+        }
+    }
+
+    /// Sets one of [`OPTIONS`] from its value, or says why the value is refused.
+    pub fn set(&mut self, name: &str, value: &OsStr) -> Result<(), String> {
+        match name {
+            "runs" => self.runs = cli::count(value, 1, "timed runs per configuration")?,
+            _ => return Err(cli::not_taken("pool")),
+        }
+        Ok(())
+    }
 }
 
 /// One row: the bare heap (A or B), the pool holding the whole arena, or a pool configuration.

@@ -18,6 +18,7 @@
 //! installed.
 
 use std::collections::hash_map::DefaultHasher;
+use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::hash::Hasher;
 use std::io::Read;
@@ -30,6 +31,7 @@ use std::time::{Duration, Instant};
 use indicatif::ProgressBar;
 use serde_json::{json, Value};
 
+use crate::cli::{self, Mode, Opt};
 use crate::machine::load_average;
 use crate::plot::{self, Group, Grouped};
 use crate::report::{self, median, ratio, ratio_header, Better, Table};
@@ -72,6 +74,53 @@ pub struct Options {
     /// Another build of the library, measured as one more allocator ([`BASELINE`]).
     pub baseline: Option<PathBuf>,
     pub plots: Option<PathBuf>,
+}
+
+/// The options `programs` takes.
+pub const OPTIONS: &[Opt] = &[
+    cli::runs("rounds, the median reported (default 3; 1 with --quick, with tiny inputs and no installing)"),
+    Opt {
+        name: "lib",
+        value: Some("PATH"),
+        help: "tagalloc's preload library (default: built now with cargo, in this tool's profile, in the checkout this tool was built from)",
+    },
+    Opt {
+        name: "baseline",
+        value: Some("PATH"),
+        help: "another build of the preload library, run beside tagalloc's as one more allocator (before and after a change, interleaved in the same rounds)",
+    },
+    Opt {
+        name: "install",
+        value: None,
+        help: "install missing peers with apt-get (as root) instead of skipping them",
+    },
+];
+
+impl Options {
+    /// The defaults: 3 rounds (1 with `--quick`, on tiny inputs), the library built now,
+    /// nothing installed, no charts.
+    pub fn new(mode: Mode) -> Self {
+        Options {
+            runs: mode.pick(3, 3, 1),
+            quick: mode == Mode::Quick,
+            install: false,
+            lib: None,
+            baseline: None,
+            plots: None,
+        }
+    }
+
+    /// Sets one of [`OPTIONS`] from its value, or says why the value is refused.
+    pub fn set(&mut self, name: &str, value: &OsStr) -> Result<(), String> {
+        match name {
+            "runs" => self.runs = cli::count(value, 1, "rounds")?,
+            "lib" => self.lib = Some(value.into()),
+            "baseline" => self.baseline = Some(value.into()),
+            "install" => self.install = true,
+            _ => return Err(cli::not_taken("programs")),
+        }
+        Ok(())
+    }
 }
 
 /// An allocator to preload (`None`: glibc's, nothing preloaded).

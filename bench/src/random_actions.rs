@@ -12,12 +12,14 @@
 //! One departure: the random streams are seeded per trial, the same for every allocator, so
 //! that they all face the same actions; talc seeds from entropy.
 
+use std::ffi::OsStr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use indicatif::ProgressBar;
 use serde_json::{json, Value};
 
+use crate::cli::{self, Mode, Opt};
 use crate::plot;
 use crate::report::{self, Better, Table};
 use crate::subjects::{with_subject, Arena, Bench, Peer, Setup, Space, Subject};
@@ -49,28 +51,75 @@ pub struct Options {
     pub only: Vec<String>,
 }
 
+/// The options `random-actions` takes.
+pub const OPTIONS: &[Opt] = &[
+    cli::runs("trials per allocator and size, the mean reported (default talc's 7; 3 in the default suite, 1 with --quick)"),
+    Opt {
+        name: "sizes",
+        value: Some("N[,N...]"),
+        help: "only these maximum sizes in bytes, each from 17 to 100000 (default talc's 200,1000,3000,10000,30000)",
+    },
+    Opt {
+        name: "only",
+        value: Some("KEY[,KEY...]"),
+        help: "only these allocators (keys such as talc, dlmalloc, rlsf, tagalloc_inline_nostats; a wrong one is refused with the list), and tagalloc's inline heap every ratio is taken against (default: all)",
+    },
+];
+
+impl Options {
+    /// The defaults: talc's 7 trials of 200 ms after 2 ms of warm-up for each of its five
+    /// maximum sizes (3 trials of 60 ms in the default suite; with `--quick`, one of 5 ms
+    /// after 1 ms), every allocator.
+    pub fn new(mode: Mode) -> Self {
+        Options {
+            trials: mode.pick(7, 3, 1),
+            duration: Duration::from_millis(mode.pick(200, 60, 5)),
+            warmup: Duration::from_millis(if mode == Mode::Quick { 1 } else { 2 }),
+            sizes: MAX_SIZES.to_vec(),
+            only: Vec::new(),
+        }
+    }
+
+    /// Sets one of [`OPTIONS`] from its value, or says why the value is refused.
+    pub fn set(&mut self, name: &str, value: &OsStr) -> Result<(), String> {
+        match name {
+            "runs" => self.trials = cli::count(value, 1, "trials per allocator and size")?,
+            "sizes" => self.sizes = parse_sizes(cli::text(value)?)?,
+            "only" => self.only = cli::keys(value)?,
+            _ => return Err(cli::not_taken("random-actions")),
+        }
+        Ok(())
+    }
+}
+
 /// The maximum sizes `--sizes` accepts: `generate_size` draws a cap from `16..max`, so the
 /// smallest is 17; at the largest, 300 live blocks reallocated to three times it stay well
 /// inside the arena.
 pub const SIZE_RANGE: std::ops::RangeInclusive<usize> = 17..=100_000;
 
 /// Parses `--sizes`' value: maximum sizes in bytes, separated by commas, each in
-/// [`SIZE_RANGE`], none twice.
+/// [`SIZE_RANGE`], none twice. A refusal says why after the value given.
 pub fn parse_sizes(v: &str) -> Result<Vec<usize>, String> {
+    let expected = format!(
+        "expected sizes in bytes separated by commas, e.g. 200,1000, each from {} to {}",
+        SIZE_RANGE.start(),
+        SIZE_RANGE.end()
+    );
     let mut sizes = Vec::new();
     for part in v.split(',') {
-        let n: usize = part.trim().parse().map_err(|_| {
-            format!("--sizes takes maximum sizes in bytes separated by commas, not `{part}`")
-        })?;
+        let n: usize = part
+            .trim()
+            .parse()
+            .map_err(|_| format!("is not a list of sizes: not `{part}` ({expected})"))?;
         if !SIZE_RANGE.contains(&n) {
             return Err(format!(
-                "--sizes: {n} is outside {}..={} bytes",
+                "has {n}, outside {}..={} bytes ({expected})",
                 SIZE_RANGE.start(),
                 SIZE_RANGE.end()
             ));
         }
         if sizes.contains(&n) {
-            return Err(format!("--sizes: {n} is named twice"));
+            return Err(format!("has {n} named twice ({expected})"));
         }
         sizes.push(n);
     }

@@ -18,6 +18,7 @@
 //! are replayed only through the address allocators, over a virtual range: no memory is
 //! touched.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -25,6 +26,7 @@ use indicatif::ProgressBar;
 use serde_json::{json, Value};
 use tagalloc_tests::trace::{Event, Trace, TraceStats};
 
+use crate::cli::{self, Mode, Opt};
 use crate::cold::Sweep;
 use crate::plot;
 use crate::report::{self, Better, Table};
@@ -366,6 +368,45 @@ pub struct Options {
     /// The allocators to run, by [`Peer::key`] (checked by the caller); empty: all. The
     /// baseline (tagalloc's inline heap, or its detached heap for a device trace) always runs.
     pub only: Vec<String>,
+}
+
+/// The options `replay` takes.
+pub const OPTIONS: &[Opt] = &[
+    cli::runs("timed runs per allocator and trace after the untimed one, the median reported (default 5; 3 in the default suite, 1 with --quick)"),
+    Opt {
+        name: "budget",
+        value: Some("SECONDS"),
+        help: "stop one allocator's run on one trace after this long, marked † (default 10; 1.5 in the default suite, 1 with --quick)",
+    },
+    Opt {
+        name: "only",
+        value: Some("KEY[,KEY...]"),
+        help: "only these allocators (keys such as talc, dlmalloc, rlsf, tagalloc_inline_nostats; a wrong one is refused with the list), and tagalloc's heap every ratio is taken against (default: all)",
+    },
+];
+
+impl Options {
+    /// The defaults: 5 timed runs, each stopped after 10 s (3 and 1.5 s in the default suite,
+    /// 1 and 1 s with `--quick`), every allocator, no charts.
+    pub fn new(mode: Mode) -> Self {
+        Options {
+            runs: mode.pick(5, 3, 1),
+            budget: Duration::from_secs_f64(mode.pick(10.0, 1.5, 1.0)),
+            plots: None,
+            only: Vec::new(),
+        }
+    }
+
+    /// Sets one of [`OPTIONS`] from its value, or says why the value is refused.
+    pub fn set(&mut self, name: &str, value: &OsStr) -> Result<(), String> {
+        match name {
+            "runs" => self.runs = cli::count(value, 1, "timed runs per allocator")?,
+            "budget" => self.budget = cli::seconds(value)?,
+            "only" => self.only = cli::keys(value)?,
+            _ => return Err(cli::not_taken("replay")),
+        }
+        Ok(())
+    }
 }
 
 /// One allocator's figures for one trace.

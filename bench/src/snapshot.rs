@@ -6,10 +6,12 @@
 //! statistics, so the picture and the counters cannot disagree unnoticed.
 
 use std::cell::RefCell;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
+use crate::cli::{self, Opt};
 use crate::heapmap::{self, Chunk, Drawn, Picture, Region};
 use crate::pool::{self, Config, Growing, PoolTarget};
 use crate::replay::Prepared;
@@ -25,8 +27,61 @@ pub enum At {
     Events(usize),
 }
 
+/// Which moment, and which pool.
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    pub at: At,
+    /// The pool's growth policy.
+    pub growing: Growing,
+}
+
+/// The options `snapshot` takes (besides `--out`, which the command line handles).
+pub const OPTIONS: &[Opt] = &[
+    Opt {
+        name: "at",
+        value: Some("EVENT|peak"),
+        help: "after this many events, or when live bytes peak (default: peak)",
+    },
+    Opt {
+        name: "policy",
+        value: Some("NAME"),
+        help: "the pool's growth: fixed-64k, fixed-2m (default) or doubling (1 MiB to 64 MiB)",
+    },
+];
+
+impl Options {
+    /// The defaults: at the peak of live bytes, 2 MiB regions.
+    pub fn new() -> Self {
+        Options {
+            at: At::Peak,
+            growing: pool::GROWTHS[1],
+        }
+    }
+
+    /// Sets one of [`OPTIONS`] from its value, or says why the value is refused.
+    pub fn set(&mut self, name: &str, value: &OsStr) -> Result<(), String> {
+        match name {
+            "at" => self.at = At::parse(cli::text(value)?)?,
+            "policy" => {
+                let keys: Vec<&str> = pool::GROWTHS.iter().map(|g| g.key).collect();
+                self.growing = pool::growth_named(cli::text(value)?).ok_or_else(|| {
+                    format!("is not a growth policy (expected {})", keys.join(", "))
+                })?
+            }
+            _ => return Err(cli::not_taken("snapshot")),
+        }
+        Ok(())
+    }
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options::new()
+    }
+}
+
 impl At {
-    /// `peak` or a number of events.
+    /// `peak` or a number of events; a refusal says why after the value given.
     pub fn parse(s: &str) -> Result<At, String> {
         if s == "peak" {
             return Ok(At::Peak);
@@ -34,7 +89,9 @@ impl At {
         s.replace([',', '_'], "")
             .parse()
             .map(At::Events)
-            .map_err(|_| format!("--at takes `peak` or a number of events, not `{s}`"))
+            .map_err(|_| {
+                "is neither `peak` nor a number of events (expected peak or e.g. 5000)".to_string()
+            })
     }
 
     /// How many events to replay, checked against the trace's length.

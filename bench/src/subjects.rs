@@ -310,7 +310,7 @@ impl Peer {
             Some(k) => {
                 let known: Vec<String> = Peer::all().map(Peer::key).collect();
                 Err(format!(
-                    "--only: unknown allocator `{k}` (expected some of {})",
+                    "names an unknown allocator `{k}` (expected some of {})",
                     known.join(", ")
                 ))
             }

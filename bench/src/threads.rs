@@ -32,6 +32,7 @@
 //! cannot: a thread spinning on a lock burns a core that a sleeping one leaves to the holder.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::ffi::OsStr;
 use std::path::Path;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -43,6 +44,7 @@ use serde_json::{json, Value};
 use tagalloc::{GlobalHeap, SpinLock};
 use tagalloc_host::{FutexLock, HostAllocator};
 
+use crate::cli::{self, Mode, Opt};
 use crate::clock::thread_cpu;
 use crate::machine::{load_average, logical_cpus};
 use crate::plot;
@@ -77,6 +79,33 @@ pub struct Options {
     pub only: Selection,
 }
 
+/// The options `threads` takes.
+pub const OPTIONS: &[Opt] = &[cli::runs(
+    "rounds, the median of each allocator's runs reported (default 7, after an untimed one; 1 with --quick, none untimed)",
+)];
+
+impl Options {
+    /// The defaults: 7 rounds of 500,000 steps a thread after an untimed one (with `--quick`,
+    /// one round of 2,000), every thread count and allocator.
+    pub fn new(mode: Mode) -> Self {
+        Options {
+            steps: if mode == Mode::Quick { 2_000 } else { 500_000 },
+            runs: mode.pick(7, 7, 1),
+            warmup: mode != Mode::Quick,
+            only: Selection::default(),
+        }
+    }
+
+    /// Sets one of [`OPTIONS`] from its value, or says why the value is refused.
+    pub fn set(&mut self, name: &str, value: &OsStr) -> Result<(), String> {
+        match name {
+            "runs" => self.runs = cli::count(value, 1, "rounds")?,
+            _ => return Err(cli::not_taken("threads")),
+        }
+        Ok(())
+    }
+}
+
 /// A part of the benchmark to run alone, to profile one allocator at one thread count: the
 /// command line's words after `threads`, each a thread count of [`THREADS`] or an allocator's
 /// key ([`Contender::key`]). No thread count means all of them; no allocator, all of them.
@@ -98,7 +127,7 @@ impl Selection {
             } else {
                 let keys: Vec<&str> = Contender::ALL.iter().map(|c| c.key()).collect();
                 return Err(format!(
-                    "threads: `{w}` is neither a thread count ({}) nor an allocator ({})",
+                    "{w:?} is neither a thread count ({}) nor an allocator ({})",
                     THREADS.map(|t| t.to_string()).join(", "),
                     keys.join(", ")
                 ));

@@ -307,7 +307,7 @@ fn programs() {
 /// speed sweep.
 #[test]
 fn device() {
-    let out = bench(&["--quick", "--no-plots", "device"]);
+    let out = bench_plain(&["--quick", "device"]);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stderr}\n{stdout}");
     assert!(
@@ -388,7 +388,7 @@ fn check_device_json(d: &serde_json::Value, name: &str, streams: u64) {
 
 #[test]
 fn device_as_json() {
-    let out = bench(&["--quick", "--json", "--no-plots", "device"]);
+    let out = bench_plain(&["--quick", "--json", "device"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let json: serde_json::Value =
         serde_json::from_slice(&out.stdout).expect("--json prints one JSON document");
@@ -399,7 +399,7 @@ fn device_as_json() {
 #[test]
 fn device_patterns() {
     for (name, streams) in [("pipeline", 4), ("prefetch", 3), ("buckets", 2)] {
-        let out = bench(&["--quick", "--json", "--no-plots", "device", name]);
+        let out = bench_plain(&["--quick", "--json", "device", name]);
         assert!(out.status.success(), "{name}: {}", text(&out.stderr));
         let json: serde_json::Value =
             serde_json::from_slice(&out.stdout).expect("--json prints one JSON document");
@@ -417,13 +417,7 @@ fn device_patterns() {
 /// summary of them all.
 #[test]
 fn device_all_multistream() {
-    let out = bench(&[
-        "--quick",
-        "--json",
-        "--no-plots",
-        "device",
-        "--all-multistream",
-    ]);
+    let out = bench_plain(&["--quick", "--json", "device", "--all-multistream"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let json: serde_json::Value =
         serde_json::from_slice(&out.stdout).expect("--json prints one JSON document");
@@ -461,7 +455,7 @@ fn device_all_multistream() {
     }
     assert_eq!(d["model"]["kernel_base_ns"], 5000);
 
-    let out = bench(&["--quick", "--no-plots", "device", "--all-multistream"]);
+    let out = bench_plain(&["--quick", "device", "--all-multistream"]);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{}", text(&out.stderr));
     for text in [
@@ -489,7 +483,7 @@ fn device_all_multistream_takes_no_trace() {
             "belongs to the device",
         ),
     ] {
-        let out = bench(args);
+        let out = bench_plain(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let stderr = text(&out.stderr);
         assert!(stderr.contains(says), "{args:?}: {stderr}");
@@ -498,7 +492,7 @@ fn device_all_multistream_takes_no_trace() {
 
 #[test]
 fn device_with_a_missing_trace_is_a_clear_error() {
-    let out = bench(&["device", "/nonexistent/missing.trace.gz"]);
+    let out = bench_plain(&["device", "/nonexistent/missing.trace.gz"]);
     assert_eq!(out.status.code(), Some(2));
     let stderr = text(&out.stderr);
     assert!(stderr.contains("missing.trace.gz"), "{stderr}");
@@ -509,7 +503,7 @@ fn device_with_a_missing_trace_is_a_clear_error() {
 #[test]
 fn pool() {
     let args = ["--quick", "pool"];
-    let out = bench(&args);
+    let out = bench_plain(&args);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stderr}\n{stdout}");
     assert!(stdout.contains("## Pools"), "{stdout}");
@@ -533,7 +527,7 @@ fn pool() {
 
 #[test]
 fn pool_as_json() {
-    let out = bench(&["--quick", "--json", "--no-plots", "pool"]);
+    let out = bench_plain(&["--quick", "--json", "pool"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let json: serde_json::Value =
         serde_json::from_slice(&out.stdout).expect("--json prints one JSON document");
@@ -663,7 +657,7 @@ fn bench_plain(args: &[&str]) -> Output {
 
 #[test]
 fn plan() {
-    let out = bench_plain(&["--quick", "--no-plots", "plan"]);
+    let out = bench_plain(&["--quick", "plan"]);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "plan failed: {stderr}\n{stdout}");
     assert!(stdout.contains("## Static planning"), "{stdout}");
@@ -679,7 +673,7 @@ fn plan() {
 
 #[test]
 fn plan_json_has_exactly_the_documented_fields() {
-    let out = bench_plain(&["--quick", "--json", "--no-plots", "plan"]);
+    let out = bench_plain(&["--quick", "--json", "plan"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let json: serde_json::Value =
         serde_json::from_slice(&out.stdout).expect("--json prints one JSON document");
@@ -724,7 +718,7 @@ fn plan_json_has_exactly_the_documented_fields() {
 
 #[test]
 fn plan_trace() {
-    let out = bench_plain(&["--quick", "--no-plots", "plan-trace"]);
+    let out = bench_plain(&["--quick", "plan-trace"]);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(
         out.status.success(),

@@ -1126,6 +1126,12 @@ fn run_programs(call: &Call) -> Result<(), Failure> {
 }
 
 fn main() -> ExitCode {
+    // A closed pipe (`| head`) ends the tool as it ends any filter, instead of a panic at the
+    // next `print!` (Rust ignores SIGPIPE by default).
+    // SAFETY: `signal` with `SIG_DFL` installs no handler; called before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     // Started by `programs` to run and measure one program (not for people: see
     // `programs::runner_main`).
     let raw: Vec<OsString> = std::env::args_os().collect();

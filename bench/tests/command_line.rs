@@ -223,3 +223,21 @@ fn runs_from_any_directory() {
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(json["plan"].as_array().map(Vec::len), Some(2));
 }
+
+/// A reader that stops early (`tagalloc-bench --help | head -1`) ends the tool quietly, as it
+/// ends `cat`: no "failed printing to stdout" panic.
+#[test]
+fn a_closed_pipe_ends_the_tool_without_a_panic() {
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tagalloc-bench"))
+        .args(["plan", "--help"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the benchmark binary runs");
+    // Closed before the child has started writing: its first write finds no reader.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("the benchmark binary ends");
+    let err = text(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+}

@@ -1,6 +1,6 @@
 //! What the library says on stderr, written with `write(2)` from a buffer on the stack: the
-//! heap's figures at exit (`TAGALLOC_STATS`) or on `malloc_stats()`, and the first refused
-//! free. None of it allocates: this runs inside the allocator, or after the program has
+//! heap's figures at exit (`TAGALLOC_STATS`) or on `malloc_stats()`, the first refused free,
+//! and the environment's values it does not accept. None of it allocates: this runs inside the allocator, or after the program has
 //! started tearing itself down. The program's `errno` is left as it was.
 
 use core::fmt::{self, Write};
@@ -98,6 +98,45 @@ fn write_fd(fd: i32, mut bytes: &[u8]) {
     }
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
+}
+
+/// Bytes from outside (a variable's value, a path) as text: as they are if they are UTF-8, else
+/// with every byte outside printable ASCII escaped.
+struct Text<'a>(&'a [u8]);
+
+impl fmt::Display for Text<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match core::str::from_utf8(self.0) {
+            Ok(text) => f.write_str(text),
+            Err(_) => write!(f, "{}", self.0.escape_ascii()),
+        }
+    }
+}
+
+/// Reports that the environment variable `name` holds `value`, which is not `accepted` (the
+/// phrase after "is": `neither "0" nor "1"`), and that `default` is used instead.
+#[cold]
+pub(crate) fn malformed(name: &str, value: &[u8], accepted: &str, default: &str) {
+    line(format_args!(
+        "tagalloc: {name} is {accepted} but \"{}\"; the default is used: {default}",
+        Text(value)
+    ));
+}
+
+/// Reports the variable `name` (`TAGALLOC_...`), which nothing in the project reads, and the
+/// known name nearest to it (without the prefix).
+#[cold]
+pub(crate) fn unknown_variable(name: &[u8], nearest: Option<&str>) {
+    match nearest {
+        Some(near) => line(format_args!(
+            "tagalloc: unknown variable {} ignored (did you mean TAGALLOC_{near}?)",
+            Text(name)
+        )),
+        None => line(format_args!(
+            "tagalloc: unknown variable {} ignored (the variables: docs/environment.md)",
+            Text(name)
+        )),
+    }
 }
 
 /// Frees (and reallocs) refused: a double free, or a pointer this allocator did not hand out.

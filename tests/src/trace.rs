@@ -30,6 +30,7 @@ use std::io::{self, BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use flate2::read::MultiGzDecoder;
+use tagalloc_host::count;
 
 /// The exact first line of every trace.
 pub const HEADER: &str = "# tagalloc trace v1";
@@ -271,10 +272,10 @@ impl fmt::Display for TraceStats {
             write!(f, ", {} aligned", self.aligned_allocs)?;
         }
         if self.threads > 0 {
-            write!(f, ", {} threads", self.threads)?;
+            write!(f, ", {}", count(self.threads, "thread", "threads"))?;
         }
         if self.streams > 0 {
-            write!(f, ", {} streams", self.streams)?;
+            write!(f, ", {}", count(self.streams, "stream", "streams"))?;
         }
         Ok(())
     }

@@ -96,7 +96,7 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// Every `TAGALLOC_*` name in the repository's sources, scripts and documents (but for the
+/// Every `TAGALLOC_*` name in the repository's sources, scripts (CI's too) and documents (but for the
 /// deliberate misspellings of this file and of the table's example).
 fn project_variables() -> BTreeSet<String> {
     let mut names = BTreeSet::new();
@@ -106,14 +106,17 @@ fn project_variables() -> BTreeSet<String> {
             let path = entry.expect("a directory entry").path();
             let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
             if path.is_dir() {
-                if !name.starts_with('.') && name != "target" {
+                if name != ".git" && name != "target" {
                     dirs.push(path);
                 }
                 continue;
             }
-            let source = ["rs", "py", "sh", "c", "toml", "yml", "yaml", "md"]
-                .iter()
-                .any(|ext| path.extension().is_some_and(|e| e == *ext));
+            // Scripts without an extension too (`.ci/run`); binary files do not read as text.
+            let source = path.extension().is_none_or(|e| {
+                ["rs", "py", "sh", "c", "toml", "yml", "yaml", "md"]
+                    .iter()
+                    .any(|ext| e == *ext)
+            });
             if !source
                 || path.ends_with("backend-host/malloc/tests/env.rs")
                 || path.ends_with("docs/environment.md")

@@ -169,8 +169,8 @@ extern "C" {
 /// Reports, one line each, the `TAGALLOC_*` variables that are not in [`KNOWN`], with the
 /// known name nearest to each.
 fn report_unknown_variables() {
-    // SAFETY: `environ` is glibc's, valid (or null) while nothing changes the environment,
-    // which nothing does while the first allocation is being served.
+    // SAFETY: `environ` is glibc's array, valid (or null) unless another thread changes the
+    // environment meanwhile: the assumption `getenv` makes too.
     let mut entry = unsafe { environ };
     if entry.is_null() {
         return;

@@ -21,6 +21,10 @@
 //!   (what [`HostAllocator`] uses inside), set up without allocating and given back at the
 //!   thread's exit, joined or not.
 //!
+//! - [`nearest`] and [`count`]: words for messages, without allocating: the known name nearest
+//!   to a misspelt one (the malloc library's environment, the planner's CSV columns), and a
+//!   count with its noun in the right number.
+//!
 //! Linux only: the source relies on `mremap`, `MAP_HUGETLB`, `MAP_POPULATE` and
 //! `MADV_POPULATE_WRITE`, the lock on futexes.
 
@@ -36,6 +40,7 @@ mod mmap;
 mod os;
 mod tcache;
 mod tls_slot;
+mod words;
 
 pub use futex::FutexLock;
 pub use global::{HostAllocator, HostPool};
@@ -43,3 +48,4 @@ pub use mmap::{
     Call, HugePages, MmapOptions, MmapSource, Reuse, ReuseStats, SourceError, REUSE_SLOTS,
 };
 pub use tcache::{CacheBinding, ProofMemo};
+pub use words::{count, nearest, noun, Count};

@@ -434,10 +434,10 @@ impl Subject for Tagalloc {
         (
             s.pool.peak_reserved as u64,
             format!(
-                "{} region(s) obtained, {} growths; {} events recorded, {} pending blocks \
+                "{} obtained, {}; {} events recorded, {} pending blocks \
                  reused, {} of them freed on another stream; peak pending {}",
-                s.pool.regions_obtained,
-                s.pool.grown,
+                report::counted(s.pool.regions_obtained, "region", "regions"),
+                report::counted(s.pool.grown, "growth", "growths"),
                 s.counters.events_recorded,
                 s.counters.reused_pending,
                 s.counters.reused_across,

@@ -119,9 +119,10 @@ pub const FORMAT: &str = "expected comma-separated values with a header line nam
     .json problem (docs/plan-format.md)";
 
 /// Parses a problem from CSV text. Refused, naming the line: a header without the columns
-/// `lower` (or `start`), `upper` (or `end`) and `size`, or with a column named twice (an alias
-/// counts: `lower` and `start` both); a row with the wrong number of fields, a field that is
-/// not a number, an empty lifetime, an alignment that is not a power of two; an `id` that is
+/// `lower` (or `start`), `upper` (or `end`) and `size` (naming exactly those it lacks), with a
+/// column named twice (an alias counts: `lower` and `start` both), or with a column no role
+/// takes (the nearest known name suggested); a row with the wrong number of fields, a field
+/// that is not a number, an empty lifetime, an alignment that is not a power of two; an `id`
 /// that is empty, negative or repeats an earlier row's; and whatever the planner refuses
 /// (`tagalloc::plan::lower_bound`'s checks), its buffer named by its line. `O(n)` but for the
 /// planner's check, `O(n log n)`.
@@ -175,12 +176,27 @@ pub fn parse(name: &str, text: &str) -> Result<Problem, String> {
     let [id, lower, upper, size, align, offset] = role_of;
     let mut pinned = Vec::new();
     let (Some(lower), Some(upper), Some(size)) = (lower, upper, size) else {
+        // Exactly the required roles missing, by their first names.
+        let missing: Vec<&str> = [(lower, "lower"), (upper, "upper"), (size, "size")]
+            .into_iter()
+            .filter(|(col, _)| col.is_none())
+            .map(|(_, name)| name)
+            .collect();
+        let missing = match missing.as_slice() {
+            [one] => format!("the column {one}"),
+            [first, second] => format!("the columns {first} and {second}"),
+            _ => "the columns lower, upper and size".to_string(),
+        };
         return Err(format!(
-            "line 1: header `{header}` lacks the columns lower, upper and size: {FORMAT}"
+            "line 1: header `{header}` lacks {missing}: {FORMAT}"
         ));
     };
     if let Some(name) = unknown {
-        return Err(format!("line 1: unknown column `{name}`: {FORMAT}"));
+        let known = ROLES.iter().flat_map(|names| names.iter().copied());
+        let hint = tagalloc_host::nearest(name, known)
+            .map(|near| format!(" (did you mean `{near}`?)"))
+            .unwrap_or_default();
+        return Err(format!("line 1: unknown column `{name}`{hint}: {FORMAT}"));
     }
     let mut buffers = Vec::new();
     // The line of each buffer, for the planner's errors, and of each id seen.
@@ -728,6 +744,23 @@ mod tests {
             (
                 "id,lower,upper,size,alignmnet\n0,0,2,8,64\n",
                 "line 1: unknown column `alignmnet`",
+            ),
+            (
+                "id,lower,upper,size,alignmnet\n0,0,2,8,64\n",
+                "line 1: unknown column `alignmnet` (did you mean `alignment`?): expected",
+            ),
+            (
+                "id,lower,upper,size,colour\n0,0,2,8,red\n",
+                "line 1: unknown column `colour`: expected",
+            ),
+            (
+                "id,lower,upper,bytes\n0,0,2,8\n",
+                "line 1: header `id,lower,upper,bytes` lacks the column size: expected",
+            ),
+            ("id,start,size\n0,0,8\n", "lacks the column upper: expected"),
+            (
+                "id,size\n0,8\n",
+                "lacks the columns lower and upper: expected",
             ),
             ("id,lower,upper,size,offset\n0,0,2,8,\n1,1,3,8,16\n", ""),
             (

@@ -261,7 +261,7 @@ fn refused(n: u64) -> Result<(), String> {
     if n == 0 {
         Ok(())
     } else {
-        Err(format!("{n} frees refused"))
+        Err(format!("{} refused", report::counted(n, "free", "frees")))
     }
 }
 
@@ -655,10 +655,9 @@ impl TraceResult {
             }
             if r.failures > 0 {
                 notes.push(format!(
-                    "- {}: {} requests failed (the arena's address space ran out: it reached \
-                     {} of {})",
+                    "- {}: {} failed (the arena's address space ran out: it reached {} of {})",
                     r.row.name(),
-                    report::count(r.failures),
+                    report::counted(r.failures, "request", "requests"),
                     report::bytes(r.high_water as u64),
                     report::bytes(self.arena as u64)
                 ));

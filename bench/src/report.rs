@@ -91,6 +91,12 @@ pub fn count(n: u64) -> String {
     out
 }
 
+/// [`count`] and the noun it counts, in the number it agrees with: `1 region`,
+/// `1,024 regions`.
+pub fn counted(n: u64, one: &str, many: &str) -> String {
+    format!("{} {}", count(n), tagalloc_host::noun(n, one, many))
+}
+
 /// `x / base`, or a dash when there is no base to compare with. Every ratio column divides the
 /// row's allocator by the reference (never the other way round), and its header says which
 /// way is better: see [`ratio_header`].

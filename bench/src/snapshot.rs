@@ -257,8 +257,8 @@ pub fn run(
         let mut notes = Vec::new();
         if s.failures > 0 {
             notes.push(format!(
-                "{} requests failed during the replay (the arena ran out).",
-                report::count(s.failures)
+                "{} failed during the replay (the arena ran out).",
+                report::counted(s.failures, "request", "requests")
             ));
         }
         notes.push(format!(
@@ -306,14 +306,13 @@ impl Snapshot {
         let b = |n: usize| report::bytes(n as u64);
         vec![
             format!(
-                "Reserved {} in {} regions · in use {} in {} chunks · free {} in {} chunks · \
-                 region overhead {}",
+                "Reserved {} in {} · in use {} in {} · free {} in {} · region overhead {}",
                 b(f.reserved),
-                report::count(f.regions as u64),
+                report::counted(f.regions as u64, "region", "regions"),
                 b(f.in_use),
-                report::count(f.used_chunks as u64),
+                report::counted(f.used_chunks as u64, "chunk", "chunks"),
                 b(f.free),
-                report::count(f.free_chunks as u64),
+                report::counted(f.free_chunks as u64, "chunk", "chunks"),
                 b(f.overhead),
             ),
             format!(

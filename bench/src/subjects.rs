@@ -28,6 +28,7 @@ use tagalloc::model::{self, Adapter as _, DetachedAdapter, InlineAdapter, Memory
 use tagalloc::{BinShape, DetachedHeap, Error, HostGranule, InlineHeap, Record, Tally};
 
 use crate::bump::Bump;
+use crate::report;
 
 /// An allocator under test.
 ///
@@ -477,7 +478,7 @@ impl<A: model::Adapter> Subject for Tagalloc<A> {
         self.heap.check().map_err(|e| e.to_string())?;
         match self.refused {
             0 => Ok(()),
-            n => Err(format!("{n} frees refused")),
+            n => Err(format!("{} refused", report::counted(n, "free", "frees"))),
         }
     }
 }

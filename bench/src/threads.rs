@@ -248,7 +248,10 @@ impl<L: tagalloc::RawLock + Sync, const N: usize> Contended for GlobalHeap<L, N>
             .map_err(|e| format!("check failed: {e}"))?;
         let stats = self.stats().map_err(err)?;
         if stats.refused_frees != 0 {
-            return Err(format!("{} frees refused", stats.refused_frees));
+            return Err(format!(
+                "{} refused",
+                report::counted(stats.refused_frees, "free", "frees")
+            ));
         }
         if stats.in_use != 0 {
             return Err(format!(
@@ -276,7 +279,10 @@ impl Contended for HostAllocator {
             .map_err(|e| format!("check failed: {e}"))?;
         let stats = self.stats().map_err(err)?;
         if stats.heap.refused_frees != 0 {
-            return Err(format!("{} frees refused", stats.heap.refused_frees));
+            return Err(format!(
+                "{} refused",
+                report::counted(stats.heap.refused_frees, "free", "frees")
+            ));
         }
         if stats.heap.in_use != 0 {
             return Err(format!(
@@ -889,14 +895,14 @@ pub fn run(
             }
             if cell.corrupted > 0 {
                 notes.push(format!(
-                    "- {at}: error: {} blocks misaligned or with their stamp overwritten",
-                    report::count(cell.corrupted)
+                    "- {at}: error: {} misaligned or with their stamp overwritten",
+                    report::counted(cell.corrupted, "block", "blocks")
                 ));
             }
             if cell.failures > 0 {
                 notes.push(format!(
-                    "- {at}: {} allocations failed",
-                    report::count(cell.failures)
+                    "- {at}: {} failed",
+                    report::counted(cell.failures, "allocation", "allocations")
                 ));
             }
         }

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use tagalloc_cuda::fake::{FakeConfig, FakeDriver, FakeStream};
 use tagalloc_cuda::{DeviceBlock, DeviceConfig, DeviceError, DevicePool, DeviceStats};
+use tagalloc_host::count;
 
 use crate::cuda_replay::{Replay, ReplayError, ReplayReport, ReplayStats, StreamAllocator};
 use crate::trace::{Event, Trace};
@@ -41,12 +42,12 @@ impl ReplayStats for DeviceStats {
     fn fmt_figures(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "; {} regions obtained, {} grown, {} given back, {} shrunk; {} streams",
-            self.pool.regions_obtained,
+            "; {} obtained, {} grown, {} given back, {} shrunk; {}",
+            count(self.pool.regions_obtained, "region", "regions"),
             self.pool.grown,
             self.pool.regions_given_back,
             self.pool.shrunk,
-            self.streams,
+            count(self.streams, "stream", "streams"),
         )
     }
 }

@@ -27,6 +27,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use tagalloc::{Hooks, InlineHeap, RawLock, RegionSource, SharedPool, Stats};
+use tagalloc_host::count;
 
 use crate::contents::{fill, verify};
 use crate::replay::DEFAULT_ALIGN;
@@ -594,8 +595,8 @@ pub fn replay_threaded<A: ThreadedAlloc>(
     errors.sort_by_key(|e| e.contains("gave up"));
     if let Some(first) = errors.first() {
         return Err(format!(
-            "{} threads stopped with an error; first: {first}",
-            errors.len()
+            "{} stopped with an error; first: {first}",
+            count(errors.len(), "thread", "threads")
         ));
     }
 

@@ -13,7 +13,9 @@
 //!
 //! Known fields are `align=<n>` (a power of two, allocations only), `t=<thread>`,
 //! `s=<stream>` and `u=<stream>` (frees only: PyTorch's `record_stream`); any other
-//! `key=value` field is ignored. Blank lines are skipped.
+//! `key=value` field is ignored. Blank lines are skipped. Every line but a lone header ends
+//! with a newline: a last line without one is refused as truncated, since a file cut inside a
+//! number would otherwise replay a different size (`a 5 12` of `a 5 1234`).
 //!
 //! Besides the syntax, the parser checks that the trace is consistent, so that a replay can
 //! trust it: an `a` never reuses an id, and `f` and `r` only name ids that are live. Every
@@ -28,6 +30,7 @@ use std::io::{self, BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use flate2::read::MultiGzDecoder;
+use tagalloc_host::count;
 
 /// The exact first line of every trace.
 pub const HEADER: &str = "# tagalloc trace v1";
@@ -269,10 +272,10 @@ impl fmt::Display for TraceStats {
             write!(f, ", {} aligned", self.aligned_allocs)?;
         }
         if self.threads > 0 {
-            write!(f, ", {} threads", self.threads)?;
+            write!(f, ", {}", count(self.threads, "thread", "threads"))?;
         }
         if self.streams > 0 {
-            write!(f, ", {} streams", self.streams)?;
+            write!(f, ", {}", count(self.streams, "stream", "streams"))?;
         }
         Ok(())
     }
@@ -317,6 +320,9 @@ pub enum TraceErrorKind {
     IdReused(u64),
     /// An `f` or `r` naming an id that is not live.
     NotLive(u64),
+    /// The last line lacks its newline: the file was cut short, perhaps inside a number. (A
+    /// header alone needs none: it is checked whole.)
+    Truncated,
 }
 
 impl TraceError {
@@ -395,6 +401,10 @@ impl fmt::Display for TraceErrorKind {
             TraceErrorKind::DuplicateField(key) => write!(f, "field `{key}` given twice"),
             TraceErrorKind::IdReused(id) => write!(f, "id {id} was already used"),
             TraceErrorKind::NotLive(id) => write!(f, "id {id} is not live"),
+            TraceErrorKind::Truncated => write!(
+                f,
+                "truncated: the last line lacks its newline (the file was cut short?)"
+            ),
         }
     }
 }
@@ -530,10 +540,18 @@ fn parse_lines<R: BufRead>(mut reader: R) -> Result<Vec<Event>, TraceError> {
         }
         let trimmed = text.trim_start();
         if trimmed.is_empty() || trimmed.starts_with('#') {
+            if !trimmed.is_empty() && !raw.ends_with(b"\n") {
+                return Err(TraceError::at_line(line_no, TraceErrorKind::Truncated));
+            }
             continue;
         }
         let event =
             parse_event(trimmed, &mut ids).map_err(|kind| TraceError::at_line(line_no, kind))?;
+        // Only the end of the input leaves a line without its newline: a file cut there may
+        // have lost the end of a number (`a 5 12` of `a 5 1234`), which would parse.
+        if !raw.ends_with(b"\n") {
+            return Err(TraceError::at_line(line_no, TraceErrorKind::Truncated));
+        }
         events.push(event);
     }
     if line_no == 0 {
@@ -924,6 +942,37 @@ mod tests {
             let (got, kind) = bad(body);
             assert_eq!(got, Some(line), "{body:?}: {kind}");
         }
+    }
+
+    #[test]
+    fn a_last_line_without_its_newline_is_truncated() {
+        for body in ["a 0 12", "a 0 1\nf 0", "a 0 1\r", "a 0 1\n# cut comm"] {
+            let (line, kind) = bad(body);
+            assert!(
+                matches!(kind, TraceErrorKind::Truncated),
+                "{body:?}: {kind}"
+            );
+            assert_eq!(line, Some(body.matches('\n').count() + 2), "{body:?}");
+            let packed = Trace::parse("gz", &gzip(&format!("{HEADER}\n{body}"))[..]);
+            assert!(
+                matches!(packed.unwrap_err().kind(), TraceErrorKind::Truncated),
+                "gzip: {body:?}"
+            );
+        }
+        // A bad line is refused for what is wrong with it, cut or not.
+        assert!(matches!(bad("x 0 1").1, TraceErrorKind::UnknownEvent(_)));
+        // Blank space after the last newline loses nothing.
+        assert!(parse(&format!("{HEADER}\na 0 1\n  ")).is_ok());
+        let dir = std::env::temp_dir().join(format!("tagalloc-cut-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("cut.trace");
+        fs::write(&path, format!("{HEADER}\na 0 1\na 1 12")).unwrap();
+        let shown = Trace::load(&path).unwrap_err().to_string();
+        fs::remove_dir_all(&dir).unwrap();
+        assert!(
+            shown.contains("cut.trace: line 3: truncated: the last line lacks its newline"),
+            "{shown}"
+        );
     }
 
     #[test]

@@ -7,7 +7,7 @@
 use std::time::Instant;
 
 use tagalloc::{InlineHeap, Pool, SharedPool};
-use tagalloc_host::{HostAllocator, HostPool, MmapSource};
+use tagalloc_host::{count, HostAllocator, HostPool, MmapSource};
 use tagalloc_tests::threaded::{replay_threaded, Plan, ThreadedOptions};
 use tagalloc_tests::trace::{shared_trace, Trace};
 
@@ -28,14 +28,14 @@ fn replay_through_host_pool(trace: &Trace) {
     let after = pool.stats().unwrap();
     let mapped = pool.with_pool(|p| p.source().mapped()).unwrap();
     println!(
-        "{report}; pool peak reserved {} B, {} regions obtained, {} grown in place, {} bypassed, \
-         {} retries; trim gave back {} regions; total {:.2?}",
+        "{report}; pool peak reserved {} B, {} obtained, {} grown in place, {} bypassed, \
+         {}; trim gave back {}; total {:.2?}",
         st.peak_reserved,
-        st.regions_obtained,
+        count(st.regions_obtained, "region", "regions"),
         st.grown,
         st.bypassed,
-        st.retries,
-        t.regions,
+        count(st.retries, "retry", "retries"),
+        count(t.regions, "region", "regions"),
         started.elapsed()
     );
     assert!(st.regions_obtained >= 1);

@@ -49,7 +49,8 @@
 //! One pool per device ([`tagalloc_cuda::PoolRegistry`]), created on the device's first
 //! allocation, with virtual-memory growth ([`DeviceConfig::VMM`]; plain `cuMemAlloc` regions
 //! on a device without virtual memory management, or with `TAGALLOC_CUDA_REGIONS=plain` in
-//! the environment). A block belongs to the stream it was allocated on, and its free is
+//! the environment; another value than `plain` or `vmm` is reported in one line on stderr and
+//! the default kept: [`config_from_env`]). A block belongs to the stream it was allocated on, and its free is
 //! stream-ordered (see [`tagalloc_cuda::DevicePool`]).
 //!
 //! **The free gets only an address.** [`Allocator`] keeps, per device, a map from address to
@@ -99,14 +100,39 @@ use tagalloc_cuda::{
 };
 
 /// The configuration from the environment: `TAGALLOC_CUDA_REGIONS=plain` for plain regions,
-/// else virtual-memory growth.
+/// else virtual-memory growth. A value [`config_for`] does not accept is reported in one line
+/// on stderr, since a misspelt `plane` silently growing by virtual memory looks like a setting
+/// that works.
 pub fn config_from_env() -> DeviceConfig {
-    match std::env::var("TAGALLOC_CUDA_REGIONS").as_deref() {
-        Ok("plain") => DeviceConfig {
-            regions: Regions::PLAIN,
-            ..DeviceConfig::PLAIN
-        },
-        _ => DeviceConfig::VMM,
+    let value = std::env::var_os("TAGALLOC_CUDA_REGIONS");
+    let (config, refusal) = config_for(value.as_deref().map(|v| v.to_string_lossy()).as_deref());
+    if let Some(line) = refusal {
+        eprintln!("{line}");
+    }
+    config
+}
+
+/// The configuration a value of `TAGALLOC_CUDA_REGIONS` asks for: `plain` for plain regions,
+/// `vmm`, empty or none for virtual-memory growth (the default); anything else gives the
+/// default and the line that reports it (variable, value, what is accepted, the default), in
+/// the malloc library's words for its own variables.
+pub fn config_for(regions: Option<&str>) -> (DeviceConfig, Option<String>) {
+    match regions {
+        Some("plain") => (
+            DeviceConfig {
+                regions: Regions::PLAIN,
+                ..DeviceConfig::PLAIN
+            },
+            None,
+        ),
+        None | Some("" | "vmm") => (DeviceConfig::VMM, None),
+        Some(other) => (
+            DeviceConfig::VMM,
+            Some(format!(
+                "tagalloc: TAGALLOC_CUDA_REGIONS is neither \"plain\" nor \"vmm\" but \
+                 \"{other}\"; the default is used: vmm (virtual-memory growth)"
+            )),
+        ),
     }
 }
 

@@ -15,12 +15,13 @@
 //!   child of a multi-threaded parent can allocate.
 //! - `marks`: checked mode's bitmaps of the live blocks, one bit per granule of each region,
 //!   against which a pointer is proven in `O(1)` instead of by a walk of its region.
-//! - `options`: the environment (`TAGALLOC_CHECKED`, `TAGALLOC_STATS`), read once without
-//!   allocating or recursing.
+//! - `options`: the environment (`TAGALLOC_CHECKED`, `TAGALLOC_ON_MISUSE`, `TAGALLOC_STATS`),
+//!   read once without allocating or recursing; a value it does not accept, or a `TAGALLOC_*`
+//!   variable nothing reads, reported in one line.
 //! - `ranges`: the address ranges the pool holds and gave back lately, kept by its hooks,
 //!   against which `free` checks a pointer before it reads anything at it.
-//! - `report`: statistics, the first refused free and heap corruption (then an abort), written
-//!   to stderr with `write(2)`.
+//! - `report`: statistics, the first refused free, heap corruption (then an abort) and the
+//!   environment's refused values, written to stderr with `write(2)`.
 //!
 //! This crate is only a `cdylib`: no Rust crate may depend on it, since whatever linked it
 //! would have its `malloc` replaced. It is tested by running real programs with it preloaded

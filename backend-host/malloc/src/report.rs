@@ -1,12 +1,13 @@
 //! What the library says on stderr, written with `write(2)` from a buffer on the stack: the
-//! heap's figures at exit (`TAGALLOC_STATS`) or on `malloc_stats()`, and the first refused
-//! free. None of it allocates: this runs inside the allocator, or after the program has
+//! heap's figures at exit (`TAGALLOC_STATS`) or on `malloc_stats()`, the first refused free,
+//! and the environment's values it does not accept. None of it allocates: this runs inside the allocator, or after the program has
 //! started tearing itself down. The program's `errno` is left as it was.
 
 use core::fmt::{self, Write};
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use tagalloc::{BlockError, CheckError, Error, PoolStats};
+use tagalloc_host::count;
 
 use crate::options;
 
@@ -100,6 +101,45 @@ fn write_fd(fd: i32, mut bytes: &[u8]) {
     unsafe { *libc::__errno_location() = errno };
 }
 
+/// Bytes from outside (a variable's value, a path) as text: as they are if they are UTF-8, else
+/// with every byte outside printable ASCII escaped.
+struct Text<'a>(&'a [u8]);
+
+impl fmt::Display for Text<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match core::str::from_utf8(self.0) {
+            Ok(text) => f.write_str(text),
+            Err(_) => write!(f, "{}", self.0.escape_ascii()),
+        }
+    }
+}
+
+/// Reports that the environment variable `name` holds `value`, which is not `accepted` (the
+/// phrase after "is": `neither "0" nor "1"`), and that `default` is used instead.
+#[cold]
+pub(crate) fn malformed(name: &str, value: &[u8], accepted: &str, default: &str) {
+    line(format_args!(
+        "tagalloc: {name} is {accepted} but \"{}\"; the default is used: {default}",
+        Text(value)
+    ));
+}
+
+/// Reports the variable `name` (`TAGALLOC_...`), which nothing in the project reads, and the
+/// known name nearest to it (without the prefix).
+#[cold]
+pub(crate) fn unknown_variable(name: &[u8], nearest: Option<&str>) {
+    match nearest {
+        Some(near) => line(format_args!(
+            "tagalloc: unknown variable {} ignored (did you mean TAGALLOC_{near}?)",
+            Text(name)
+        )),
+        None => line(format_args!(
+            "tagalloc: unknown variable {} ignored (the variables: docs/environment.md)",
+            Text(name)
+        )),
+    }
+}
+
 /// Frees (and reallocs) refused: a double free, or a pointer this allocator did not hand out.
 static REFUSED: AtomicU64 = AtomicU64::new(0);
 /// Whether the first refusal has been reported.
@@ -123,20 +163,16 @@ pub(crate) fn bad_pointer(call: &str, ptr: *mut u8, why: BlockError) {
 
 /// Counts a refused `call` of `ptr`. A double free or a foreign pointer is reported and the
 /// process aborts, as glibc does, unless `TAGALLOC_ON_MISUSE=continue` asked to go on: then
-/// the first refusal is reported on stderr, naming the cause in glibc's words too.
+/// the first refusal is reported on stderr. Each message says its cause once (glibc's own
+/// words for it would say it again).
 #[cold]
 #[inline(never)]
 pub(crate) fn refusal(call: &str, ptr: *mut u8, why: Error) {
     REFUSED.fetch_add(1, Ordering::Relaxed);
     let misuse = matches!(why, Error::DoubleFree | Error::ForeignPointer);
     let what = match why {
-        Error::DoubleFree => {
-            "a double free: the block was freed already (glibc: \"free(): double free detected\")"
-        }
-        Error::ForeignPointer => {
-            "an invalid pointer: not a block this allocator handed out (glibc: \"free(): invalid \
-             pointer\")"
-        }
+        Error::DoubleFree => "a double free: the block was freed already",
+        Error::ForeignPointer => "an invalid pointer: not a block this allocator handed out",
         _ => "refused by the heap",
     };
     if misuse && options::abort_on_misuse() {
@@ -170,7 +206,7 @@ pub(crate) fn refusal(call: &str, ptr: *mut u8, why: Error) {
 pub(crate) fn corruption(call: &str, ptr: *mut u8, c: CheckError) -> ! {
     line(format_args!(
         "tagalloc: {call}({ptr:p}): heap corruption at {:#x}: {} (a write past a block's end, \
-         or into a freed block?); aborting (glibc: \"free(): invalid pointer\")",
+         or into a freed block?); aborting",
         c.at, c.what
     ));
     // SAFETY: `abort` has no preconditions; it does not return.
@@ -246,8 +282,8 @@ pub(crate) fn set_stats_path(path: Option<&[u8]>) {
     }
 }
 
-/// Opens `pattern` (`%p` replaced by `pid`) to append to; -1 if it cannot be.
-fn open_report(pattern: &[u8], pid: u32) -> i32 {
+/// `pattern` with `%p` replaced by `pid`, NUL-terminated (`PATH_MAX` bytes and a pid fit).
+fn report_path(pattern: &[u8], pid: u32) -> Buf {
     let mut path = Buf::new();
     let mut rest = pattern;
     while let Some(i) = rest.windows(2).position(|w| w == b"%p") {
@@ -257,34 +293,87 @@ fn open_report(pattern: &[u8], pid: u32) -> i32 {
     }
     let _ = path.push(rest);
     let _ = path.push(b"\0");
+    path
+}
+
+/// The path [`report_path`] built, without its NUL.
+fn path_text(path: &Buf) -> Text<'_> {
+    Text(path.bytes.get(..path.len.saturating_sub(1)).unwrap_or(&[]))
+}
+
+/// Opens `path` (from [`report_path`]) to append to; the descriptor, or the `errno` why not.
+fn open_report(path: &Buf) -> Result<i32, i32> {
     if path.len > PATH_MAX + 16 {
-        return -1;
+        return Err(libc::ENAMETOOLONG);
     }
-    // SAFETY: `path` is NUL-terminated (just pushed) and valid for reads.
-    unsafe {
+    // SAFETY: `path` is NUL-terminated (`report_path` pushed it) and valid for reads.
+    let fd = unsafe {
         libc::open(
             path.bytes.as_ptr().cast(),
             libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC,
             0o644,
         )
+    };
+    if fd >= 0 {
+        Ok(fd)
+    } else {
+        // SAFETY: `__errno_location` returns this thread's errno, valid for the thread's life.
+        Err(unsafe { *libc::__errno_location() })
     }
 }
 
-/// The descriptor the statistics go to, and whether it was opened here (to close).
+/// `strerror`'s text for `errno`, on the stack.
+struct ErrnoText {
+    text: [u8; 128],
+}
+
+impl ErrnoText {
+    fn new(errno: i32) -> ErrnoText {
+        let mut e = ErrnoText { text: [0; 128] };
+        // SAFETY: the buffer is valid for writes of its length; the XSI `strerror_r` (what the
+        // `libc` crate binds on glibc) writes a NUL-terminated message within it.
+        unsafe { libc::strerror_r(errno, e.text.as_mut_ptr().cast(), e.text.len() - 1) };
+        e
+    }
+}
+
+impl fmt::Display for ErrnoText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let end = self.text.iter().position(|&b| b == 0).unwrap_or(0);
+        Text(self.text.get(..end).unwrap_or(&[])).fmt(f)
+    }
+}
+
+/// The descriptor the statistics go to, and whether it was opened here (to close). A file
+/// `TAGALLOC_STATS` names that cannot be opened is reported on stderr, and [`FALLBACK`] used.
 fn destination(to: To, pid: u32) -> (i32, bool) {
     if to == To::Stderr {
         return (2, false);
     }
     // SAFETY: see `StatsPath`: read after the one write.
     let (buf, len) = unsafe { &*STATS_PATH.0.get() };
-    if let Some(path) = buf.get(..*len).filter(|p| !p.is_empty()) {
-        return (open_report(path, pid), true);
+    if let Some(pattern) = buf.get(..*len).filter(|p| !p.is_empty()) {
+        let path = report_path(pattern, pid);
+        let errno = match open_report(&path) {
+            Ok(fd) => return (fd, true),
+            Err(errno) => errno,
+        };
+        let fallback = report_path(FALLBACK, pid);
+        let fd = open_report(&fallback);
+        line(format_args!(
+            "tagalloc: cannot write the statistics to {}: {}; {} {}",
+            path_text(&path),
+            ErrnoText::new(errno),
+            if fd.is_ok() { "they go to" } else { "nor to" },
+            path_text(&fallback)
+        ));
+        return (fd.unwrap_or(-1), true);
     }
     // SAFETY: `fcntl(F_GETFD)` on any descriptor number only asks whether it is open.
     if unsafe { libc::fcntl(2, libc::F_GETFD) } != -1 {
         return (2, false);
     }
-    (open_report(FALLBACK, pid), true)
+    (open_report(&report_path(FALLBACK, pid)).unwrap_or(-1), true)
 }
 
 /// The program's name (`/proc/self/comm`, at most 15 bytes), read without allocating.
@@ -356,47 +445,47 @@ fn report_to(fd: i32, when: &str, program: &Program, pid: u32, figures: Option<P
     };
     let h = &s.heap;
     line(format_args!(
-        "tagalloc: {program}[{pid}] {when}: reserved {} (peak {}) in {} regions, {} more kept for \
-         reuse; in use {} (peak {}) in {} blocks",
+        "tagalloc: {program}[{pid}] {when}: reserved {} (peak {}) in {}, {} more kept for \
+         reuse; in use {} (peak {}) in {}",
         Bytes(s.reserved),
         Bytes(s.peak_reserved),
-        h.regions,
+        count(h.regions, "region", "regions"),
         Bytes(s.cached),
         Bytes(h.in_use),
         Bytes(h.peak_in_use),
-        h.live,
+        count(h.live, "block", "blocks"),
     ));
     line(format_args!(
-        "tagalloc: {program}[{pid}] {when}: free {} in {} chunks, largest {}: fragmentation {:.1} % \
+        "tagalloc: {program}[{pid}] {when}: free {} in {}, largest {}: fragmentation {:.1} % \
          (1 - largest free / free)",
         Bytes(h.free),
-        h.free_chunks,
+        count(h.free_chunks, "chunk", "chunks"),
         Bytes(h.largest_free),
         h.fragmentation() * 100.0,
     ));
     line(format_args!(
-        "tagalloc: {program}[{pid}] {when}: {} allocations, {} frees, {} reallocs in place, {} refused \
-         frees; regions obtained {}, given back {}, grown in place {}; {} requests bypassed",
-        h.allocs,
-        h.frees,
-        h.reallocs_in_place,
-        refused(),
+        "tagalloc: {program}[{pid}] {when}: {}, {}, {}, {}; regions obtained {}, given back {}, \
+         grown in place {}; {} bypassed",
+        count(h.allocs, "allocation", "allocations"),
+        count(h.frees, "free", "frees"),
+        count(h.reallocs_in_place, "realloc in place", "reallocs in place"),
+        count(refused(), "refused free", "refused frees"),
         s.regions_obtained,
         s.regions_given_back,
         s.grown,
-        s.bypassed,
+        count(s.bypassed, "request", "requests"),
     ));
     let c = &s.cache;
     let hit_rate = c.hits as f64 / (c.hits + c.misses).max(1) as f64;
     line(format_args!(
-        "tagalloc: [{pid}] {when}: thread caches hold {} in {} blocks (counted in use); {} hits, \
-         {} misses ({:.1} % hits), {} spills, {} flushed (as of each cache's last exchange)",
+        "tagalloc: {program}[{pid}] {when}: thread caches hold {} in {} (counted in use); {}, \
+         {} ({:.1} % hits), {}, {} flushed (as of each cache's last exchange)",
         Bytes(c.bytes),
-        c.blocks,
-        c.hits,
-        c.misses,
+        count(c.blocks, "block", "blocks"),
+        count(c.hits, "hit", "hits"),
+        count(c.misses, "miss", "misses"),
         hit_rate * 100.0,
-        c.spills,
+        count(c.spills, "spill", "spills"),
         c.flushes,
     ));
 }

@@ -128,7 +128,7 @@ fn a_double_free_is_refused_without_checked_mode() {
     assert_eq!(run.stdout_text(), "intact 1\n");
     let stats = run.tagalloc_lines.join("\n");
     assert!(stats.contains("a double free"), "{stats}");
-    assert!(stats.contains(", 1 refused frees;"), "{stats}");
+    assert!(stats.contains(", 1 refused free;"), "{stats}");
     assert!(
         !stats.contains("(double free"),
         "the cause is said once: {stats}"

@@ -84,7 +84,10 @@ fn refused_in(case: &str, cause: &str, not: &str, refused: u32, checked: &[bool]
         );
         let stats = r.tagalloc_lines.join("\n");
         assert!(
-            stats.contains(&format!(", {refused} refused frees;")),
+            stats.contains(&format!(
+                ", {refused} refused {};",
+                if refused == 1 { "free" } else { "frees" }
+            )),
             "{what}{stats}"
         );
         runs.push(r);
@@ -194,6 +197,26 @@ needs_cc! {
     fn a_write_past_a_block_is_reported_as_corruption_then_aborts() {
         corrupted("past-end-x");
         corrupted("past-end-nul");
+    }
+
+    /// Each report says its cause once: not again in glibc's words, and heap corruption not
+    /// in glibc's words for an invalid pointer, another cause.
+    #[test]
+    fn each_report_says_its_cause_once() {
+        for (case, cause) in [("large", "double free"), ("foreign", "invalid pointer")] {
+            let r = run(case, false);
+            let rep = reports(&r);
+            assert_eq!(rep.len(), 1, "{case}: {:?}", r.tagalloc_lines);
+            assert_eq!(rep[0].matches(cause).count(), 1, "{}", rep[0]);
+        }
+        let r = run("past-end-x", false);
+        let rep = reports(&r);
+        assert_eq!(rep.len(), 1, "{:?}", r.tagalloc_lines);
+        assert!(
+            rep[0].matches("corruption").count() == 1 && !rep[0].contains("invalid pointer"),
+            "{}",
+            rep[0]
+        );
     }
 
     /// Misuse on a heap of 100,000 blocks (every third freed): a double free (reported), its

@@ -105,9 +105,11 @@
 //!   `queue` (the ring of queued frees), `shared` (a heap behind a lock whose holder drains
 //!   the queue), `global` ([`GlobalHeap`]), `detached` ([`SharedDetachedHeap`]), `pool`
 //!   ([`SharedPool`]), `alloc` (`GlobalAlloc` and `Allocator`, written once for every shared
-//!   host heap or pool, [`SharedAlloc`]), `tcache` (per-thread caches in front of a shared
-//!   pool, [`ThreadCache`]), `transfer` (batches the caches hand to one another while the
-//!   pool's lock is taken).
+//!   host heap or pool, [`SharedAlloc`]), and `cache/`, per-thread caches in front of a
+//!   shared pool: `class` (the size classes, [`Class`]), `link` (safe linking, what a damaged
+//!   link does), `linked_blocks` (a class's cached blocks moved whole between caches),
+//!   `thread` ([`ThreadCache`], and its exchange with the pool), `transfer` (the blocks the
+//!   caches hand to one another while the pool's lock is taken).
 //! - `plan/` (with `alloc`), apart from the rest: static memory planning, offsets for buffers
 //!   whose lifetimes are known in advance: `error`, `buffer` (the problem and its plan),
 //!   `sweep` (time cut into sections, and who conflicts with whom), `bound` (the lower bound),
@@ -124,7 +126,9 @@
 //!   that predicts every address) and `adapter` (the one adapter that the core's tests, the
 //!   fuzz targets, the trace replay and the benchmarks drive both heaps through).
 //!
-//! `tests/module_map.rs` holds this map to the files.
+//! `tests/module_map.rs` holds this map to the files, and every file to the order of the
+//! layers: no `crate::` or `super::` path of a layer reaches one listed after it, and no file
+//! uses itself through others.
 //!
 //! ```
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -190,11 +194,13 @@ pub use pool::scope::Scope;
 pub use pool::source::RegionSource;
 pub use pool::{CacheStats, Pool, PoolError, PoolStats, Trimmed};
 pub use share::alloc::SharedAlloc;
+pub use share::cache::class::{Class, CLASSES};
+pub use share::cache::link::OnDamage;
+pub use share::cache::thread::{tcache_enabled, ThreadCache, TOTAL_BYTES};
 pub use share::detached::SharedDetachedHeap;
 pub use share::global::GlobalHeap;
 pub use share::lock::{RawLock, SpinLock};
 pub use share::pool::{OomHandler, SharedPool};
-pub use share::tcache::{tcache_enabled, Class, OnDamage, ThreadCache, CLASSES, TOTAL_BYTES};
 
 #[cfg(test)]
 mod tests;

@@ -27,7 +27,6 @@ use crate::pool::hooks::{Hooks, NoHooks};
 use crate::pool::policy::{Growth, Policy, Reserve};
 use crate::pool::scope::Scope;
 use crate::pool::source::RegionSource;
-use crate::share::tcache::ThreadCache;
 
 /// How many bypass regions a pool remembers at once; past that, large requests are served like
 /// any other (the pool stays correct, it just keeps their regions until trimmed).
@@ -313,6 +312,11 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
     #[inline]
     pub(crate) fn bypasses(&self, size: usize) -> bool {
         size > self.bypass_above
+    }
+
+    /// The threshold above which a request has a region of its own (`usize::MAX` for none).
+    pub(crate) fn bypass_above(&self) -> usize {
+        self.bypass_above
     }
 
     /// The caches' figures, to update at an exchange.
@@ -990,12 +994,6 @@ impl<R: RecordStore, S: RegionSource<Base = usize>, K: Hooks> Pool<DetachedHeap<
 }
 
 impl<S: RegionSource<Base = NonNull<u8>>, K: Hooks> Pool<InlineHeap, S, K> {
-    /// An exchange with a thread's cache, under the lock: its figures join the pool's, and it
-    /// learns the pool's bypass threshold.
-    pub(crate) fn exchange_cache(&mut self, cache: &mut ThreadCache) {
-        cache.exchange(&mut self.counts.cache, self.bypass_above);
-    }
-
     /// Frees a block a per-thread cache gives back (a spill or a flush, under the lock)
     /// through the hooks' [`Hooks::free_cached_block`], then, for a class above the bypass
     /// threshold, gives its region back if it has one of its own, as [`Pool::free`] would.

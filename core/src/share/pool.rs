@@ -13,10 +13,11 @@ use crate::pool::hooks::{Hooks, NoHooks};
 use crate::pool::source::RegionSource;
 use crate::pool::{Pool, PoolError, PoolStats, Trimmed};
 use crate::share::alloc::SharedAlloc;
+use crate::share::cache::class::Class;
+use crate::share::cache::thread::{self, ThreadCache};
+use crate::share::cache::transfer::Transfer;
 use crate::share::lock::{RawLock, SpinLock};
 use crate::share::shared::{QueuedFree, Shared};
-use crate::share::tcache::{self, Class, ThreadCache};
-use crate::share::transfer::Transfer;
 use crate::sync::const_unless_loom;
 
 /// A free waiting in the queue: the block and the size it was freed with.
@@ -400,7 +401,7 @@ where
         size: usize,
         align: usize,
     ) -> Result<NonNull<u8>, PoolError> {
-        if tcache::ENABLED {
+        if thread::ENABLED {
             if let Some(c) = Class::of(size, align) {
                 if let Some(p) = cache.take(c) {
                     return Ok(p);
@@ -453,7 +454,7 @@ where
                     }
                 }
                 cache.missed();
-                pool.exchange_cache(cache);
+                cache.exchange_with(pool);
                 first
             }
             Err(e) => Err(unlocked_error(e, size)),
@@ -482,7 +483,7 @@ where
         ptr: NonNull<u8>,
         size: usize,
     ) -> Result<(), Error> {
-        if tcache::ENABLED {
+        if thread::ENABLED {
             if let Some(c) = Class::of(size, 1) {
                 if !c.is_coarse() {
                     // SAFETY: forwarded caller contract: a block of this pool of class `c` (its
@@ -537,7 +538,7 @@ where
         align: usize,
         new_size: usize,
     ) -> Option<Result<NonNull<u8>, Error>> {
-        if !tcache::ENABLED || !Class::cacheable(usable) {
+        if !thread::ENABLED || !Class::cacheable(usable) {
             return None;
         }
         // An alignment above the granule has no class: such a block keeps the pool's path.
@@ -598,7 +599,7 @@ where
         match self.shared.lock() {
             Ok(mut st) => {
                 let pool = &mut st.heap;
-                pool.exchange_cache(cache);
+                cache.exchange_with(pool);
                 // SAFETY: forwarded caller contract.
                 unsafe { pool.free(ptr, size) }
             }
@@ -663,7 +664,7 @@ where
         // The batch's holes, not the victim, serve the next listed requests (see `file_victim`).
         pool.heap_mut().file_victim();
         cache.spilled();
-        pool.exchange_cache(cache);
+        cache.exchange_with(pool);
         Ok(())
     }
 
@@ -713,7 +714,7 @@ where
         });
         pool.heap_mut().file_victim();
         pool.cache_stats_mut().flushes += 1;
-        pool.exchange_cache(cache);
+        cache.exchange_with(pool);
         Ok(())
     }
 }

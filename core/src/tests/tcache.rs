@@ -13,7 +13,7 @@ use proptest::prelude::*;
 use super::inline::{Arena, OneRegion};
 use crate::model::{Geometry, Model};
 use crate::share::alloc::SharedAlloc;
-use crate::share::tcache::ENABLED;
+use crate::share::cache::thread::ENABLED;
 use crate::{
     Class, Error, Growth, InlineHeap, Policy, Pool, Reserve, SharedPool, ThreadCache, CLASSES,
     TOTAL_BYTES,
@@ -804,7 +804,7 @@ fn the_last_link_and_the_keys_are_checked_by_a_flush() {
     if !ENABLED {
         return;
     }
-    let mask = crate::share::tcache::link_mask(KEY);
+    let mask = crate::share::cache::link::link_mask(KEY);
     for word in [0, 1] {
         let (pool, _) = pool(64 << 10);
         let live = pool.alloc(40, 16).unwrap();

@@ -387,7 +387,11 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
     /// # Time Complexity
     /// As the heap's `alloc`.
     #[inline]
-    pub fn alloc_cached(&mut self, size: usize, align: usize) -> Result<H::Block, PoolError> {
+    pub fn alloc_without_growing(
+        &mut self,
+        size: usize,
+        align: usize,
+    ) -> Result<H::Block, PoolError> {
         if self.policy.bypass_above.is_some_and(|t| size > t) {
             return Err(self.report(Error::OutOfMemory, size));
         }

@@ -100,7 +100,8 @@
 //!   ([`DetachedHeap`], the [`Block`]s and [`Handle`]s it hands out).
 //! - `pool/`, a heap grown from a source under a policy ([`Pool`], its statistics):
 //!   `heap` (what a pool needs of either heap, [`PoolHeap`]), `source` ([`RegionSource`]),
-//!   `policy` ([`Policy`]), `hooks` ([`Hooks`]), `scope` ([`Scope`]).
+//!   `policy` ([`Policy`]), `hooks` ([`Hooks`]), `scope` ([`Scope`]), `realloc` (resizing an
+//!   inline pool's block, [`Pool::realloc`]).
 //! - `share/`, heaps and pools between threads: `lock` ([`SpinLock`], [`RawLock`], re-entry),
 //!   `queue` (the ring of queued frees), `shared` (a heap behind a lock whose holder drains
 //!   the queue), `global` ([`GlobalHeap`]), `detached` ([`SharedDetachedHeap`]), `pool`

@@ -11,6 +11,7 @@
 pub(crate) mod heap;
 pub(crate) mod hooks;
 pub(crate) mod policy;
+pub(crate) mod realloc;
 pub(crate) mod scope;
 pub(crate) mod source;
 

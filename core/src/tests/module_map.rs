@@ -426,3 +426,125 @@ fn no_file_uses_itself_through_others() {
         }
     }
 }
+
+/// The type names a file's code defines (`struct`, `enum`, `union`, `type`), and the self types
+/// of its inherent `impl` blocks (`impl<…> Name<…> {`, not `impl Trait for Name`), each with
+/// its line.
+fn types_defined_and_extended(text: &str) -> (Vec<String>, Vec<(usize, String)>) {
+    let mut in_string = false;
+    let lines: Vec<String> = text.lines().map(|l| code_of(l, &mut in_string)).collect();
+    let ident = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut defined = Vec::new();
+    let mut extended = Vec::new();
+    for (n, line) in lines.iter().enumerate() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        for pair in words.windows(2) {
+            if matches!(pair[0], "struct" | "enum" | "union" | "type") {
+                let name = ident(pair[1]);
+                if !name.is_empty() {
+                    defined.push(name);
+                }
+            }
+        }
+        let trimmed = line.trim_start();
+        let Some(rest) = trimmed
+            .strip_prefix("impl")
+            .or_else(|| trimmed.strip_prefix("unsafe impl"))
+        else {
+            continue;
+        };
+        if !(rest.starts_with('<') || rest.starts_with(' ')) {
+            continue;
+        }
+        // The header, to its `{` (it may take several lines).
+        let mut header = String::from(rest);
+        let mut m = n + 1;
+        while !header.contains('{') && m < lines.len() {
+            header.push(' ');
+            header.push_str(&lines[m]);
+            m += 1;
+        }
+        let header = header
+            .split('{')
+            .next()
+            .unwrap()
+            .split(" where")
+            .next()
+            .unwrap();
+        // The impl's own generics skipped.
+        let mut rest = header;
+        if rest.starts_with('<') {
+            let mut depth = 0;
+            let mut end = 0;
+            for (i, c) in rest.char_indices() {
+                match c {
+                    '<' => depth += 1,
+                    '>' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            end = i + 1;
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            rest = &rest[end..];
+        }
+        if rest.split_whitespace().any(|w| w == "for") {
+            continue;
+        }
+        let path = rest.trim().split('<').next().unwrap();
+        let name = ident(path.rsplit("::").next().unwrap());
+        if !name.is_empty() {
+            extended.push((n + 1, name));
+        }
+    }
+    (defined, extended)
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "reads the source tree, which Miri's isolation forbids")]
+fn each_layer_keeps_the_methods_of_its_own_types() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    files.sort();
+    // Per file: its layer (first folder or file of `src/`), its types and its inherent impls.
+    let mut found = Vec::new();
+    for file in &files {
+        let rel = file.strip_prefix(&src).unwrap();
+        let layer = rel.iter().next().unwrap().to_str().unwrap();
+        let layer = layer.trim_end_matches(".rs").to_string();
+        if layer == "lib" || layer == "tests" {
+            continue;
+        }
+        let (defined, extended) = types_defined_and_extended(&fs::read_to_string(file).unwrap());
+        found.push((rel.display().to_string(), layer, defined, extended));
+    }
+    let mut faults: Vec<String> = Vec::new();
+    for (file, layer, _, extended) in &found {
+        for (line, name) in extended {
+            let homes: Vec<&String> = found
+                .iter()
+                .filter(|(_, _, defined, _)| defined.contains(name))
+                .map(|(_, home, _, _)| home)
+                .collect();
+            if !homes.is_empty() && !homes.contains(&layer) {
+                faults.push(format!(
+                    "{file}:{line}: methods of `{name}`, a type of `{}`, written in `{layer}`",
+                    homes[0]
+                ));
+            }
+        }
+    }
+    assert!(
+        faults.is_empty(),
+        "a layer adds methods to another's type:\n{}",
+        faults.join("\n")
+    );
+}

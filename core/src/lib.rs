@@ -109,6 +109,7 @@
 //!   host heap or pool, [`SharedAlloc`]), and `cache/`, per-thread caches in front of a
 //!   shared pool: `class` (the size classes, [`Class`]), `link` (safe linking, what a damaged
 //!   link does), `linked_blocks` (a class's cached blocks moved whole between caches),
+//!   `proof` (the one seam that proves a pointer before a cache trusts it, [`PointerProof`]),
 //!   `thread` ([`ThreadCache`], and its exchange with the pool), `transfer` (the blocks the
 //!   caches hand to one another while the pool's lock is taken).
 //! - `plan/` (with `alloc`), apart from the rest: static memory planning, offsets for buffers
@@ -197,6 +198,7 @@ pub use pool::{CacheStats, Pool, PoolError, PoolStats, Trimmed};
 pub use share::alloc::SharedAlloc;
 pub use share::cache::class::{Class, CLASSES};
 pub use share::cache::link::OnDamage;
+pub use share::cache::proof::{PointerProof, ProofMemo};
 pub use share::cache::thread::{tcache_enabled, ThreadCache, TOTAL_BYTES};
 pub use share::detached::SharedDetachedHeap;
 pub use share::global::GlobalHeap;

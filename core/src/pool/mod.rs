@@ -16,13 +16,11 @@ pub(crate) mod scope;
 pub(crate) mod source;
 
 use core::fmt;
-use core::ptr::NonNull;
 
 use crate::algo::stats::Stats;
 use crate::detached::heap::{Block, DetachedHeap};
 use crate::detached::records::RecordStore;
 use crate::error::{Error, PolicyError};
-use crate::inline::heap::InlineHeap;
 use crate::pool::heap::PoolHeap;
 use crate::pool::hooks::{Hooks, NoHooks};
 use crate::pool::policy::{Growth, Policy, Reserve};
@@ -318,6 +316,12 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
     /// The threshold above which a request has a region of its own (`usize::MAX` for none).
     pub(crate) fn bypass_above(&self) -> usize {
         self.bypass_above
+    }
+
+    /// The heap and the hooks together (a block a cache gives back is proven by the hooks
+    /// and freed into the heap).
+    pub(crate) fn heap_and_hooks(&mut self) -> (&mut H, &K) {
+        (&mut self.heap, &self.hooks)
     }
 
     /// The caches' figures, to update at an exchange.
@@ -995,23 +999,6 @@ impl<R: RecordStore, S: RegionSource<Base = usize>, K: Hooks> Pool<DetachedHeap<
             return Ok(None);
         }
         self.heap.merge(first, second).map(Some)
-    }
-}
-
-impl<S: RegionSource<Base = NonNull<u8>>, K: Hooks> Pool<InlineHeap, S, K> {
-    /// Frees a block a per-thread cache gives back (a spill or a flush, under the lock)
-    /// through the hooks' [`Hooks::free_cached_block`], then, for a class above the bypass
-    /// threshold, gives its region back if it has one of its own, as [`Pool::free`] would.
-    ///
-    /// # Safety
-    /// As for [`Hooks::free_cached_block`], with this pool's heap.
-    #[inline(always)]
-    pub(crate) unsafe fn free_from_cache(&mut self, ptr: NonNull<u8>, size: usize) {
-        // SAFETY: forwarded caller contract.
-        let freed = unsafe { self.hooks.free_cached_block(&mut self.heap, ptr, size) };
-        if freed && size > self.bypass_above {
-            self.release_bypass(ptr.addr().get());
-        }
     }
 }
 

@@ -14,6 +14,7 @@ use crate::pool::source::RegionSource;
 use crate::pool::{Pool, PoolError, PoolStats, Trimmed};
 use crate::share::alloc::SharedAlloc;
 use crate::share::cache::class::Class;
+use crate::share::cache::proof::PointerProof;
 use crate::share::cache::thread::{self, ThreadCache};
 use crate::share::cache::transfer::Transfer;
 use crate::share::lock::{RawLock, SpinLock};
@@ -280,7 +281,7 @@ where
 impl<S, K, L, const N: usize> SharedPool<InlineHeap, S, K, L, N>
 where
     S: RegionSource<Base = NonNull<u8>>,
-    K: Hooks,
+    K: PointerProof,
     L: RawLock,
 {
     /// Allocates through `cache` (see [`ThreadCache`]): a request of a cached class comes from
@@ -548,7 +549,7 @@ where
         cache.drain(c, ThreadCache::batch(c).max(1), |p| {
             // SAFETY: the cache's blocks are live blocks of this pool of class `c` or larger
             // (its invariant), freed once.
-            unsafe { pool.free_from_cache(p, c.usable()) };
+            unsafe { free_from_cache(pool, p, c.usable()) };
         });
         // SAFETY: forwarded caller contract.
         let cached = unsafe { cache.put(c, ptr) };
@@ -583,7 +584,7 @@ where
                 batch.drain(|p| {
                     // SAFETY: a block of this pool of class `c` or larger, freed once, as a
                     // cache's spill frees it.
-                    pool.free_from_cache(p, c.usable())
+                    free_from_cache(pool, p, c.usable())
                 })
             }
         });
@@ -606,12 +607,33 @@ where
         cache.drain_all(|c, p| {
             // SAFETY: the cache's blocks are live blocks of this pool (the caller's promise and
             // the cache's invariant), freed once.
-            unsafe { pool.free_from_cache(p, c.usable()) };
+            unsafe { free_from_cache(pool, p, c.usable()) };
         });
         pool.heap_mut().file_victim();
         pool.cache_stats_mut().flushes += 1;
         cache.exchange_with(pool);
         Ok(())
+    }
+}
+
+/// Frees a block a per-thread cache gives back (a spill, a flush, a trim of the transfer, under
+/// the lock) through the pool's [`PointerProof::free_cached_block`], then, for a class above
+/// the bypass threshold, gives its region back if it has one of its own, as [`Pool::free`]
+/// would.
+///
+/// # Safety
+/// As for [`PointerProof::free_cached_block`], with this pool's heap.
+#[inline(always)]
+unsafe fn free_from_cache<S, K>(pool: &mut Pool<InlineHeap, S, K>, ptr: NonNull<u8>, size: usize)
+where
+    S: RegionSource<Base = NonNull<u8>>,
+    K: PointerProof,
+{
+    let (heap, hooks) = pool.heap_and_hooks();
+    // SAFETY: forwarded caller contract.
+    let freed = unsafe { hooks.free_cached_block(heap, ptr, size) };
+    if freed && size > pool.bypass_above() {
+        pool.release_bypass(ptr.addr().get());
     }
 }
 

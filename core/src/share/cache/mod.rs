@@ -67,5 +67,6 @@
 pub(crate) mod class;
 pub(crate) mod link;
 pub(crate) mod linked_blocks;
+pub(crate) mod proof;
 pub(crate) mod thread;
 pub(crate) mod transfer;

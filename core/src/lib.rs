@@ -76,7 +76,9 @@
 //!   shared inline pool ([`ThreadCache`]), taken and given back without the lock; its blocks
 //!   are in use for the heap. A **hit** is an allocation served by it, a **miss** one that
 //!   refilled it, a **spill** a batch moved back from a full class, a **flush** the whole
-//!   cache given back.
+//!   cache given back. A pointer whose size its caller does not know is **proven** by the
+//!   pool's [`PointerProof`] before a cache takes it, and every block again as it leaves a
+//!   cache for the heap.
 //!
 //! # Modules
 //!

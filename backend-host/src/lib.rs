@@ -47,5 +47,5 @@ pub use global::{HostAllocator, HostPool};
 pub use mmap::{
     Call, HugePages, MmapOptions, MmapSource, Reuse, ReuseStats, SourceError, REUSE_SLOTS,
 };
-pub use tcache::{CacheBinding, ProofMemo};
+pub use tcache::CacheBinding;
 pub use words::{count, nearest, noun, Count};

@@ -51,7 +51,9 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::Relaxed};
 
 use core::ptr::NonNull;
 
-use tagalloc::{Class, Error, Hooks, InlineHeap, PoolError, RawLock, SharedPool, ThreadCache};
+use tagalloc::{
+    Class, Error, InlineHeap, PointerProof, PoolError, ProofMemo, RawLock, SharedPool, ThreadCache,
+};
 
 use crate::mmap::MmapSource;
 use crate::tls_slot;
@@ -71,12 +73,6 @@ const OFF: u8 = 3;
 
 /// Flushes a cache into the pool at this address (monomorphised per lock type).
 type Flush = unsafe fn(usize, &mut ThreadCache);
-
-/// Nine words a thread keeps between its frees for the proof that a caller of
-/// [`CacheBinding::free_proven`] makes of a pointer (the malloc library: the regions it proved
-/// in last and the sequence of its table it read): zero at first, kept while the thread's cache
-/// serves the same pool, seen by that thread's proofs only (one kind of proof per pool).
-pub type ProofMemo = [Cell<usize>; 9];
 
 /// A thread's cache and what it is bound to. Only its own thread touches it, except the
 /// fork child, which is the same thread's copy.
@@ -110,7 +106,7 @@ thread_local! {
 /// `f` must not call back into any cached pool from this thread (the pool's paths never
 /// allocate).
 #[inline]
-pub(crate) fn with_cache<K: Hooks, L: RawLock, R>(
+pub(crate) fn with_cache<K: PointerProof, L: RawLock, R>(
     pool: &Pool<K, L>,
     id: &AtomicU32,
     f: impl FnOnce(Option<&mut ThreadCache>) -> R,
@@ -121,7 +117,7 @@ pub(crate) fn with_cache<K: Hooks, L: RawLock, R>(
 /// [`with_cache`], with the thread's [`ProofMemo`] for `pool` beside its cache. `f` is called
 /// from one place, so that it is inlined whole.
 #[inline(always)]
-fn with_slot<K: Hooks, L: RawLock, R>(
+fn with_slot<K: PointerProof, L: RawLock, R>(
     pool: &Pool<K, L>,
     id: &AtomicU32,
     f: impl FnOnce(Option<(&ProofMemo, &mut ThreadCache)>) -> R,
@@ -155,7 +151,7 @@ fn with_slot<K: Hooks, L: RawLock, R>(
 /// thread-locals are gone.
 #[cold]
 #[inline(never)]
-fn general_slot<K: Hooks, L: RawLock>(pool: &Pool<K, L>, id: &AtomicU32) -> *const Slot {
+fn general_slot<K: PointerProof, L: RawLock>(pool: &Pool<K, L>, id: &AtomicU32) -> *const Slot {
     SLOT.try_with(|s| {
         if s.state.get() == UNBOUND {
             bind(s, pool, id);
@@ -169,7 +165,7 @@ fn general_slot<K: Hooks, L: RawLock>(pool: &Pool<K, L>, id: &AtomicU32) -> *con
 /// `UNBOUND`, to be tried again at its next call, if the table's lock is taken.
 #[cold]
 #[inline(never)]
-fn bind<K: Hooks, L: RawLock>(s: &Slot, pool: &Pool<K, L>, id: &AtomicU32) {
+fn bind<K: PointerProof, L: RawLock>(s: &Slot, pool: &Pool<K, L>, id: &AtomicU32) {
     s.state.set(SETTING_UP);
     let addr = pool as *const Pool<K, L> as usize;
     // `Err` holds the state to leave: `OFF` for good, or `UNBOUND` to try again at the next
@@ -244,7 +240,7 @@ impl CacheBinding {
     /// Allocates `size` bytes aligned to `align` from `pool` through the calling thread's
     /// cache (see [`SharedPool::alloc_with_cache`]).
     #[inline]
-    pub fn alloc<K: Hooks, L: RawLock>(
+    pub fn alloc<K: PointerProof, L: RawLock>(
         &self,
         pool: &'static Pool<K, L>,
         size: usize,
@@ -260,7 +256,7 @@ impl CacheBinding {
     /// one (a hit: no lock, no system call, so `errno` is untouched); `None` otherwise, and
     /// nothing counted as a miss.
     #[inline]
-    pub fn take<K: Hooks, L: RawLock>(
+    pub fn take<K: PointerProof, L: RawLock>(
         &self,
         pool: &'static Pool<K, L>,
         size: usize,
@@ -280,7 +276,7 @@ impl CacheBinding {
     /// As for `tagalloc::Pool::free`: `ptr` came from `pool` (through this binding or not)
     /// with `size` bytes, or `size` is its usable size, and is not used afterwards.
     #[inline]
-    pub unsafe fn free<K: Hooks, L: RawLock>(
+    pub unsafe fn free<K: PointerProof, L: RawLock>(
         &self,
         pool: &'static Pool<K, L>,
         ptr: NonNull<u8>,
@@ -294,29 +290,28 @@ impl CacheBinding {
         })
     }
 
-    /// [`CacheBinding::free`] of a block whose usable size `size_of` gives, proven without the
-    /// lock: `size_of` gets the thread's [`ProofMemo`] for `pool` when the thread's cache
-    /// serves it (`None` otherwise), and its `None` leaves the block alone: then this returns
-    /// `None` with nothing done.
+    /// [`CacheBinding::free`] of a block whose usable size the pool's proof gives
+    /// ([`PointerProof::cached_size`], without the lock, with the thread's [`ProofMemo`] for
+    /// `pool` when the thread's cache serves it); a proof that gives none leaves the block
+    /// alone: then this returns `None` with nothing done.
     ///
     /// # Safety
-    /// As for [`CacheBinding::free`], with the size `size_of` gives, if it gives one.
+    /// As for [`CacheBinding::free`], with the size the proof gives, if it gives one.
     #[inline]
-    pub unsafe fn free_proven<K: Hooks, L: RawLock>(
+    pub unsafe fn free_proven<K: PointerProof, L: RawLock>(
         &self,
         pool: &'static Pool<K, L>,
         ptr: NonNull<u8>,
-        size_of: impl FnOnce(Option<&ProofMemo>) -> Option<usize>,
     ) -> Option<Result<(), Error>> {
-        // `size_of` in each arm: one path past it, not one that tells the two apart again.
+        // The proof in each arm: one path past it, not one that tells the two apart again.
         with_slot(pool, &self.id, |slot| match slot {
             Some((memo, cache)) => {
-                let size = size_of(Some(memo))?;
+                let size = K::cached_size(ptr, Some(memo))?;
                 // SAFETY: forwarded caller contract; the cache serves `pool`.
                 Some(unsafe { pool.free_with_cache(cache, ptr, size) })
             }
             None => {
-                let size = size_of(None)?;
+                let size = K::cached_size(ptr, None)?;
                 // SAFETY: forwarded caller contract.
                 Some(unsafe { pool.free(ptr, size) })
             }
@@ -325,26 +320,25 @@ impl CacheBinding {
 
     /// A `realloc` of `ptr` to `new_size` bytes aligned to `align` through the calling
     /// thread's cache, without the lock (see [`SharedPool::realloc_with_cache`]), with the
-    /// usable size `size_of` gives, proven as for [`CacheBinding::free_proven`]. `None`,
-    /// nothing done, when the thread has no cache for `pool`, `size_of` gives none, the block
-    /// carries the caches' key (a freed block: the locked path refuses it) or the cache cannot
-    /// serve the new size: the caller then takes the lock.
+    /// usable size the pool's proof gives, as for [`CacheBinding::free_proven`]. `None`,
+    /// nothing done, when the thread has no cache for `pool`, the proof gives no size, the
+    /// block carries the caches' key (a freed block: the locked path refuses it) or the cache
+    /// cannot serve the new size: the caller then takes the lock.
     ///
     /// # Safety
-    /// `ptr` came from `pool`, with the usable size `size_of` gives if it gives one; on
+    /// `ptr` came from `pool`, with the usable size the proof gives if it gives one; on
     /// `Some(Ok(p))` with `p` other than `ptr`, `ptr` is not used again.
     #[inline]
-    pub unsafe fn realloc_proven<K: Hooks, L: RawLock>(
+    pub unsafe fn realloc_proven<K: PointerProof, L: RawLock>(
         &self,
         pool: &'static Pool<K, L>,
         ptr: NonNull<u8>,
         align: usize,
         new_size: usize,
-        size_of: impl FnOnce(Option<&ProofMemo>) -> Option<usize>,
     ) -> Option<Result<NonNull<u8>, Error>> {
         with_slot(pool, &self.id, |slot| {
             let (memo, cache) = slot?;
-            let usable = size_of(Some(memo))?;
+            let usable = K::cached_size(ptr, Some(memo))?;
             // SAFETY: `ptr` is a live block of `usable` bytes (proven), at least 24.
             if unsafe { self.is_cached(ptr) } {
                 return None;
@@ -370,7 +364,7 @@ impl CacheBinding {
     }
 
     /// Gives the calling thread's cache back to `pool` (before a trim).
-    pub fn flush_current<K: Hooks, L: RawLock>(&self, pool: &'static Pool<K, L>) {
+    pub fn flush_current<K: PointerProof, L: RawLock>(&self, pool: &'static Pool<K, L>) {
         flush_current(pool, &self.id);
     }
 }
@@ -379,7 +373,7 @@ impl CacheBinding {
 ///
 /// # Safety
 /// `addr` is a live `Pool<K, L>` that `cache` belongs to (the table says it is alive).
-unsafe fn flush_into<K: Hooks, L: RawLock>(addr: usize, cache: &mut ThreadCache) {
+unsafe fn flush_into<K: PointerProof, L: RawLock>(addr: usize, cache: &mut ThreadCache) {
     // SAFETY: the caller's promise.
     let pool = unsafe { &*(addr as *const Pool<K, L>) };
     // SAFETY: the cache belongs to this pool. A refusal (this thread holds the lock: only
@@ -388,7 +382,7 @@ unsafe fn flush_into<K: Hooks, L: RawLock>(addr: usize, cache: &mut ThreadCache)
 }
 
 /// Flushes the calling thread's cache into `pool`, if it serves `pool` (before a trim).
-pub(crate) fn flush_current<K: Hooks, L: RawLock>(pool: &Pool<K, L>, id: &AtomicU32) {
+pub(crate) fn flush_current<K: PointerProof, L: RawLock>(pool: &Pool<K, L>, id: &AtomicU32) {
     with_cache(pool, id, |cache| {
         if let Some(cache) = cache {
             // SAFETY: the cache serves this pool (`with_cache` checked it).
@@ -399,7 +393,7 @@ pub(crate) fn flush_current<K: Hooks, L: RawLock>(pool: &Pool<K, L>, id: &Atomic
 
 /// Forgets `pool`: its caches' blocks are not flushed into it any more (it is being dropped).
 /// The calling thread's cache is flushed first if it serves `pool`.
-pub(crate) fn unbind<K: Hooks, L: RawLock>(pool: &Pool<K, L>, id: &AtomicU32) {
+pub(crate) fn unbind<K: PointerProof, L: RawLock>(pool: &Pool<K, L>, id: &AtomicU32) {
     flush_current(pool, id);
     let pid = id.load(Relaxed);
     if pid != 0 {
@@ -835,35 +829,63 @@ mod tests {
         assert_eq!((s.heap.in_use, s.cache.blocks), (0, 0));
     }
 
-    static PROVEN_POOL: HostPool = host_pool();
+    std::thread_local! {
+        /// What [`Scripted`]'s proof does at its next call: `(step, the size it gives)`.
+        static SCRIPT: Cell<(u8, Option<usize>)> = const { Cell::new((0, None)) };
+    }
+
+    /// Hooks whose unlocked proof follows the calling thread's [`SCRIPT`], checking the memo
+    /// it is given: zero at the first call, which writes 7 in its first word; that word at the
+    /// second.
+    struct Scripted;
+
+    impl tagalloc::Hooks for Scripted {}
+
+    impl PointerProof for Scripted {
+        fn cached_size(_: NonNull<u8>, m: Option<&ProofMemo>) -> Option<usize> {
+            let memo = m.expect("a bound cache's memo").each_ref().map(Cell::get);
+            let (step, size) = SCRIPT.get();
+            match step {
+                0 => {
+                    assert_eq!(memo, [0; 9]);
+                    m.unwrap()[0].set(7);
+                }
+                1 => assert_eq!(memo, [7, 0, 0, 0, 0, 0, 0, 0, 0]),
+                _ => {}
+            }
+            SCRIPT.set((step + 1, size));
+            size
+        }
+    }
+
+    static PROVEN_POOL: SharedPool<InlineHeap, MmapSource, Scripted, crate::FutexLock> =
+        SharedPool::new(Pool::with_hooks(
+            InlineHeap::new(),
+            MmapSource::new(),
+            HostAllocator::POLICY,
+            Scripted,
+        ));
     static PROVEN: CacheBinding = CacheBinding::new();
 
-    /// `free_proven` leaves the block alone when its proof gives no size and frees it into the
-    /// thread's cache when it gives one (a second free then finds the cache's key); the proof
-    /// gets the thread's memo once its cache is bound: zero at first, the same words from one
-    /// free to the next.
+    /// `free_proven` leaves the block alone when the pool's proof gives no size and frees it
+    /// into the thread's cache when it gives one (a second free then finds the cache's key);
+    /// the proof gets the thread's memo once its cache is bound: zero at first, the same words
+    /// from one free to the next.
     #[test]
     fn free_proven_frees_what_its_proof_sizes_through_the_threads_memo() {
         let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         std::thread::spawn(|| {
             let p = PROVEN.alloc(&PROVEN_POOL, 40, 16).unwrap();
-            let memo =
-                |m: Option<&ProofMemo>| m.expect("a bound cache's memo").each_ref().map(Cell::get);
             // SAFETY: `p` is a live 40-byte block of the pool; the first call frees nothing,
             // the second frees it once, the third is refused before anything is written.
             unsafe {
-                let kept = PROVEN.free_proven(&PROVEN_POOL, p, |m| {
-                    assert_eq!(memo(m), [0; 9]);
-                    m.unwrap()[0].set(7);
-                    None
-                });
+                SCRIPT.set((0, None));
+                let kept = PROVEN.free_proven(&PROVEN_POOL, p);
                 assert_eq!(kept, None);
-                let freed = PROVEN.free_proven(&PROVEN_POOL, p, |m| {
-                    assert_eq!(memo(m), [7, 0, 0, 0, 0, 0, 0, 0, 0]);
-                    Some(40)
-                });
+                SCRIPT.set((1, Some(40)));
+                let freed = PROVEN.free_proven(&PROVEN_POOL, p);
                 assert_eq!(freed, Some(Ok(())));
-                let again = PROVEN.free_proven(&PROVEN_POOL, p, |_| Some(40));
+                let again = PROVEN.free_proven(&PROVEN_POOL, p);
                 assert_eq!(again, Some(Err(Error::DoubleFree)));
             }
         })

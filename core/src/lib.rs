@@ -77,7 +77,9 @@
 //!   shared inline pool ([`ThreadCache`]), taken and given back without the lock; its blocks
 //!   are in use for the heap. A **hit** is an allocation served by it, a **miss** one that
 //!   refilled it, a **spill** a batch moved back from a full class, a **flush** the whole
-//!   cache given back.
+//!   cache given back. A pointer whose size its caller does not know is **proven** by the
+//!   pool's [`PointerProof`] before a cache takes it, and every block again as it leaves a
+//!   cache for the heap.
 //!
 //! # Modules
 //!
@@ -101,14 +103,18 @@
 //!   ([`DetachedHeap`], the [`Block`]s and [`Handle`]s it hands out).
 //! - `pool/`, a heap grown from a source under a policy ([`Pool`], its statistics):
 //!   `heap` (what a pool needs of either heap, [`PoolHeap`]), `source` ([`RegionSource`]),
-//!   `policy` ([`Policy`]), `hooks` ([`Hooks`]), `scope` ([`Scope`]).
+//!   `policy` ([`Policy`]), `hooks` ([`Hooks`]), `scope` ([`Scope`]), `realloc` (resizing an
+//!   inline pool's block, [`Pool::realloc`]).
 //! - `share/`, heaps and pools between threads: `lock` ([`SpinLock`], [`RawLock`], re-entry),
 //!   `queue` (the ring of queued frees), `shared` (a heap behind a lock whose holder drains
 //!   the queue), `global` ([`GlobalHeap`]), `detached` ([`SharedDetachedHeap`]), `pool`
 //!   ([`SharedPool`]), `alloc` (`GlobalAlloc` and `Allocator`, written once for every shared
-//!   host heap or pool, [`SharedAlloc`]), `tcache` (per-thread caches in front of a shared
-//!   pool, [`ThreadCache`]), `transfer` (batches the caches hand to one another while the
-//!   pool's lock is taken).
+//!   host heap or pool, [`SharedAlloc`]), and `cache/`, per-thread caches in front of a
+//!   shared pool: `class` (the size classes, [`Class`]), `link` (safe linking, what a damaged
+//!   link does), `linked_blocks` (a class's cached blocks moved whole between caches),
+//!   `proof` (the one seam that proves a pointer before a cache trusts it, [`PointerProof`]),
+//!   `thread` ([`ThreadCache`], and its exchange with the pool), `transfer` (the blocks the
+//!   caches hand to one another while the pool's lock is taken).
 //! - `plan/` (with `alloc`), apart from the rest: static memory planning, offsets for buffers
 //!   whose lifetimes are known in advance: `error`, `buffer` (the problem and its plan),
 //!   `sweep` (time cut into sections, and who conflicts with whom), `bound` (the lower bound),
@@ -125,7 +131,9 @@
 //!   that predicts every address) and `adapter` (the one adapter that the core's tests, the
 //!   fuzz targets, the trace replay and the benchmarks drive both heaps through).
 //!
-//! `tests/module_map.rs` holds this map to the files.
+//! `tests/module_map.rs` holds this map to the files, and every file to the order of the
+//! layers: no `crate::` or `super::` path of a layer reaches one listed after it, and no file
+//! uses itself through others.
 //!
 //! ```
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -191,11 +199,14 @@ pub use pool::scope::Scope;
 pub use pool::source::RegionSource;
 pub use pool::{CacheStats, Pool, PoolError, PoolStats, Trimmed};
 pub use share::alloc::SharedAlloc;
+pub use share::cache::class::{Class, CLASSES};
+pub use share::cache::link::OnDamage;
+pub use share::cache::proof::{PointerProof, ProofMemo};
+pub use share::cache::thread::{tcache_enabled, ThreadCache, TOTAL_BYTES};
 pub use share::detached::SharedDetachedHeap;
 pub use share::global::GlobalHeap;
 pub use share::lock::{RawLock, SpinLock};
 pub use share::pool::{OomHandler, SharedPool};
-pub use share::tcache::{tcache_enabled, Class, OnDamage, ThreadCache, CLASSES, TOTAL_BYTES};
 
 #[cfg(test)]
 mod tests;

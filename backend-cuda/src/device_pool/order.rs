@@ -10,7 +10,7 @@ use tagalloc::{Block, Error};
 
 use super::block::DeviceBlock;
 use super::error::DeviceError;
-use super::pending::{Batch, BatchId, Slot, SlotRef, Slots, StreamState};
+use super::pending::{BatchId, FencedFrees, Slot, SlotRef, Slots, StreamState};
 use super::seam::Seam;
 use super::stats::DeviceCounters;
 use crate::addr_hash::AddrMap;
@@ -82,7 +82,7 @@ pub(crate) struct Ticket {
 #[derive(Debug)]
 struct Epoch<E> {
     event: E,
-    /// The capture it was recorded in (see [`Batch::capture`]).
+    /// The capture it was recorded in (see [`FencedFrees::capture`]).
     capture: Option<u64>,
     /// The first stream's entry (never forgotten while the epoch was recorded in a capture).
     first: usize,
@@ -894,7 +894,7 @@ impl<D: Driver> StreamOrder<D> {
         let seq = st.open_seq;
         st.open_seq += 1;
         let knows = st.waited.clone();
-        st.fenced.push_back(Batch {
+        st.fenced.push_back(FencedFrees {
             event,
             seq,
             capture,

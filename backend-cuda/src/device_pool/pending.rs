@@ -129,7 +129,7 @@ impl Slots {
 
 /// Frees that one event covers: the `seq`-th batch of its stream.
 #[derive(Debug)]
-pub(crate) struct Batch<E> {
+pub(crate) struct FencedFrees<E> {
     pub(crate) event: E,
     pub(crate) seq: u64,
     /// The capture the event was recorded in (its stream was capturing then): such an event is
@@ -159,7 +159,7 @@ pub(crate) struct StreamState<S, E> {
     /// Bytes of the live slots in this stream's batches, open and fenced.
     pub(crate) bytes: usize,
     /// Batches with an event recorded, oldest first.
-    pub(crate) fenced: VecDeque<Batch<E>>,
+    pub(crate) fenced: VecDeque<FencedFrees<E>>,
     /// Per other stream (by index), the latest of its batches this stream waited for on the
     /// device: this stream's later work runs after that batch and every earlier one.
     pub(crate) waited: Vec<u64>,
@@ -196,7 +196,7 @@ impl<S, E> StreamState<S, E> {
     }
 
     /// The fenced batch `seq`, if it is still waiting.
-    pub(crate) fn fenced_batch(&self, seq: u64) -> Option<&Batch<E>> {
+    pub(crate) fn fenced_batch(&self, seq: u64) -> Option<&FencedFrees<E>> {
         let i = self.fenced.partition_point(|b| b.seq < seq);
         self.fenced.get(i).filter(|b| b.seq == seq)
     }

@@ -55,7 +55,7 @@ impl<D: Driver> Seam<D> for PoolSeam<D> {
     }
 
     fn take_free(&mut self, size: usize) -> Result<Block, PoolError> {
-        self.pool.alloc_cached(size, self.granule)
+        self.pool.alloc_without_growing(size, self.granule)
     }
 
     fn take_growing(&mut self, size: usize) -> Result<Block, PoolError> {

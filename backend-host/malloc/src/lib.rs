@@ -20,6 +20,8 @@
 //!   variable nothing reads, reported in one line.
 //! - `ranges`: the address ranges the pool holds and gave back lately, kept by its hooks,
 //!   against which `free` checks a pointer before it reads anything at it.
+//! - `proof`: the one proof of a pointer a thread's cache trusts (`tagalloc::PointerProof`),
+//!   without the lock as a free takes the cache and under it as a block leaves the cache.
 //! - `report`: statistics, the first refused free, heap corruption (then an abort) and the
 //!   environment's refused values, written to stderr with `write(2)`.
 //!
@@ -38,5 +40,6 @@ mod lock;
 mod marks;
 mod options;
 mod pool;
+mod proof;
 mod ranges;
 mod report;

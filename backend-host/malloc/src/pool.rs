@@ -33,11 +33,12 @@
 //! **The per-thread cache.** Outside checked mode, small blocks (chunks up to 8 KiB) are allocated
 //! from and freed into the calling thread's cache (`tagalloc_host::CacheBinding`) without the lock,
 //! and a `realloc` of one is kept or moved to a block of the cache without it too
-//! (`CacheBinding::realloc_proven`, which proves the pointer as a cached free does). A cached free
+//! (`CacheBinding::realloc_proven`, which proves the pointer as a cached free does). Both proofs a
+//! cache relies on are the library's one `tagalloc::PointerProof` (`crate::proof`). A cached free
 //! proves its pointer without the lock too, as far as that can be done soundly: its address must
-//! lie in one of the pool's regions as the hooks last published them ([`ranges::find_unlocked`]; a
-//! thread whose ranges have not changed since its last proofs uses the regions it found then,
-//! [`ranges::find_remembered`]), and only then is the tag word before it read, with a relaxed
+//! lie in one of the pool's regions as the hooks last published them
+//! ([`crate::ranges::find_unlocked`]; a thread whose ranges have not changed since its last
+//! proofs uses the regions it found then, [`crate::ranges::find_remembered`]), and only then is the tag word before it read, with a relaxed
 //! atomic load (`InlineHeap::unlocked_usable_size`), which is sound because the lock holder's only
 //! write to a live block's tag, its `PREV_IN_USE` bit, is a relaxed atomic store that keeps the
 //! size bits. The tag must say in use, with a size of a cached class that ends inside the region.
@@ -47,7 +48,7 @@
 //! `realloc` or size query of such a block too. Not made at a cached free: the neighbours' flags
 //! and footers of `usable_size_in` (the lock holder writes them as it carves and merges, so they
 //! cannot be read without the lock); they are checked when the block leaves its cache for the heap,
-//! under the lock (`Ranges`'s `free_cached_block`, which frees with the tags its proof read:
+//! under the lock (`free_cached_block`, which frees with the tags its proof read:
 //! `InlineHeap::free_in`), so damage after a small block is reported then, before the heap follows
 //! it. Checked mode bypasses the caches altogether: every allocation and free goes to the pool
 //! under the lock, and every free is proven against the bitmaps (a block a cache still holds
@@ -55,12 +56,12 @@
 
 use core::ptr::NonNull;
 
-use tagalloc::{BlockError, Class, Error, InlineHeap, Pool, PoolStats, SharedPool};
-use tagalloc_host::{CacheBinding, HostAllocator, MmapOptions, MmapSource, ProofMemo, Reuse};
+use tagalloc::{BlockError, Error, InlineHeap, Pool, PoolStats, SharedPool};
+use tagalloc_host::{CacheBinding, HostAllocator, MmapOptions, MmapSource, Reuse};
 
 use crate::lock::PoolLock;
 use crate::options;
-use crate::ranges::{self, Ranges};
+use crate::ranges::Ranges;
 use crate::report;
 
 /// The alignment of every block `malloc` returns: glibc's `MALLOC_ALIGNMENT` on 64-bit
@@ -237,48 +238,6 @@ fn block_size_slow(p: &Inner, ptr: NonNull<u8>, checked: bool) -> Result<usize, 
     }
 }
 
-/// The usable size of `ptr` if a thread's cache may take it, proven without the lock (see the
-/// module docs), through the regions this thread proved in last (`memo`, when it has a
-/// cache); `None` sends the free to the lock.
-#[inline(always)]
-fn cached_size(ptr: NonNull<u8>, memo: Option<&ProofMemo>) -> Option<usize> {
-    let a = ptr.addr().get();
-    if !a.is_multiple_of(MIN_ALIGN) {
-        return None;
-    }
-    let room = match memo {
-        Some(m) => ranges::find_remembered(a, m)?,
-        None => ranges::find_unlocked(a)?,
-    };
-    tagged_size(ptr, room)
-}
-
-/// [`cached_size`] once the word before `ptr` and the `room` bytes from `ptr` on are known to
-/// lie in one of the pool's regions: the usable size its tag gives, if of a cached class and
-/// inside the room.
-#[inline(always)]
-fn tagged_size(ptr: NonNull<u8>, room: usize) -> Option<usize> {
-    // The word before `ptr` lies inside one of the pool's mapped regions (the mirror was
-    // consistent, and a region holding a live block is not given back while it is). For a
-    // pointer that breaks the contract inside a region (into a block's middle, or to a block
-    // freed to the heap since) the load may meet a plain write of the lock holder: no fault,
-    // but a value the checks below may take for a tag; only checked mode proves such
-    // pointers.
-    // SAFETY: so the load is in bounds; it is atomic, and for a live block, which C's contract
-    // makes `ptr`, the lock holder's only write to that word is atomic too (see
-    // `InlineHeap::unlocked_usable_size`).
-    let size = unsafe { <InlineHeap>::unlocked_usable_size(ptr) }?;
-    // The class first, then the fit, each its own branch: so the first is the one range
-    // compare a free without the fit makes, and the fit one compare more.
-    if !Class::cacheable(size) {
-        return None;
-    }
-    if size > room {
-        return None;
-    }
-    Some(size)
-}
-
 /// Frees `ptr`. A refusal (a double free, a foreign pointer) is counted and reported, and
 /// frees nothing; damaged tags are reported and the process aborts.
 ///
@@ -290,9 +249,9 @@ fn tagged_size(ptr: NonNull<u8>, room: usize) -> Option<usize> {
 pub(crate) unsafe fn free(ptr: NonNull<u8>) {
     let checked = options::checked();
     if !checked {
-        // SAFETY: `ptr` is a live block of this pool of the usable size `cached_size` gives (as
+        // SAFETY: `ptr` is a live block of this pool of the usable size the pool's proof gives (as
         // far as the unlocked proof goes: see the module docs), given up by the caller.
-        if let Some(done) = unsafe { CACHES.free_proven(&POOL, ptr, |m| cached_size(ptr, m)) } {
+        if let Some(done) = unsafe { CACHES.free_proven(&POOL, ptr) } {
             if let Err(e) = done {
                 report::bad_pointer("free", ptr.as_ptr(), BlockError::Refused(e));
             }
@@ -335,13 +294,9 @@ pub(crate) unsafe fn realloc(ptr: NonNull<u8>, new_size: usize) -> Option<NonNul
     let saved = errno();
     if !checked {
         // A small block: kept, or moved to a block of the thread's cache, without the lock.
-        // SAFETY: `ptr` is a live block of this pool of the usable size `cached_size` gives (as
+        // SAFETY: `ptr` is a live block of this pool of the usable size the pool's proof gives (as
         // far as the unlocked proof goes: see the module docs); the caller's contract.
-        let done = unsafe {
-            CACHES.realloc_proven(&POOL, ptr, MIN_ALIGN, new_size.max(1), |m| {
-                cached_size(ptr, m)
-            })
-        };
+        let done = unsafe { CACHES.realloc_proven(&POOL, ptr, MIN_ALIGN, new_size.max(1)) };
         match done {
             Some(Ok(p)) => {
                 set_errno(saved);

@@ -28,13 +28,10 @@
 use core::cell::Cell;
 use core::sync::atomic::{fence, AtomicUsize, Ordering};
 
-use core::ptr::NonNull;
-
-use tagalloc::{BlockError, Hooks, InlineHeap};
-use tagalloc_host::ProofMemo;
+use tagalloc::Hooks;
+use tagalloc::ProofMemo;
 
 use crate::marks::{Bitmap, RegionMarks};
-use crate::report;
 
 /// A word's bytes.
 const W: usize = core::mem::size_of::<usize>();
@@ -401,34 +398,6 @@ impl Hooks for Ranges {
         }
         self.next_gone = (self.next_gone + 1) % GONE;
         self.mirror();
-    }
-
-    /// A block a thread's cache gives back is proven as an uncached free proves it (its
-    /// region, its tags and its neighbours'), and freed with the tags the proof read: damaged
-    /// tags are reported and the process aborts; anything else refused stays out of the heap.
-    #[inline(always)]
-    unsafe fn free_cached_block(
-        &self,
-        heap: &mut InlineHeap,
-        ptr: NonNull<u8>,
-        _size: usize,
-    ) -> bool {
-        let Some((base, len)) = self.find(ptr.addr().get()) else {
-            return false;
-        };
-        // SAFETY: `base..base + len` is one of the heap's regions (the table holds the ranges
-        // the pool added to the heap, as grown and cut), and `ptr`, a block handed out by the
-        // heap, derives from its memory; the caller gives it up once.
-        match unsafe { heap.free_in(ptr, base, len) } {
-            Ok(()) => {
-                // Checked mode found this block live when it started (the caches hold blocks
-                // from before it only).
-                self.unmark(ptr.addr().get());
-                true
-            }
-            Err(BlockError::Corrupted(c)) => report::corruption("free", ptr.as_ptr(), c),
-            Err(BlockError::Refused(_)) => false,
-        }
     }
 
     fn shrunk(&mut self, base: usize, at: usize, len: usize) {

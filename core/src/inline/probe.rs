@@ -232,7 +232,7 @@ impl<G: Granule, K: Tally, B: BinShape> InlineHeap<G, K, B> {
     /// Frees the block at `ptr` after proving it as [`InlineHeap::usable_size_in`] does (the
     /// same refusals and reports, nothing written on either), following the tags the proof
     /// read instead of reading them again: what a caller that proves every block going back
-    /// to the heap (a per-thread cache's, see [`crate::Hooks::free_cached_block`]) frees with.
+    /// to the heap (a per-thread cache's, see `PointerProof::free_cached_block`) frees with.
     ///
     /// # Time Complexity
     /// As for [`InlineHeap::usable_size_in`] and [`InlineHeap::free`].

@@ -5,10 +5,6 @@
 //! Hooks run while the pool is being changed (inside its lock, for a shared pool): they must not
 //! call back into the pool.
 
-use core::ptr::NonNull;
-
-use crate::inline::heap::InlineHeap;
-
 /// Callbacks on the ranges a pool obtains and gives back. Every method does nothing by
 /// default. Addresses are the ranges' first bytes, lengths in bytes.
 ///
@@ -47,25 +43,6 @@ pub trait Hooks {
     /// The tail `at..at + len` of the region at `base` was given back; the region stays.
     fn shrunk(&mut self, base: usize, at: usize, len: usize) {
         let _ = (base, at, len);
-    }
-    /// Frees into an inline pool's `heap` the block at `ptr`, of a per-thread cache's class of
-    /// `size` usable bytes, coming back from the cache (a spill or a flush, under the lock: see
-    /// [`crate::ThreadCache`]), and says whether it did. A library that proves every free
-    /// proves the block here as it would a free that bypasses the cache, and frees it with
-    /// what the proof read ([`InlineHeap::free_in`]; it may report damage and abort); a block
-    /// it refuses stays out of the heap for good. By default the heap's [`InlineHeap::free`].
-    ///
-    /// # Safety
-    /// `ptr` is a block the cache held: of `heap`, with at least `size` usable bytes, given up
-    /// once, as far as the proof that let the cache take it goes.
-    unsafe fn free_cached_block(
-        &self,
-        heap: &mut InlineHeap,
-        ptr: NonNull<u8>,
-        size: usize,
-    ) -> bool {
-        // SAFETY: the caller's promise.
-        unsafe { heap.free(ptr, size) }.is_ok()
     }
 }
 

@@ -12,23 +12,21 @@
 pub(crate) mod heap;
 pub(crate) mod hooks;
 pub(crate) mod policy;
+pub(crate) mod realloc;
 pub(crate) mod scope;
 pub(crate) mod source;
 
 use core::fmt;
-use core::ptr::NonNull;
 
 use crate::algo::stats::Stats;
 use crate::detached::heap::{Block, DetachedHeap};
 use crate::detached::records::RecordStore;
 use crate::error::{Error, PolicyError};
-use crate::inline::heap::InlineHeap;
 use crate::pool::heap::PoolHeap;
 use crate::pool::hooks::{Hooks, NoHooks};
 use crate::pool::policy::{Growth, Policy, Reserve};
 use crate::pool::scope::Scope;
 use crate::pool::source::RegionSource;
-use crate::share::tcache::ThreadCache;
 
 /// How many bypass regions a pool remembers at once; past that, large requests are served like
 /// any other (the pool stays correct, it just keeps their regions until trimmed).
@@ -316,6 +314,17 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
         size > self.bypass_above
     }
 
+    /// The threshold above which a request has a region of its own (`usize::MAX` for none).
+    pub(crate) fn bypass_above(&self) -> usize {
+        self.bypass_above
+    }
+
+    /// The heap and the hooks together (a block a cache gives back is proven by the hooks
+    /// and freed into the heap).
+    pub(crate) fn heap_and_hooks(&mut self) -> (&mut H, &K) {
+        (&mut self.heap, &self.hooks)
+    }
+
     /// The caches' figures, to update at an exchange.
     pub(crate) fn cache_stats_mut(&mut self) -> &mut CacheStats {
         &mut self.counts.cache
@@ -384,7 +393,11 @@ impl<H: PoolHeap, S: RegionSource<Base = H::Base>, K: Hooks> Pool<H, S, K> {
     /// # Time Complexity
     /// As the heap's `alloc`.
     #[inline]
-    pub fn alloc_cached(&mut self, size: usize, align: usize) -> Result<H::Block, PoolError> {
+    pub fn alloc_without_growing(
+        &mut self,
+        size: usize,
+        align: usize,
+    ) -> Result<H::Block, PoolError> {
         if self.policy.bypass_above.is_some_and(|t| size > t) {
             return Err(self.report(Error::OutOfMemory, size));
         }
@@ -987,29 +1000,6 @@ impl<R: RecordStore, S: RegionSource<Base = usize>, K: Hooks> Pool<DetachedHeap<
             return Ok(None);
         }
         self.heap.merge(first, second).map(Some)
-    }
-}
-
-impl<S: RegionSource<Base = NonNull<u8>>, K: Hooks> Pool<InlineHeap, S, K> {
-    /// An exchange with a thread's cache, under the lock: its figures join the pool's, and it
-    /// learns the pool's bypass threshold.
-    pub(crate) fn exchange_cache(&mut self, cache: &mut ThreadCache) {
-        cache.exchange(&mut self.counts.cache, self.bypass_above);
-    }
-
-    /// Frees a block a per-thread cache gives back (a spill or a flush, under the lock)
-    /// through the hooks' [`Hooks::free_cached_block`], then, for a class above the bypass
-    /// threshold, gives its region back if it has one of its own, as [`Pool::free`] would.
-    ///
-    /// # Safety
-    /// As for [`Hooks::free_cached_block`], with this pool's heap.
-    #[inline(always)]
-    pub(crate) unsafe fn free_from_cache(&mut self, ptr: NonNull<u8>, size: usize) {
-        // SAFETY: forwarded caller contract.
-        let freed = unsafe { self.hooks.free_cached_block(&mut self.heap, ptr, size) };
-        if freed && size > self.bypass_above {
-            self.release_bypass(ptr.addr().get());
-        }
     }
 }
 

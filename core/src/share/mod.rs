@@ -3,11 +3,10 @@
 
 #[macro_use]
 pub(crate) mod alloc;
+pub(crate) mod cache;
 pub(crate) mod detached;
 pub(crate) mod global;
 pub(crate) mod lock;
 pub(crate) mod pool;
 pub(crate) mod queue;
 pub(crate) mod shared;
-pub(crate) mod tcache;
-pub(crate) mod transfer;

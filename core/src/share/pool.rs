@@ -13,10 +13,12 @@ use crate::pool::hooks::{Hooks, NoHooks};
 use crate::pool::source::RegionSource;
 use crate::pool::{Pool, PoolError, PoolStats, Trimmed};
 use crate::share::alloc::SharedAlloc;
+use crate::share::cache::class::Class;
+use crate::share::cache::proof::PointerProof;
+use crate::share::cache::thread::{self, ThreadCache};
+use crate::share::cache::transfer::Transfer;
 use crate::share::lock::{RawLock, SpinLock};
 use crate::share::shared::{QueuedFree, Shared};
-use crate::share::tcache::{self, Class, ThreadCache};
-use crate::share::transfer::Transfer;
 use crate::sync::const_unless_loom;
 
 /// A free waiting in the queue: the block and the size it was freed with.
@@ -247,110 +249,6 @@ fn unlocked_error(error: Error, size: usize) -> PoolError {
     }
 }
 
-impl<S: RegionSource<Base = NonNull<u8>>, K: Hooks> Pool<InlineHeap, S, K> {
-    /// Resizes an allocation of `old_size` bytes to `new_size` (see
-    /// [`InlineHeap::realloc`]): in place when the heap can, else moved to a new block the pool
-    /// grows for if it must. A block above the bypass threshold that stays above it keeps its
-    /// place when it shrinks to no less than half its usable size, and, when it has a region of
-    /// its own, grows with its region where the source can extend it in place (`mremap`
-    /// without moving, for mappings), instead of being copied into a new region at every step
-    /// (a buffer built up past the threshold a little at a time).
-    ///
-    /// # Time Complexity
-    /// As for [`InlineHeap::realloc`], plus a miss's cost when the pool grows.
-    ///
-    /// # Safety
-    /// As for [`InlineHeap::realloc`].
-    #[inline]
-    pub unsafe fn realloc(
-        &mut self,
-        ptr: NonNull<u8>,
-        old_size: usize,
-        align: usize,
-        new_size: usize,
-    ) -> Result<NonNull<u8>, PoolError> {
-        if !self.bypasses(old_size.max(new_size)) {
-            // SAFETY: forwarded caller contract.
-            match unsafe { self.heap_mut().realloc(ptr, old_size, align, new_size) } {
-                Ok(p) => return Ok(p),
-                Err(e) => {
-                    // SAFETY: forwarded caller contract; the refused realloc left `ptr` live.
-                    return unsafe { self.realloc_refused(e, ptr, old_size, align, new_size) };
-                }
-            }
-        }
-        // SAFETY: forwarded caller contract.
-        unsafe { self.realloc_moving(ptr, old_size, align, new_size) }
-    }
-
-    /// [`Pool::realloc`] after the heap refused: a heap that could neither resize nor move the
-    /// block needs the pool to grow; any other refusal is reported.
-    ///
-    /// # Safety
-    /// As for [`InlineHeap::realloc`].
-    #[cold]
-    #[inline(never)]
-    unsafe fn realloc_refused(
-        &mut self,
-        e: Error,
-        ptr: NonNull<u8>,
-        old_size: usize,
-        align: usize,
-        new_size: usize,
-    ) -> Result<NonNull<u8>, PoolError> {
-        match e {
-            // SAFETY: forwarded caller contract.
-            Error::OutOfMemory => unsafe { self.realloc_moving(ptr, old_size, align, new_size) },
-            e => Err(self.refusal(e, new_size)),
-        }
-    }
-
-    /// [`Pool::realloc`] when the block must move through the pool.
-    ///
-    /// # Safety
-    /// As for [`InlineHeap::realloc`].
-    #[cold]
-    #[inline(never)]
-    unsafe fn realloc_moving(
-        &mut self,
-        ptr: NonNull<u8>,
-        old_size: usize,
-        align: usize,
-        new_size: usize,
-    ) -> Result<NonNull<u8>, PoolError> {
-        // SAFETY: forwarded caller contract; this checks `ptr` as `free` would, before
-        // anything is allocated.
-        let usable = unsafe { PoolHeap::usable_size(self.heap(), &ptr) }
-            .map_err(|e| self.refusal(e, new_size))?;
-        if self.bypasses(old_size) && self.bypasses(new_size) && align <= self.heap().granule() {
-            if new_size <= usable && new_size >= usable / 2 {
-                return Ok(ptr);
-            }
-            if new_size > usable {
-                if let Ok(whole) = self.grow_bypassed(ptr.addr().get(), usable, new_size) {
-                    // SAFETY: `ptr` is live (checked above); its successor is the region's
-                    // new free end, which the block now takes whole.
-                    if unsafe { self.heap_mut().resize_in_place(ptr, whole) }.is_ok() {
-                        return Ok(ptr);
-                    }
-                }
-            }
-        }
-        let new = self.alloc(new_size, align)?;
-        // SAFETY: both blocks are live and distinct; the copy fits both.
-        unsafe {
-            core::ptr::copy_nonoverlapping(
-                ptr.as_ptr(),
-                new.as_ptr(),
-                old_size.min(new_size).min(usable),
-            )
-        };
-        // SAFETY: forwarded caller contract; the contents have moved.
-        unsafe { self.free(ptr, old_size) }.map_err(|e| self.refusal(e, new_size))?;
-        Ok(new)
-    }
-}
-
 impl<S, K, L, const N: usize> SharedPool<InlineHeap, S, K, L, N>
 where
     S: RegionSource<Base = NonNull<u8>>,
@@ -383,7 +281,7 @@ where
 impl<S, K, L, const N: usize> SharedPool<InlineHeap, S, K, L, N>
 where
     S: RegionSource<Base = NonNull<u8>>,
-    K: Hooks,
+    K: PointerProof,
     L: RawLock,
 {
     /// Allocates through `cache` (see [`ThreadCache`]): a request of a cached class comes from
@@ -400,7 +298,7 @@ where
         size: usize,
         align: usize,
     ) -> Result<NonNull<u8>, PoolError> {
-        if tcache::ENABLED {
+        if thread::ENABLED {
             if let Some(c) = Class::of(size, align) {
                 if let Some(p) = cache.take(c) {
                     return Ok(p);
@@ -453,7 +351,7 @@ where
                     }
                 }
                 cache.missed();
-                pool.exchange_cache(cache);
+                cache.exchange_with(pool);
                 first
             }
             Err(e) => Err(unlocked_error(e, size)),
@@ -482,7 +380,7 @@ where
         ptr: NonNull<u8>,
         size: usize,
     ) -> Result<(), Error> {
-        if tcache::ENABLED {
+        if thread::ENABLED {
             if let Some(c) = Class::of(size, 1) {
                 if !c.is_coarse() {
                     // SAFETY: forwarded caller contract: a block of this pool of class `c` (its
@@ -537,7 +435,7 @@ where
         align: usize,
         new_size: usize,
     ) -> Option<Result<NonNull<u8>, Error>> {
-        if !tcache::ENABLED || !Class::cacheable(usable) {
+        if !thread::ENABLED || !Class::cacheable(usable) {
             return None;
         }
         // An alignment above the granule has no class: such a block keeps the pool's path.
@@ -598,7 +496,7 @@ where
         match self.shared.lock() {
             Ok(mut st) => {
                 let pool = &mut st.heap;
-                pool.exchange_cache(cache);
+                cache.exchange_with(pool);
                 // SAFETY: forwarded caller contract.
                 unsafe { pool.free(ptr, size) }
             }
@@ -651,7 +549,7 @@ where
         cache.drain(c, ThreadCache::batch(c).max(1), |p| {
             // SAFETY: the cache's blocks are live blocks of this pool of class `c` or larger
             // (its invariant), freed once.
-            unsafe { pool.free_from_cache(p, c.usable()) };
+            unsafe { free_from_cache(pool, p, c.usable()) };
         });
         // SAFETY: forwarded caller contract.
         let cached = unsafe { cache.put(c, ptr) };
@@ -663,7 +561,7 @@ where
         // The batch's holes, not the victim, serve the next listed requests (see `file_victim`).
         pool.heap_mut().file_victim();
         cache.spilled();
-        pool.exchange_cache(cache);
+        cache.exchange_with(pool);
         Ok(())
     }
 
@@ -686,7 +584,7 @@ where
                 batch.drain(|p| {
                     // SAFETY: a block of this pool of class `c` or larger, freed once, as a
                     // cache's spill frees it.
-                    pool.free_from_cache(p, c.usable())
+                    free_from_cache(pool, p, c.usable())
                 })
             }
         });
@@ -709,12 +607,33 @@ where
         cache.drain_all(|c, p| {
             // SAFETY: the cache's blocks are live blocks of this pool (the caller's promise and
             // the cache's invariant), freed once.
-            unsafe { pool.free_from_cache(p, c.usable()) };
+            unsafe { free_from_cache(pool, p, c.usable()) };
         });
         pool.heap_mut().file_victim();
         pool.cache_stats_mut().flushes += 1;
-        pool.exchange_cache(cache);
+        cache.exchange_with(pool);
         Ok(())
+    }
+}
+
+/// Frees a block a per-thread cache gives back (a spill, a flush, a trim of the transfer, under
+/// the lock) through the pool's [`PointerProof::free_cached_block`], then, for a class above
+/// the bypass threshold, gives its region back if it has one of its own, as [`Pool::free`]
+/// would.
+///
+/// # Safety
+/// As for [`PointerProof::free_cached_block`], with this pool's heap.
+#[inline(always)]
+unsafe fn free_from_cache<S, K>(pool: &mut Pool<InlineHeap, S, K>, ptr: NonNull<u8>, size: usize)
+where
+    S: RegionSource<Base = NonNull<u8>>,
+    K: PointerProof,
+{
+    let (heap, hooks) = pool.heap_and_hooks();
+    // SAFETY: forwarded caller contract.
+    let freed = unsafe { hooks.free_cached_block(heap, ptr, size) };
+    if freed && size > pool.bypass_above() {
+        pool.release_bypass(ptr.addr().get());
     }
 }
 

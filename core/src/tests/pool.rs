@@ -406,34 +406,34 @@ fn growing_in_place_adds_only_what_the_free_end_lacks() {
 }
 
 #[test]
-fn alloc_cached_never_grows_the_pool() {
+fn alloc_without_growing_never_grows_the_pool() {
     let policy = Policy::new()
         .growth(Growth::Fixed(1 << 20))
         .bypass_above(2 << 20);
     let (mut pool, books, _hooks) = detached_pool(1 << 30, policy, false);
-    let e = pool.alloc_cached(1000, 256).unwrap_err();
+    let e = pool.alloc_without_growing(1000, 256).unwrap_err();
     assert_eq!((e.error, e.reserved), (Error::OutOfMemory, 0));
     assert_eq!(books.borrow().obtains, 0, "nothing obtained");
     let a = pool.alloc(1000, 256).unwrap();
     // SAFETY: detached blocks are checked; freed once.
     unsafe { pool.free(a, a.size).unwrap() };
     // The free chunks serve it now, with no call to the source.
-    let b = pool.alloc_cached(1000, 256).unwrap();
+    let b = pool.alloc_without_growing(1000, 256).unwrap();
     assert_eq!(b.addr, a.addr);
     // Larger than what is free: refused, not grown.
     assert_eq!(
-        pool.alloc_cached(1 << 20, 256).unwrap_err().error,
+        pool.alloc_without_growing(1 << 20, 256).unwrap_err().error,
         Error::OutOfMemory
     );
     // A bypassing request never takes a shared chunk.
     // SAFETY: as above.
     unsafe { pool.free(b, b.size).unwrap() };
     assert_eq!(
-        pool.alloc_cached(3 << 20, 256).unwrap_err().error,
+        pool.alloc_without_growing(3 << 20, 256).unwrap_err().error,
         Error::OutOfMemory
     );
     assert_eq!(
-        pool.alloc_cached(0, 256).unwrap_err().error,
+        pool.alloc_without_growing(0, 256).unwrap_err().error,
         Error::ZeroSize
     );
     assert_eq!(books.borrow().obtains, 1);

@@ -13,7 +13,7 @@ use proptest::prelude::*;
 use super::inline::{Arena, OneRegion};
 use crate::model::{Geometry, Model};
 use crate::share::alloc::SharedAlloc;
-use crate::share::tcache::ENABLED;
+use crate::share::cache::thread::ENABLED;
 use crate::{
     Class, Error, Growth, InlineHeap, Policy, Pool, Reserve, SharedPool, ThreadCache, CLASSES,
     TOTAL_BYTES,
@@ -804,7 +804,7 @@ fn the_last_link_and_the_keys_are_checked_by_a_flush() {
     if !ENABLED {
         return;
     }
-    let mask = crate::share::tcache::link_mask(KEY);
+    let mask = crate::share::cache::link::link_mask(KEY);
     for word in [0, 1] {
         let (pool, _) = pool(64 << 10);
         let live = pool.alloc(40, 16).unwrap();
@@ -871,4 +871,80 @@ fn a_flush_stops_at_a_damaged_link() {
         "blocks[2], [1], [0] are leaked, not followed"
     );
     pool.with_pool(|p| p.check()).unwrap().unwrap();
+}
+
+/// Hooks that prove every block leaving a cache through the pool's one proof, counting them,
+/// and refuse them all when told to.
+#[derive(Default)]
+struct Proving {
+    proven: core::cell::Cell<usize>,
+    refuse: core::cell::Cell<bool>,
+}
+
+impl crate::Hooks for Proving {}
+
+impl crate::PointerProof for Proving {
+    unsafe fn free_cached_block(
+        &self,
+        heap: &mut InlineHeap,
+        ptr: NonNull<u8>,
+        size: usize,
+    ) -> bool {
+        self.proven.set(self.proven.get() + 1);
+        if self.refuse.get() {
+            return false;
+        }
+        // SAFETY: the caller's promise.
+        unsafe { heap.free(ptr, size) }.is_ok()
+    }
+}
+
+/// Every block a cache gives back to the heap, by a spill or a flush, is proven by the pool's
+/// [`crate::PointerProof`], once; a block the proof refuses stays out of the heap.
+#[test]
+fn every_block_leaving_a_cache_goes_through_the_pools_proof() {
+    let len = 256 << 10;
+    let source = OneRegion::new(Arena::new(len + 64));
+    let policy = Policy::new()
+        .growth(Growth::Fixed(len))
+        .reserve(Reserve::Bytes(len));
+    let pool: SharedPool<InlineHeap, OneRegion, Proving> = SharedPool::new(Pool::with_hooks(
+        InlineHeap::new(),
+        source,
+        policy,
+        Proving::default(),
+    ));
+    let mut cache = ThreadCache::new(KEY);
+    let c = Class::of(24, 8).unwrap();
+    let n = 3 * ThreadCache::limit(c) as usize;
+    let blocks: Vec<_> = (0..n)
+        .map(|_| pool.alloc_with_cache(&mut cache, 24, 8).unwrap())
+        .collect();
+    for &p in &blocks {
+        // SAFETY: live 24-byte blocks, each given up once.
+        unsafe { pool.free_with_cache(&mut cache, p, 24).unwrap() };
+    }
+    let proven = || pool.with_pool(|p| p.hooks().proven.get()).unwrap();
+    let spilled = proven();
+    if ENABLED {
+        assert!(pool.stats().unwrap().cache.spills >= 1);
+        assert!(spilled >= 1, "a spill's blocks are proven");
+    }
+    let p = pool.alloc_with_cache(&mut cache, 24, 8).unwrap();
+    pool.with_pool(|p| p.hooks().refuse.set(true)).unwrap();
+    // SAFETY: a live 24-byte block, given up once.
+    unsafe { pool.free_with_cache(&mut cache, p, 24).unwrap() };
+    let held = cache.blocks();
+    let in_use = pool.stats().unwrap().heap.in_use;
+    // SAFETY: the cache belongs to this pool.
+    unsafe { pool.flush_cache(&mut cache).unwrap() };
+    assert_eq!(proven(), spilled + held, "each block flushed proven once");
+    if ENABLED {
+        assert!(held >= 1);
+    }
+    assert_eq!(
+        pool.stats().unwrap().heap.in_use,
+        in_use,
+        "the refused blocks stay out of the heap"
+    );
 }

@@ -3,8 +3,7 @@
 use alloc::vec::Vec;
 
 use super::error::ProblemError;
-use super::reach::Time;
-use super::solve::SolveOptions;
+use super::reach::{Time, DEFAULT_BIT_LIMIT};
 use super::units::Units;
 use super::Problem;
 
@@ -27,7 +26,7 @@ use super::Problem;
 ///
 /// `O(e log e)` for `e` events, plus `O(k log k)` a event for units of `k > 1` buffers.
 pub fn problem_lower_bound(problem: &Problem) -> Result<u64, ProblemError> {
-    let time = Time::new(problem, SolveOptions::default().bit_limit)?;
+    let time = Time::new(problem, DEFAULT_BIT_LIMIT)?;
     let units = Units::new(problem, &time)?;
     Ok(bound(problem, &time, &units))
 }

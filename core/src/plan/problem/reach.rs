@@ -57,6 +57,11 @@ pub(super) enum Time<'p> {
     Graph(Reach<'p>),
 }
 
+/// The most bits a graph problem's conflict rows may take by default (`SolveOptions`'s
+/// `bit_limit`: 256 MiB), kept here beside the rows it bounds so that the lower bound, which
+/// builds them too, needs no solver options.
+pub(super) const DEFAULT_BIT_LIMIT: u64 = 1 << 31;
+
 impl<'p> Time<'p> {
     /// Checks the lifetimes (lengths, intervals, node indices, cycles) and builds the
     /// conflict oracle; `bit_limit` bounds the graph's bitsets.

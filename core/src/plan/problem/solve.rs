@@ -9,7 +9,7 @@ use super::arrange::{place, unit_order, Conflicts, Fit, Objects, Strategy, Strat
 use super::bound::bound;
 use super::error::ProblemError;
 use super::improve::improve;
-use super::reach::Time;
+use super::reach::{Time, DEFAULT_BIT_LIMIT};
 use super::rectangles::Rectangles;
 use super::units::Units;
 use super::{Layout, Lifetimes, Problem};
@@ -37,7 +37,7 @@ impl Default for SolveOptions {
             search: SearchOptions::default(),
             exact: true,
             improve_work: 1 << 25,
-            bit_limit: 1 << 31,
+            bit_limit: DEFAULT_BIT_LIMIT,
         }
     }
 }

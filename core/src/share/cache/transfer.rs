@@ -1,4 +1,4 @@
-//! Batches of cached blocks handed from one thread's cache to another's while the pool's lock
+//! LinkedBlockses of cached blocks handed from one thread's cache to another's while the pool's lock
 //! is taken (tcmalloc's transfer cache, reached only by try-locks, so it never waits).
 //!
 //! **Why.** A cache that runs empty or full takes the pool's lock for one batch. With more
@@ -24,61 +24,17 @@
 //! and then uses the pool alone (the batches left in it stay counted as cached, as the caches
 //! of the parent's other threads do).
 
-use core::ptr::NonNull;
-
-use crate::error::CheckError;
+use crate::share::cache::class::{Class, CLASSES};
+use crate::share::cache::linked_blocks::LinkedBlocks;
 use crate::share::lock::{Locked, SpinLock};
-use crate::share::tcache::{decode, link_fault, link_mask, link_sound, Class, OnDamage, CLASSES};
 use crate::sync::{const_unless_loom, AtomicUsize, Ordering};
 
-/// Batches one class holds at most.
+/// LinkedBlockses one class holds at most.
 pub const DEPTH: usize = 4;
-
-/// Blocks of one class linked through their first words as a cache links them (each link
-/// encoded with its own address and the mask of `key`, the last one null: see
-/// [`crate::ThreadCache`]'s safe linking), each with `key`, the caches' key, in its second
-/// word; `len` of them, at least one. `on_damage` is the handler of the cache it came from.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Batch {
-    pub(crate) head: NonNull<u8>,
-    pub(crate) len: u32,
-    pub(crate) key: usize,
-    pub(crate) on_damage: OnDamage,
-}
-
-impl Batch {
-    /// Calls `each` on every block of the batch, in order, with its key cleared (a block
-    /// leaving every cache, for the heap). A damaged link or key stops the walk there: it is
-    /// reported to `on_damage`, and the blocks from there on are dropped, never followed.
-    ///
-    /// # Safety
-    /// The batch is as its type says (but for what the program wrote over its blocks after
-    /// freeing them), and owned by the caller, which gives it up.
-    pub(crate) unsafe fn drain(self, mut each: impl FnMut(NonNull<u8>)) {
-        let mask = link_mask(self.key);
-        let mut next = Some(self.head);
-        for i in 1..=self.len {
-            let Some(p) = next else { break };
-            // SAFETY: the caller's promise: `p` is a block of the batch, at least 24 bytes,
-            // 8-aligned, owned; its link and key are read and checked before the block is
-            // given away.
-            let (link, k) = unsafe { (decode(p, mask), p.cast::<usize>().add(1).read()) };
-            if !link_sound(link, i == self.len, k, self.key) {
-                let what = link_fault(link, i == self.len, k, self.key);
-                (self.on_damage)(CheckError::new(what, p.as_ptr() as usize));
-                return;
-            }
-            // SAFETY: as above.
-            unsafe { p.cast::<usize>().add(1).write(0) };
-            next = NonNull::new(link);
-            each(p);
-        }
-    }
-}
 
 /// What the lock guards: per class, its batches (the first `lens[c]` are `Some`).
 struct Held {
-    batches: [[Option<Batch>; DEPTH]; CLASSES],
+    batches: [[Option<LinkedBlocks>; DEPTH]; CLASSES],
     lens: [u8; CLASSES],
 }
 
@@ -88,7 +44,7 @@ unsafe impl Send for Held {}
 
 /// The batches a pool's caches hand to one another (see the module docs).
 ///
-/// Invariant: every batch held is as [`Batch`] says, of blocks of the pool that owns this
+/// Invariant: every batch held is as [`LinkedBlocks`] says, of blocks of the pool that owns this
 /// transfer, of its class or larger chunks, owned by no thread; `blocks` and `bytes` count
 /// them (by their classes' sizes), changed only by the lock's holder.
 pub(crate) struct Transfer {
@@ -116,9 +72,9 @@ impl Transfer {
     /// batches already: then it is handed back.
     ///
     /// # Safety
-    /// `batch` is as [`Batch`] says, of blocks of this transfer's pool of class `c` or larger
+    /// `batch` is as [`LinkedBlocks`] says, of blocks of this transfer's pool of class `c` or larger
     /// chunks, owned by the caller, which gives them up if it is taken.
-    pub(crate) unsafe fn push(&self, c: Class, batch: Batch) -> Result<(), Batch> {
+    pub(crate) unsafe fn push(&self, c: Class, batch: LinkedBlocks) -> Result<(), LinkedBlocks> {
         let Some(mut h) = self.held.try_lock() else {
             return Err(batch);
         };
@@ -134,7 +90,7 @@ impl Transfer {
     }
 
     /// A batch of class `c`, if the transfer holds one and its lock is free.
-    pub(crate) fn pop(&self, c: Class) -> Option<Batch> {
+    pub(crate) fn pop(&self, c: Class) -> Option<LinkedBlocks> {
         // A hint only (a stale zero costs one trip to the pool's lock): most refills of a
         // program whose threads do not meet at the lock find nothing, without touching the lock.
         if self.blocks.load(Ordering::Relaxed) == 0 {
@@ -151,7 +107,7 @@ impl Transfer {
 
     /// Takes every batch, class by class, for `each` (a trim); `false` (nothing taken) if the
     /// lock is taken.
-    pub(crate) fn take_all(&self, mut each: impl FnMut(Class, Batch)) -> bool {
+    pub(crate) fn take_all(&self, mut each: impl FnMut(Class, LinkedBlocks)) -> bool {
         let Some(mut h) = self.held.try_lock() else {
             return false;
         };
@@ -180,7 +136,7 @@ impl Transfer {
     }
 
     /// Adds `batch` of class `c` to the figures, or takes it away (the lock's holder only).
-    fn count(&self, c: Class, batch: &Batch, add: bool) {
+    fn count(&self, c: Class, batch: &LinkedBlocks, add: bool) {
         let blocks = batch.len as usize;
         let bytes = blocks * c.chunk_bytes();
         if add {

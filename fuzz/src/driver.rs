@@ -48,13 +48,7 @@ pub const FULL_CHECK_EVERY: u32 = 64;
 /// [`FULL_CHECK_EVERY`], or its override from the environment.
 fn full_check_every() -> u32 {
     static EVERY: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *EVERY.get_or_init(|| {
-        std::env::var("TAGALLOC_FUZZ_FULL_EVERY")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|&n| n > 0)
-            .unwrap_or(FULL_CHECK_EVERY)
-    })
+    *EVERY.get_or_init(|| crate::settings::steps("TAGALLOC_FUZZ_FULL_EVERY", FULL_CHECK_EVERY))
 }
 
 /// The payload address of `h`.

@@ -6,6 +6,7 @@
 //!   one per thread, reused from run to run), a `DetachedHeap` over plain numbers with its
 //!   record table growable or capped, foreign handles, and each heap behind a lock for a
 //!   while (`GlobalHeap`, `SharedDetachedHeap`).
+//! - [`settings`]: the harness's environment variables, a value it does not accept reported.
 //! - [`pattern`]: the byte pattern kept in every live allocation of an inline heap.
 //! - [`trace`]: keeps the checks' comparisons out of the fuzzer's feedback (when built for it).
 //! - [`driver`]: runs operations on a heap and checks every result, with or without the
@@ -33,6 +34,7 @@ pub mod ops;
 pub mod pattern;
 pub mod plans;
 pub mod rig;
+pub mod settings;
 pub mod streams;
 pub mod trace;
 

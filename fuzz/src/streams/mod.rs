@@ -69,7 +69,7 @@ pub const CHECK_EVERY: u32 = 1;
 /// (`TAGALLOC_FUZZ_TRACE=1`, read once): for reading a failing input.
 fn tracing() -> bool {
     static TRACE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *TRACE.get_or_init(|| std::env::var_os("TAGALLOC_FUZZ_TRACE").is_some_and(|v| v == "1"))
+    *TRACE.get_or_init(|| crate::settings::switch("TAGALLOC_FUZZ_TRACE"))
 }
 
 /// Steps between two prunings of the ledger's completed uses.
@@ -78,13 +78,7 @@ const PRUNE_EVERY: usize = 32;
 /// [`CHECK_EVERY`], or its override from `TAGALLOC_FUZZ_FULL_EVERY` (read once).
 fn check_every() -> u32 {
     static EVERY: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *EVERY.get_or_init(|| {
-        std::env::var("TAGALLOC_FUZZ_FULL_EVERY")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|&n| n > 0)
-            .unwrap_or(CHECK_EVERY)
-    })
+    *EVERY.get_or_init(|| crate::settings::steps("TAGALLOC_FUZZ_FULL_EVERY", CHECK_EVERY))
 }
 
 /// What the set-up decodes to: the fake's configuration, the pool's, and the device's speed.

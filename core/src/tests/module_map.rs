@@ -104,6 +104,32 @@ fn sources(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
     }
 }
 
+/// The files of the layers (every `.rs` file of `src/` but the crate root and the tests, which
+/// name everything and which nothing names), sorted, each with its path relative to `src/` and
+/// its module path (`share/cache/mod.rs`: `["share", "cache"]`).
+fn layer_files(src: &Path) -> Vec<(std::path::PathBuf, std::path::PathBuf, Vec<String>)> {
+    let mut files = Vec::new();
+    sources(src, &mut files);
+    files.sort();
+    files
+        .into_iter()
+        .filter_map(|file| {
+            let rel = file.strip_prefix(src).unwrap().to_path_buf();
+            let mut here: Vec<String> = rel
+                .iter()
+                .map(|s| s.to_str().unwrap().trim_end_matches(".rs").to_string())
+                .collect();
+            if here.last().is_some_and(|s| s == "mod") {
+                here.pop();
+            }
+            if here == ["lib"] || here.first().is_some_and(|s| s == "tests") {
+                return None;
+            }
+            Some((file, rel, here))
+        })
+        .collect()
+}
+
 /// The code of a line: its comment cut off and its string literals emptied (a doc link to a
 /// higher layer is a reader's pointer, not a use). `in_string` carries a literal across lines.
 fn code_of(line: &str, in_string: &mut bool) -> String {
@@ -286,23 +312,9 @@ fn no_module_uses_a_layer_listed_after_its_own() {
             module.to_string()
         }
     };
-    let mut files = Vec::new();
-    sources(&src, &mut files);
-    files.sort();
     let mut faults: Vec<String> = Vec::new();
-    for file in &files {
-        let rel = file.strip_prefix(&src).unwrap();
-        let mut here: Vec<String> = rel
-            .iter()
-            .map(|s| s.to_str().unwrap().trim_end_matches(".rs").to_string())
-            .collect();
-        if here.last().is_some_and(|s| s == "mod") {
-            here.pop();
-        }
-        // The crate root re-exports every layer, and the tests sit above them all.
-        if here == ["lib"] || here.first().is_some_and(|s| s == "tests") {
-            continue;
-        }
+    // The crate root re-exports every layer, and the tests sit above them all: both left out.
+    for (file, rel, here) in &layer_files(&src) {
         let Some(own) = layer(&here[0]) else {
             faults.push(format!(
                 "{}: `{}` has no layer in lib.rs's module map",
@@ -312,7 +324,7 @@ fn no_module_uses_a_layer_listed_after_its_own() {
             continue;
         };
         let text = fs::read_to_string(file).unwrap();
-        for (line, path) in paths_named(&text, &here) {
+        for (line, path) in paths_named(&text, here) {
             let Some(first) = path.first() else { continue };
             let module = match layer(first) {
                 Some(_) => first.clone(),
@@ -358,27 +370,13 @@ fn file_of(src: &Path, path: &[String]) -> Option<String> {
 #[cfg_attr(miri, ignore = "reads the source tree, which Miri's isolation forbids")]
 fn no_file_uses_itself_through_others() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    sources(&src, &mut files);
-    files.sort();
     // Each file with the files it names (the crate root and the tests left out: they name
     // everything and nothing names them).
     let mut uses: Vec<(String, Vec<String>)> = Vec::new();
-    for file in &files {
-        let rel = file.strip_prefix(&src).unwrap();
+    for (file, rel, here) in &layer_files(&src) {
         let name = rel.to_str().unwrap().to_string();
-        let mut here: Vec<String> = rel
-            .iter()
-            .map(|s| s.to_str().unwrap().trim_end_matches(".rs").to_string())
-            .collect();
-        if here.last().is_some_and(|s| s == "mod") {
-            here.pop();
-        }
-        if here == ["lib"] || here.first().is_some_and(|s| s == "tests") {
-            continue;
-        }
         let text = fs::read_to_string(file).unwrap();
-        let mut named: Vec<String> = paths_named(&text, &here)
+        let mut named: Vec<String> = paths_named(&text, here)
             .into_iter()
             .filter_map(|(_, path)| file_of(&src, &path))
             .filter(|f| *f != name && f != "lib.rs")
@@ -511,18 +509,10 @@ fn types_defined_and_extended(text: &str) -> (Vec<String>, Vec<(usize, String)>)
 #[cfg_attr(miri, ignore = "reads the source tree, which Miri's isolation forbids")]
 fn each_layer_keeps_the_methods_of_its_own_types() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    sources(&src, &mut files);
-    files.sort();
     // Per file: its layer (first folder or file of `src/`), its types and its inherent impls.
     let mut found = Vec::new();
-    for file in &files {
-        let rel = file.strip_prefix(&src).unwrap();
-        let layer = rel.iter().next().unwrap().to_str().unwrap();
-        let layer = layer.trim_end_matches(".rs").to_string();
-        if layer == "lib" || layer == "tests" {
-            continue;
-        }
+    for (file, rel, here) in &layer_files(&src) {
+        let layer = here[0].clone();
         let (defined, extended) = types_defined_and_extended(&fs::read_to_string(file).unwrap());
         found.push((rel.display().to_string(), layer, defined, extended));
     }

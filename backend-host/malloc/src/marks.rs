@@ -16,7 +16,7 @@ use core::ptr::null_mut;
 use tagalloc::LiveMarks;
 
 /// The bytes one bit stands for: the inline heap's granule, also `malloc`'s alignment.
-const GRANULE: usize = crate::pool::MIN_ALIGN;
+const GRANULE: usize = tagalloc::HOST_GRANULE;
 /// Bits in a bitmap word.
 const BITS: usize = u64::BITS as usize;
 /// A bitmap word's bytes.

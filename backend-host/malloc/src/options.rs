@@ -56,9 +56,6 @@ const READY: u8 = 2;
 static STATE: AtomicU8 = AtomicU8::new(NOT_STARTED);
 static CHECKED: AtomicBool = AtomicBool::new(false);
 static STATS: AtomicBool = AtomicBool::new(false);
-/// Whether a double free or a foreign pointer aborts (`TAGALLOC_ON_MISUSE`); so from the first
-/// call, before the environment is read.
-static ABORT_ON_MISUSE: AtomicBool = AtomicBool::new(true);
 
 /// Starts the library if it has not started: reads the environment, registers the handlers
 /// (`at_exit`: the calling thread's cache back to the pool at exit, and the statistics, when
@@ -94,7 +91,7 @@ fn start_now(at_exit: extern "C" fn()) {
     });
     with_value(c"TAGALLOC_ON_MISUSE", |v| match v {
         None | Some(b"abort") => {}
-        Some(b"continue") => ABORT_ON_MISUSE.store(false, Ordering::Relaxed),
+        Some(b"continue") => report::continue_on_misuse(),
         Some(v) => report::malformed(
             "TAGALLOC_ON_MISUSE",
             v,
@@ -211,13 +208,6 @@ fn with_value<R>(name: &CStr, f: impl FnOnce(Option<&[u8]>) -> R) -> R {
 #[inline]
 pub(crate) fn checked() -> bool {
     CHECKED.load(Ordering::Relaxed)
-}
-
-/// Whether a detected double free or foreign pointer aborts the process
-/// (`TAGALLOC_ON_MISUSE`, `abort` by default) rather than being refused.
-#[inline]
-pub(crate) fn abort_on_misuse() -> bool {
-    ABORT_ON_MISUSE.load(Ordering::Relaxed)
 }
 
 /// Whether the heap's figures are written at exit (`TAGALLOC_STATS`).

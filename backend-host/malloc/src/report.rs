@@ -9,8 +9,6 @@ use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use tagalloc::{BlockError, CheckError, Error, PoolStats};
 use tagalloc_host::count;
 
-use crate::options;
-
 /// Room for one message; the last [`MARK`] bytes are kept for the end of line.
 const CAPACITY: usize = 1024;
 /// What ends a message that had to be cut, and its newline.
@@ -161,6 +159,16 @@ pub(crate) fn bad_pointer(call: &str, ptr: *mut u8, why: BlockError) {
     }
 }
 
+/// Whether a double free or a foreign pointer aborts (`TAGALLOC_ON_MISUSE`); so from the first
+/// call, before the environment is read.
+static ABORT_ON_MISUSE: AtomicBool = AtomicBool::new(true);
+
+/// `TAGALLOC_ON_MISUSE=continue`: a detected double free or foreign pointer is refused and
+/// counted (the first reported) instead of aborting the process.
+pub(crate) fn continue_on_misuse() {
+    ABORT_ON_MISUSE.store(false, Ordering::Relaxed);
+}
+
 /// Counts a refused `call` of `ptr`. A double free or a foreign pointer is reported and the
 /// process aborts, as glibc does, unless `TAGALLOC_ON_MISUSE=continue` asked to go on: then
 /// the first refusal is reported on stderr. Each message says its cause once (glibc's own
@@ -175,7 +183,7 @@ pub(crate) fn refusal(call: &str, ptr: *mut u8, why: Error) {
         Error::ForeignPointer => "an invalid pointer: not a block this allocator handed out",
         _ => "refused by the heap",
     };
-    if misuse && options::abort_on_misuse() {
+    if misuse && ABORT_ON_MISUSE.load(Ordering::Relaxed) {
         line(format_args!(
             "tagalloc: {call}({ptr:p}): {what}; aborting (TAGALLOC_ON_MISUSE=continue refuses \
              such calls and goes on)"

@@ -6,7 +6,9 @@ exception), and the conversions to PyTorch's shapes.
 Run from the repository root after ``cargo build --release -p tagalloc-cuda-pluggable``:
 ``python3 -m unittest discover -s backend-cuda/python -v``. Without the built library the tests
 that need it are skipped, or fail under ``CI=true``. ``bash .ci/python-package`` runs them
-against the installed wheel instead, the library inside it (then :class:`TestInstalled` applies).
+against the installed wheel instead, the library inside it. What holds in a checkout only is in
+``test_checkout.py``; what holds for the installed wheel only, in ``installed_wheel.py``, which
+``bash .ci/python-package`` runs by name (its name keeps it out of a checkout's discovery).
 """
 
 import ctypes
@@ -29,13 +31,6 @@ FIXTURE = os.path.join(HERE, "fixtures", "snapshot_fake.json")
 BUILT = os.environ.get(library.ENV_VAR)
 # A stream handle no pool has seen (never dereferenced: forgetting an unknown stream is a no-op).
 UNSEEN_STREAM = 0x7A6A0000
-
-
-def in_checkout():
-    """Whether the module under test sits in a checkout (``<repo>/backend-cuda/python``) rather
-    than installed from the wheel: only there is there a checkout's build to find."""
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(library.default_path())))
-    return os.path.isfile(os.path.join(repo, "Cargo.toml"))
 
 
 def built_library():
@@ -135,16 +130,6 @@ class TestImportAndFind(Clean):
             with self.assertRaises(tagalloc_torch.TorchMissing) as e:
                 tagalloc_torch.enable(library=built_library())
         self.assertIn("PyTorch is not installed", str(e.exception))
-
-    def test_default_path_is_the_repositorys_release_build(self):
-        if not in_checkout():
-            self.skipTest("the module is installed, not in a checkout: no checkout's build")
-        path = library.default_path()
-        self.assertTrue(os.path.isabs(path))
-        self.assertTrue(path.endswith(os.path.join("target", "release", library.LIBRARY_NAME)))
-        repo = os.path.dirname(os.path.dirname(os.path.dirname(path)))
-        self.assertTrue(os.path.isfile(os.path.join(repo, "Cargo.toml")), repo)
-        self.assertTrue(os.path.isdir(os.path.join(repo, "backend-cuda", "pluggable")), repo)
 
     def test_argument_then_environment_then_default(self):
         with tempfile.TemporaryDirectory() as d:
@@ -406,23 +391,6 @@ class TestForgetStream(Clean):
         with self.assertRaises(tagalloc_torch.LibraryMissing) as e:
             tagalloc_torch.forget_stream(0x7E00, library="/nonexistent/lib.so")
         self.assertIn("/nonexistent/lib.so", str(e.exception))
-
-
-class TestInstalled(Clean):
-    """The module as ``pip install ./backend-cuda/python`` installs it: the library inside the
-    package, found with no variable set. Runs from the installed wheel (``.ci/python-package``);
-    in a checkout it does not apply."""
-
-    def setUp(self):
-        super().setUp()
-        if in_checkout():
-            self.skipTest("the module is in a checkout, not installed from the wheel")
-
-    def test_the_wheel_holds_the_library_and_finds_it_first(self):
-        packaged = library.packaged_path()
-        self.assertIsNotNone(packaged, f"no library beside the module in {library.PACKAGE_DIR}")
-        self.assertEqual(library.find(), packaged)
-        self.assertEqual(library.load().path, packaged)
 
 
 class TestLibrarySymbols(Clean):

@@ -137,7 +137,7 @@ impl Policy {
     /// `M_TRIM_THRESHOLD` (128 KiB by default): memory a program's large temporary blocks used
     /// does not stay resident until an explicit trim. Free region ends are not cut there (a
     /// region cut at every large free grew again elsewhere, and CPython's peak RSS rose:
-    /// `docs/tcache.md`).
+    /// `docs/measurements.md`, "large frees give back wholly free regions").
     pub const fn trim_above(self, bytes: usize) -> Self {
         Policy {
             trim_above: Some(bytes),

@@ -416,7 +416,7 @@ where
     /// then takes the lock ([`SharedAlloc::realloc_block`]), which may resize in place.
     ///
     /// A `realloc` of a small block is thus a hit and a free; it is the many small reallocs of
-    /// interpreters (docs/tcache.md) that would otherwise each take the lock.
+    /// interpreters (docs/measurements.md, "`realloc` through the cache") that would otherwise each take the lock.
     ///
     /// # Time Complexity
     /// `O(1)` and a copy of at most `min(usable, new_size)` bytes; a free that spills takes

@@ -36,7 +36,7 @@
 //! chunk holds, read from its tag (a Rust layout or a `realloc` in place may leave a block
 //! between two class sizes). Without them, every request between 1 and 8 KiB took the pool's
 //! lock, and with more threads than cores the waits for it cost more than all the rest
-//! (figures: docs/tcache.md, "classes to 8 KiB, larger bounds, the transfer"). Larger sizes,
+//! (figures: docs/measurements.md, "classes to 8 KiB, larger bounds, the transfer"). Larger sizes,
 //! and alignments above the granule, go to the pool.
 //!
 //! **Bounds.** At most [`ThreadCache::limit`] blocks per class (16 KiB worth, at least 8 and at
@@ -45,7 +45,7 @@
 //! 7 per class, up to about 240 KiB in all. A class's count moves like a random walk between
 //! its refills and spills, so the trips to the lock fall with the square of its bound; and a
 //! total that binds before the classes' own bounds makes a full cache spill on every other
-//! free (figures: docs/tcache.md, "classes to 8 KiB, larger bounds, the transfer").
+//! free (figures: docs/measurements.md, "classes to 8 KiB, larger bounds, the transfer").
 //!
 //! **Batches between caches.** A spill that finds the pool's lock taken leaves its batch in the
 //! pool's transfer instead of waiting, and a refill looks there first

@@ -3,7 +3,7 @@
 //!
 //! **Why.** A cache that runs empty or full takes the pool's lock for one batch. With more
 //! threads than cores, the holder of that lock is often descheduled while the others wait for
-//! it, and the threads then spend more time waiting than allocating (figures: docs/tcache.md,
+//! it, and the threads then spend more time waiting than allocating (figures: docs/measurements.md,
 //! "classes to 8 KiB, larger bounds, the transfer"). Here, a spill that finds the lock taken
 //! leaves its batch in the transfer instead of waiting, and a refill takes a batch from the
 //! transfer before it waits for the lock, so a batch can pass from a thread that frees what

@@ -47,7 +47,7 @@ use tagalloc_bench::{
     threads,
 };
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -599,7 +599,7 @@ impl Call {
     fn configure(
         &self,
         options: &[Opt],
-        mut set: impl FnMut(&str, &std::ffi::OsStr) -> Result<(), String>,
+        mut set: impl FnMut(&str, &OsStr) -> Result<(), String>,
     ) -> Result<(), Failure> {
         for (name, value) in &self.given {
             if options.iter().any(|o| o.name == *name) {
@@ -773,16 +773,31 @@ fn load_traces(
     Ok((set, prepared))
 }
 
+/// A benchmark's run: its markdown and its JSON, or why it failed.
+type Bench<O> = fn(&O, Option<&Path>, &ProgressBar) -> Result<(String, Value), String>;
+
+/// One benchmark's section: its progress bar of `steps`, its run, its report under `key`.
+fn part<O>(
+    opts: &O,
+    steps: usize,
+    run: Bench<O>,
+    key: &str,
+    plots: Option<&Path>,
+    report: &mut Report,
+) -> Result<(), Failure> {
+    let bar = progress(steps as u64);
+    let (md, json) = run(opts, plots, &bar).map_err(Failure::Run)?;
+    bar.finish_and_clear();
+    report.emit(md, key, json);
+    Ok(())
+}
+
 fn micro_part(
     opts: &micro::Options,
     plots: Option<&Path>,
     report: &mut Report,
 ) -> Result<(), Failure> {
-    let bar = progress((opts.runs * 10) as u64);
-    let (md, json) = micro::run(opts, plots, &bar).map_err(Failure::Run)?;
-    bar.finish_and_clear();
-    report.emit(md, "micro", json);
-    Ok(())
+    part(opts, opts.runs * 10, micro::run, "micro", plots, report)
 }
 
 fn random_actions_part(
@@ -790,11 +805,15 @@ fn random_actions_part(
     plots: Option<&Path>,
     report: &mut Report,
 ) -> Result<(), Failure> {
-    let bar = progress((opts.trials * 10 * opts.sizes.len()) as u64);
-    let (md, json) = random_actions::run(opts, plots, &bar).map_err(Failure::Run)?;
-    bar.finish_and_clear();
-    report.emit(md, "random_actions", json);
-    Ok(())
+    let steps = opts.trials * 10 * opts.sizes.len();
+    part(
+        opts,
+        steps,
+        random_actions::run,
+        "random_actions",
+        plots,
+        report,
+    )
 }
 
 fn efficiency_part(
@@ -802,11 +821,14 @@ fn efficiency_part(
     plots: Option<&Path>,
     report: &mut Report,
 ) -> Result<(), Failure> {
-    let bar = progress((opts.rounds * 9) as u64);
-    let (md, json) = efficiency::run(opts, plots, &bar).map_err(Failure::Run)?;
-    bar.finish_and_clear();
-    report.emit(md, "efficiency", json);
-    Ok(())
+    part(
+        opts,
+        opts.rounds * 9,
+        efficiency::run,
+        "efficiency",
+        plots,
+        report,
+    )
 }
 
 fn replay_part(
@@ -868,34 +890,43 @@ fn run_suite(call: &Call) -> Result<(), Failure> {
     report.finish(plots.as_deref())
 }
 
-fn run_micro(call: &Call) -> Result<(), Failure> {
-    let mut opts = micro::Options::new(call.mode);
-    call.configure(micro::OPTIONS, |n, v| opts.set(n, v))?;
+/// A benchmark of the default suite run alone: its options with their defaults, no arguments,
+/// its section.
+fn run_alone<O>(
+    call: &Call,
+    options: &[Opt],
+    new: fn(Mode) -> O,
+    set: fn(&mut O, &str, &OsStr) -> Result<(), String>,
+    part: fn(&O, Option<&Path>, &mut Report) -> Result<(), Failure>,
+) -> Result<(), Failure> {
+    let mut opts = new(call.mode);
+    call.configure(options, |n, v| set(&mut opts, n, v))?;
     call.no_args()?;
     let plots = call.plots()?;
     let mut report = Report::start(call, None);
-    micro_part(&opts, plots.as_deref(), &mut report)?;
+    part(&opts, plots.as_deref(), &mut report)?;
     report.finish(plots.as_deref())
+}
+
+fn run_micro(call: &Call) -> Result<(), Failure> {
+    use micro::{Options, OPTIONS};
+    run_alone(call, OPTIONS, Options::new, Options::set, micro_part)
 }
 
 fn run_random_actions(call: &Call) -> Result<(), Failure> {
-    let mut opts = random_actions::Options::new(call.mode);
-    call.configure(random_actions::OPTIONS, |n, v| opts.set(n, v))?;
-    call.no_args()?;
-    let plots = call.plots()?;
-    let mut report = Report::start(call, None);
-    random_actions_part(&opts, plots.as_deref(), &mut report)?;
-    report.finish(plots.as_deref())
+    use random_actions::{Options, OPTIONS};
+    run_alone(
+        call,
+        OPTIONS,
+        Options::new,
+        Options::set,
+        random_actions_part,
+    )
 }
 
 fn run_efficiency(call: &Call) -> Result<(), Failure> {
-    let mut opts = efficiency::Options::new(call.mode);
-    call.configure(efficiency::OPTIONS, |n, v| opts.set(n, v))?;
-    call.no_args()?;
-    let plots = call.plots()?;
-    let mut report = Report::start(call, None);
-    efficiency_part(&opts, plots.as_deref(), &mut report)?;
-    report.finish(plots.as_deref())
+    use efficiency::{Options, OPTIONS};
+    run_alone(call, OPTIONS, Options::new, Options::set, efficiency_part)
 }
 
 fn run_replay(call: &Call) -> Result<(), Failure> {

@@ -556,9 +556,9 @@ impl MmapSource {
     }
 
     /// Records the bytes handed out now as the peak if they are, and unmaps kept bytes (the
-    /// oldest ranges first, the last from its end only if that is enough) until the bytes kept plus those handed out
-    /// are within the peak (see [`Reuse`]). Called after every region obtained or grown, the
-    /// only calls that add to what is mapped.
+    /// oldest ranges first, the last from its end only if that is enough) until the bytes kept plus
+    /// those handed out are within the peak (see [`Reuse`]). Called after every region obtained or
+    /// grown, the only calls that add to what is mapped.
     fn bound_to_peak(&mut self) {
         let out = self.mapped - self.cached;
         self.peak_out = self.peak_out.max(out);
@@ -839,9 +839,9 @@ impl Drop for MmapSource {
 // SAFETY: every region is an anonymous private read-write mapping, fresh or kept for reuse
 // (a mapping given back by the pool, which nothing uses since, or a page-aligned part of one,
 // the head of a kept range; kept ranges never overlap, and a part is handed out once: it leaves
-// `kept` as it is handed out, the rest of the range staying there), used by nothing but the pool it is handed to until it
-// is given back (`munmap`ped or kept) or its tail is cut; a kept mapping grown with
-// `MREMAP_MAYMOVE` is one mapping, at the address the kernel returns; growth is
+// `kept` as it is handed out, the rest of the range staying there), used by nothing but the pool it
+// is handed to until it is given back (`munmap`ped or kept) or its tail is cut; a kept mapping
+// grown with `MREMAP_MAYMOVE` is one mapping, at the address the kernel returns; growth is
 // `mremap` without `MREMAP_MAYMOVE`, so a grown region is the same mapping, extended in place
 // and reachable from its base; released pages (`MADV_DONTNEED`) stay mapped and read as
 // zeros. Bases are aligned to the granularity: the page size (any mapping), or the huge-page

@@ -34,9 +34,10 @@
 //!
 //! **Damaged links.** A cached block's link or key found overwritten (safe linking: see
 //! [`tagalloc::ThreadCache`]) is reported on stderr with the block's address, and the process
-//! aborts ([`report_damage`]), as glibc does on a bad tcache link. The table, under its own spin lock, is what makes that sound for a
-//! [`crate::HostAllocator`] that is dropped while threads still hold caches of it: its drop
-//! takes it out of the table, and a cache whose pool is gone forgets its blocks.
+//! aborts ([`report_damage`]), as glibc does on a bad tcache link. The table, under its own spin
+//! lock, is what makes that sound for a [`crate::HostAllocator`] that is dropped while threads
+//! still hold caches of it: its drop takes it out of the table, and a cache whose pool is gone
+//! forgets its blocks.
 //!
 //! **Trim and fork.** `trim` flushes the calling thread's cache before trimming (other
 //! threads' caches are theirs, used without a lock, so they stay). After `fork` the child's

@@ -3,11 +3,11 @@
 //!
 //! **Why.** Rust's thread-locals in a shared library use the general-dynamic model: every
 //! access calls `__tls_get_addr`, a large share of the malloc library's `malloc`+`free`
-//! pair (figures: `docs/measurements.md`, "the initial-exec word, the range hint"). Stable Rust cannot choose a TLS model, so on
-//! x86-64 Linux, with the `initial-exec-tls` feature, this word is defined in assembly in
-//! `.tbss` and read as compilers read an initial-exec variable: its offset from the thread
-//! pointer from the GOT (`@GOTTPOFF`, filled once by the loader), then the word at `fs:`
-//! that offset. Elsewhere (other targets, Miri, the feature off) [`get`] is always null and
+//! pair (figures: `docs/measurements.md`, "the initial-exec word, the range hint"). Stable Rust
+//! cannot choose a TLS model, so on x86-64 Linux, with the `initial-exec-tls` feature, this word is
+//! defined in assembly in `.tbss` and read as compilers read an initial-exec variable: its offset
+//! from the thread pointer from the GOT (`@GOTTPOFF`, filled once by the loader), then the word at
+//! `fs:` that offset. Elsewhere (other targets, Miri, the feature off) [`get`] is always null and
 //! [`set`] does nothing, so callers keep their general path.
 //!
 //! **Why a feature.** An initial-exec variable lives in the static TLS block, which is sized

@@ -6,12 +6,13 @@
 //! counter, and the bins' lists marked non-empty before or after the step); every
 //! [`FULL_CHECK_EVERY`] steps and at the end it is the full `check()`, which also reads the
 //! lists empty on both sides. Why that split, with the bugs planted to show it keeps finding
-//! what the full check after every step found: `docs/fuzzing.md`. Live allocations are filled with a pattern (inline heaps) that is verified on
-//! free, on realloc and at the end. With a [`Model`], every address and every error must be
-//! the model's prediction; without one, the results are checked against what the request and
-//! the heap's own statistics imply (an `OutOfMemory` only if no free chunk is large enough, a
-//! region refused only for a reason that holds, a region removed exactly when nothing in it is
-//! allocated). At the end everything is freed and every region must be one free chunk again.
+//! what the full check after every step found: `docs/fuzzing.md`. Live allocations are filled with
+//! a pattern (inline heaps) that is verified on free, on realloc and at the end. With a [`Model`],
+//! every address and every error must be the model's prediction; without one, the results are
+//! checked against what the request and the heap's own statistics imply (an `OutOfMemory` only if
+//! no free chunk is large enough, a region refused only for a reason that holds, a region removed
+//! exactly when nothing in it is allocated). At the end everything is freed and every region must
+//! be one free chunk again.
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};

@@ -21,9 +21,9 @@
 //!   over the fake driver, on several streams, with graph captures, streams forgotten and
 //!   destroyed, and the fake's timeline as the oracle of stream-ordered reuse.
 //!
-//! Every target is one of the `run_*` functions below (after [`trace::init`] once); a failing input replays with
-//! `cargo +nightly fuzz run <target> <file>`, and `cargo +nightly fuzz fmt <target> <file>`
-//! prints it as a sequence of operations.
+//! Every target is one of the `run_*` functions below (after [`trace::init`] once); a failing input
+//! replays with `cargo +nightly fuzz run <target> <file>`, and `cargo +nightly fuzz fmt <target>
+//! <file>` prints it as a sequence of operations.
 
 #![cfg_attr(fuzzing, feature(linkage))]
 

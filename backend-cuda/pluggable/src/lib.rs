@@ -50,15 +50,15 @@
 //! allocation, with virtual-memory growth ([`DeviceConfig::VMM`]; plain `cuMemAlloc` regions
 //! on a device without virtual memory management, or with `TAGALLOC_CUDA_REGIONS=plain` in
 //! the environment; another value than `plain` or `vmm` is reported in one line on stderr and
-//! the default kept: [`config_from_env`]). A block belongs to the stream it was allocated on, and its free is
-//! stream-ordered (see [`tagalloc_cuda::DevicePool`]).
+//! the default kept: [`config_from_env`]). A block belongs to the stream it was allocated on, and
+//! its free is stream-ordered (see [`tagalloc_cuda::DevicePool`]).
 //!
 //! **The free gets only an address.** [`Allocator`] keeps, per device, a map from address to
 //! the block handed out there, one hash insert per allocation and one removal per free; the
-//! device pool itself keeps no such map (a Rust caller holds its blocks). The detached heap itself cannot answer "which block
-//! starts here": its records are linked by neighbour and by bin, and a free reaches its
-//! record in `O(1)` through the handle a Rust caller keeps; an index by address in the core
-//! (a radix tree over granules, updated on every split and merge) would cost every user of
+//! device pool itself keeps no such map (a Rust caller holds its blocks). The detached heap itself
+//! cannot answer "which block starts here": its records are linked by neighbour and by bin, and a
+//! free reaches its record in `O(1)` through the handle a Rust caller keeps; an index by address in
+//! the core (a radix tree over granules, updated on every split and merge) would cost every user of
 //! the heap for the sake of callers that lose the handle.
 //!
 //! **No wait under a lock another thread needs.** A free takes its block out of the address
@@ -77,8 +77,8 @@
 //! [`tagalloc_last_error`] says why: the pool's message with its figures, or, with no driver
 //! or no device, what is missing.
 //!
-//! The generic layer ([`Allocator`]) runs over any [`Driver`](tagalloc_cuda::Driver); the exported functions use it
-//! over the real driver, and the tests over the fake one.
+//! The generic layer ([`Allocator`]) runs over any [`Driver`](tagalloc_cuda::Driver); the exported
+//! functions use it over the real driver, and the tests over the fake one.
 
 use core::ffi::{c_char, c_int, c_void};
 use std::ffi::CString;

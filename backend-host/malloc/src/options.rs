@@ -35,11 +35,11 @@
 //! in a `static`: nothing is mapped until the first allocation), so the allocator works before
 //! and while this runs. Starting means reading the environment with libc's `getenv` and
 //! `environ` (no allocation, unlike `std::env`), registering the fork handlers and
-//! the exit handler (the calling thread's cache, and the statistics). `pthread_atfork` and `atexit` may themselves call `malloc` (when their
-//! preallocated tables are full); such a call, and any call made by another thread meanwhile,
-//! finds the start under way and is served at once with the defaults, instead of waiting for
-//! a start that is waiting for it. Nothing here uses `dlsym`, Rust's `std::env`, formatting
-//! or thread-local destructors.
+//! the exit handler (the calling thread's cache, and the statistics). `pthread_atfork` and `atexit`
+//! may themselves call `malloc` (when their preallocated tables are full); such a call, and any
+//! call made by another thread meanwhile, finds the start under way and is served at once with the
+//! defaults, instead of waiting for a start that is waiting for it. Nothing here uses `dlsym`,
+//! Rust's `std::env`, formatting or thread-local destructors.
 
 use core::ffi::CStr;
 use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};

@@ -13,15 +13,15 @@
 //! **How a pointer is proven first** (`block_size`), before a byte at it is read: its address
 //! must lie in one of the pool's regions, found in the table its hooks keep ([`Ranges`]); one
 //! that does not is foreign, or a double free if it lies in a range given back lately (a large
-//! block given back by its first free, its mapping kept for reuse or unmapped). Inside a region, by default the tags the free will follow
-//! must be plausible (`InlineHeap::usable_size_in`, `O(1)`: in use, a whole number of
-//! granules, inside the region, the neighbours' flags and footers agreeing, else a walk names
-//! the cause). In checked mode (`TAGALLOC_CHECKED`) the pool marks the payload of every block
-//! it hands out in its region's bitmap (`crate::marks`, kept by the hooks with the ranges) and
-//! clears it when the block is freed or moved, all under the lock; a pointer must then be
-//! marked (else it is refused, the word before it naming a double free or an invalid pointer),
-//! the tags its free follows plausible as above, the chunk after it the fence or a marked block,
-//! and no other mark inside its chunk (`InlineHeap::marked_usable_size`, `O(1)` plus the
+//! block given back by its first free, its mapping kept for reuse or unmapped). Inside a region, by
+//! default the tags the free will follow must be plausible (`InlineHeap::usable_size_in`, `O(1)`:
+//! in use, a whole number of granules, inside the region, the neighbours' flags and footers
+//! agreeing, else a walk names the cause). In checked mode (`TAGALLOC_CHECKED`) the pool marks the
+//! payload of every block it hands out in its region's bitmap (`crate::marks`, kept by the hooks
+//! with the ranges) and clears it when the block is freed or moved, all under the lock; a pointer
+//! must then be marked (else it is refused, the word before it naming a double free or an invalid
+//! pointer), the tags its free follows plausible as above, the chunk after it the fence or a marked
+//! block, and no other mark inside its chunk (`InlineHeap::marked_usable_size`, `O(1)` plus the
 //! block's size / 1024 words): so a pointer into the middle of a block is told from a block
 //! whose preceding bytes happen to read as sound tags, and a size grown over a live neighbour
 //! is found. The blocks live when checked mode starts (allocated before it was known) are
@@ -38,21 +38,21 @@
 //! proves its pointer without the lock too, as far as that can be done soundly: its address must
 //! lie in one of the pool's regions as the hooks last published them
 //! ([`crate::ranges::find_unlocked`]; a thread whose ranges have not changed since its last
-//! proofs uses the regions it found then, [`crate::ranges::find_remembered`]), and only then is the tag word before it read, with a relaxed
-//! atomic load (`InlineHeap::unlocked_usable_size`), which is sound because the lock holder's only
-//! write to a live block's tag, its `PREV_IN_USE` bit, is a relaxed atomic store that keeps the
-//! size bits. The tag must say in use, with a size of a cached class that ends inside the region.
-//! Anything else (an address in no region, ranges changing meanwhile, a free or larger chunk) takes
-//! the locked path above, which proves and reports. A double free of a block sitting in a cache,
-//! this thread's or another's, is refused by the cache's key (see `tagalloc::ThreadCache`), and a
-//! `realloc` or size query of such a block too. Not made at a cached free: the neighbours' flags
-//! and footers of `usable_size_in` (the lock holder writes them as it carves and merges, so they
-//! cannot be read without the lock); they are checked when the block leaves its cache for the heap,
-//! under the lock (`free_cached_block`, which frees with the tags its proof read:
-//! `InlineHeap::free_in`), so damage after a small block is reported then, before the heap follows
-//! it. Checked mode bypasses the caches altogether: every allocation and free goes to the pool
-//! under the lock, and every free is proven against the bitmaps (a block a cache still holds
-//! from before checked mode started is unmarked when it leaves the cache).
+//! proofs uses the regions it found then, [`crate::ranges::find_remembered`]), and only then is the
+//! tag word before it read, with a relaxed atomic load (`InlineHeap::unlocked_usable_size`), which
+//! is sound because the lock holder's only write to a live block's tag, its `PREV_IN_USE` bit, is a
+//! relaxed atomic store that keeps the size bits. The tag must say in use, with a size of a cached
+//! class that ends inside the region. Anything else (an address in no region, ranges changing
+//! meanwhile, a free or larger chunk) takes the locked path above, which proves and reports. A
+//! double free of a block sitting in a cache, this thread's or another's, is refused by the cache's
+//! key (see `tagalloc::ThreadCache`), and a `realloc` or size query of such a block too. Not made
+//! at a cached free: the neighbours' flags and footers of `usable_size_in` (the lock holder writes
+//! them as it carves and merges, so they cannot be read without the lock); they are checked when
+//! the block leaves its cache for the heap, under the lock (`free_cached_block`, which frees with
+//! the tags its proof read: `InlineHeap::free_in`), so damage after a small block is reported then,
+//! before the heap follows it. Checked mode bypasses the caches altogether: every allocation and
+//! free goes to the pool under the lock, and every free is proven against the bitmaps (a block a
+//! cache still holds from before checked mode started is unmarked when it leaves the cache).
 
 use core::ptr::NonNull;
 

@@ -1,7 +1,8 @@
 //! What the library says on stderr, written with `write(2)` from a buffer on the stack: the
 //! heap's figures at exit (`TAGALLOC_STATS`) or on `malloc_stats()`, the first refused free,
-//! and the environment's values it does not accept. None of it allocates: this runs inside the allocator, or after the program has
-//! started tearing itself down. The program's `errno` is left as it was.
+//! and the environment's values it does not accept. None of it allocates: this runs inside
+//! the allocator, or after the program has started tearing itself down. The program's `errno` is
+//! left as it was.
 
 use core::fmt::{self, Write};
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};

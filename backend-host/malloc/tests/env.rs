@@ -96,8 +96,8 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// Every `TAGALLOC_*` name in the repository's sources, scripts (CI's too) and documents (but for the
-/// deliberate misspellings of this file and of the table's example).
+/// Every `TAGALLOC_*` name in the repository's sources, scripts (CI's too) and documents (but for
+/// the deliberate misspellings of this file and of the table's example).
 fn project_variables() -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     let mut dirs = vec![root()];

@@ -1,7 +1,7 @@
 //! Misuse of the library by a C program (`tests/c/misuse.c`), one case per run, in both modes
 //! (default, and `TAGALLOC_CHECKED=1`), with `TAGALLOC_ON_MISUSE=continue` (a double free or
-//! an invalid pointer aborts by default: `tests/api.rs`): each must be refused or reported with its own cause,
-//! and none may end in a bare signal. A refused free leaves the program's blocks and the
+//! an invalid pointer aborts by default: `tests/api.rs`): each must be refused or reported with its
+//! own cause, and none may end in a bare signal. A refused free leaves the program's blocks and the
 //! figures (`mallinfo2`) as they were and is reported once on stderr; damaged tags are
 //! reported with their address and the process aborts (SIGABRT), as glibc does.
 

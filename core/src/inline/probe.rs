@@ -481,7 +481,8 @@ impl<G: Granule, K: Tally, B: BinShape> InlineHeap<G, K, B> {
                 } else if free
                     && (a == c + W
                         || (
-                            // A head a merge marked: the payload of a block that was freed and merged.
+                            // A head a merge marked: the payload of a block that was freed and
+                            // merged.
                             a > c + W
                                 && (a - c - W) & (g - 1) == 0
                                 // SAFETY: `c < a − W` (checked just above), inside this chunk.

@@ -5,9 +5,9 @@
 //! | --- | --- | --- | --- |
 //! | [`Growth::Fixed`] | AutoGrowth: max(request, chunk) | increase size | — |
 //! | [`Growth::Doubling`] | — | — | `allow_growth` (BFC's doubling region sizes) |
-//! | [`Reserve::Bytes`] / [`Reserve::Fraction`] | Pre-allocation, `fraction_of_gpu_memory_to_use` | init size | `per_process_gpu_memory_fraction` |
-//! | [`Policy::limit`] | `gpu_memory_limit_mb` | max size | `memory_limit` |
-//! | [`Policy::bypass_above`] | large-request bypass | — | — |
+//! | [`Reserve::Bytes`] / [`Reserve::Fraction`] | Pre-allocation, `fraction_of_gpu_memory_to_use` |
+//! init size | `per_process_gpu_memory_fraction` | | [`Policy::limit`] | `gpu_memory_limit_mb` |
+//! max size | `memory_limit` | | [`Policy::bypass_above`] | large-request bypass | — | — |
 //! | [`Policy::trim_above`] | — | — | — (glibc's `M_TRIM_THRESHOLD`) |
 //!
 //! Every figure is in bytes. Growth always takes at least what the request that triggered it

@@ -1,6 +1,6 @@
 //! A pool shared between threads: a [`Pool`] behind a lock, with queued frees (see
-//! [`crate::share::shared`]), an out-of-memory handler called without the lock, and, for host pools,
-//! [`GlobalAlloc`] and `allocator_api2`'s `Allocator` through [`SharedAlloc`].
+//! [`crate::share::shared`]), an out-of-memory handler called without the lock, and, for host
+//! pools, [`GlobalAlloc`] and `allocator_api2`'s `Allocator` through [`SharedAlloc`].
 
 use core::alloc::GlobalAlloc;
 use core::ptr::NonNull;
@@ -416,7 +416,8 @@ where
     /// then takes the lock ([`SharedAlloc::realloc_block`]), which may resize in place.
     ///
     /// A `realloc` of a small block is thus a hit and a free; it is the many small reallocs of
-    /// interpreters (docs/measurements.md, "`realloc` through the cache") that would otherwise each take the lock.
+    /// interpreters (docs/measurements.md, "`realloc` through the cache") that would otherwise each
+    /// take the lock.
     ///
     /// # Time Complexity
     /// `O(1)` and a copy of at most `min(usable, new_size)` bytes; a free that spills takes

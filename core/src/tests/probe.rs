@@ -143,9 +143,9 @@ fn a_pointer_outside_the_heap_is_foreign() {
 }
 
 /// One byte written past a block's usable size lands on the next chunk's head: for every
-/// byte value, the probe and the walk agree (as [`agree`] says), neither calls it a double free or a foreign
-/// pointer, nothing is read outside the region, and the block or its neighbour is reported
-/// as corruption with an address in the heap, but for the one value that leaves a heap as
+/// byte value, the probe and the walk agree (as [`agree`] says), neither calls it a double free or
+/// a foreign pointer, nothing is read outside the region, and the block or its neighbour is
+/// reported as corruption with an address in the heap, but for the one value that leaves a heap as
 /// consistent as a sound one. (Where only one of the two frees reports it, the other is safe:
 /// it does not follow the damaged head.)
 #[test]

@@ -351,9 +351,9 @@ impl ThreadCache {
     /// key among them is reported and the `n` blocks are dropped (leaked), never followed.
     ///
     /// # Safety
-    /// `head` starts `n ≥ 1` blocks linked as a [`LinkedBlocks`]'s (encoded with this cache's mask),
-    /// with the caches' key in their second words, of this cache's pool, of class `c` or larger
-    /// chunks, given up by the caller, and the class has room for them.
+    /// `head` starts `n ≥ 1` blocks linked as a [`LinkedBlocks`]'s (encoded with this cache's
+    /// mask), with the caches' key in their second words, of this cache's pool, of class `c` or
+    /// larger chunks, given up by the caller, and the class has room for them.
     unsafe fn link(&mut self, c: Class, head: NonNull<u8>, n: u32) {
         let (key, mask) = (self.key, self.mask);
         let mut tail = head;

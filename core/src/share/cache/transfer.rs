@@ -1,5 +1,5 @@
-//! LinkedBlockses of cached blocks handed from one thread's cache to another's while the pool's lock
-//! is taken (tcmalloc's transfer cache, reached only by try-locks, so it never waits).
+//! LinkedBlockses of cached blocks handed from one thread's cache to another's while the pool's
+//! lock is taken (tcmalloc's transfer cache, reached only by try-locks, so it never waits).
 //!
 //! **Why.** A cache that runs empty or full takes the pool's lock for one batch. With more
 //! threads than cores, the holder of that lock is often descheduled while the others wait for
@@ -72,8 +72,8 @@ impl Transfer {
     /// batches already: then it is handed back.
     ///
     /// # Safety
-    /// `batch` is as [`LinkedBlocks`] says, of blocks of this transfer's pool of class `c` or larger
-    /// chunks, owned by the caller, which gives them up if it is taken.
+    /// `batch` is as [`LinkedBlocks`] says, of blocks of this transfer's pool of class `c` or
+    /// larger chunks, owned by the caller, which gives them up if it is taken.
     pub(crate) unsafe fn push(&self, c: Class, batch: LinkedBlocks) -> Result<(), LinkedBlocks> {
         let Some(mut h) = self.held.try_lock() else {
             return Err(batch);
